@@ -1,0 +1,123 @@
+"""Input/output adapters: PyTorch's nested inputs and outputs ⇄ the flat tensor lists of ONNX.
+
+The steps are recorded at export time and replayed by `ExportOutput.adapt_torch_inputs_to_onnx`
+and `ExportOutput.adapt_torch_outputs_to_onnx`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from typing import Any, Protocol, runtime_checkable
+
+import torch
+import torch.utils._pytree as pytree
+
+
+@runtime_checkable
+class InputAdaptStep(Protocol):
+    def apply(self, args: Sequence[Any], kwargs: dict[str, Any]) -> tuple[Sequence[Any], dict[str, Any]]: ...
+
+
+@runtime_checkable
+class OutputAdaptStep(Protocol):
+    def apply(self, outputs: Any) -> Any: ...
+
+
+@dataclasses.dataclass
+class FlattenInputStep:
+    """Flatten (args, kwargs) the way torch.export did, checking the structure matches the export's."""
+
+    in_spec: pytree.TreeSpec
+
+    def apply(self, args, kwargs):
+        kwarg_names = self.in_spec.child(1).context if self.in_spec.num_children == 2 else []
+        unknown = set(kwargs) - set(kwarg_names)
+        if unknown:
+            raise ValueError(f"Unexpected keyword inputs {sorted(unknown)}; the model was exported with {list(kwarg_names)}.")
+        ordered = {name: kwargs[name] for name in kwarg_names if name in kwargs}
+        leaves, spec = pytree.tree_flatten((tuple(args), ordered))
+        if spec != self.in_spec:
+            raise ValueError(
+                "Model inputs incompatible with the format that was exported.\n"
+                f"Expected: {self.in_spec}\nActual: {spec}"
+            )
+        return leaves, {}
+
+
+@dataclasses.dataclass
+class KeepGraphInputsStep:
+    """Keep the leaves that are ONNX graph inputs; Python numbers and strings were baked in as constants."""
+
+    keep: tuple[bool, ...]
+
+    def apply(self, args, kwargs):
+        if len(args) != len(self.keep):
+            raise ValueError(f"Expected {len(self.keep)} flattened inputs, got {len(args)}.")
+        return [a for a, k in zip(args, self.keep) if k], kwargs
+
+
+class ConvertComplexToRealStep:
+    """Complex tensors become their real representation (trailing dimension of 2)."""
+
+    def apply(self, args, kwargs):
+        return [_to_real(a) for a in args], kwargs
+
+
+class FlattenOutputStep:
+    """Nested outputs (tuples, dicts, dataclasses, Hugging Face ModelOutput and caches) → leaves."""
+
+    def apply(self, outputs):
+        return pytree.tree_leaves(outputs)
+
+
+@dataclasses.dataclass
+class KeepGraphOutputsStep:
+    """Keep the leaves that are ONNX graph outputs (non-tensor outputs are not)."""
+
+    keep: tuple[bool, ...]
+
+    def apply(self, outputs):
+        if len(outputs) != len(self.keep):
+            raise ValueError(f"Expected {len(self.keep)} flattened outputs, got {len(outputs)}.")
+        return [o for o, k in zip(outputs, self.keep) if k]
+
+
+class ConvertComplexToRealOutputStep:
+    def apply(self, outputs):
+        return [_to_real(o) for o in outputs]
+
+
+class InputAdapter:
+    def __init__(self, steps: list[InputAdaptStep] | None = None) -> None:
+        self.steps = list(steps or [])
+
+    def append_step(self, step: InputAdaptStep) -> None:
+        self.steps.append(step)
+
+    def apply(self, *args: Any, **kwargs: Any) -> Sequence[Any]:
+        for step in self.steps:
+            args, kwargs = step.apply(args, kwargs)
+        assert not kwargs
+        return args
+
+
+class OutputAdapter:
+    def __init__(self, steps: list[OutputAdaptStep] | None = None) -> None:
+        self.steps = list(steps or [])
+
+    def append_step(self, step: OutputAdaptStep) -> None:
+        self.steps.append(step)
+
+    def apply(self, outputs: Any) -> Sequence[Any]:
+        for step in self.steps:
+            outputs = step.apply(outputs)
+        return outputs
+
+
+def is_graph_io(value: Any) -> bool:
+    return isinstance(value, (torch.Tensor, torch.SymInt, torch.SymFloat, torch.SymBool))
+
+
+def _to_real(value: Any) -> Any:
+    return torch.view_as_real(value) if isinstance(value, torch.Tensor) and value.is_complex() else value

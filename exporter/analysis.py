@@ -1,0 +1,56 @@
+"""Find every FX node the registry cannot translate, before translation starts (FXE0012)."""
+
+from __future__ import annotations
+
+import operator
+from collections.abc import Iterator
+
+import torch
+
+from exporter import dispatch
+from exporter.diagnostics import DiagnosticContext, Level
+from exporter.diagnostics import rules
+from exporter.registry import OnnxRegistry
+from exporter.translate import STRUCTURAL_TARGETS
+
+
+def call_nodes(module: torch.fx.GraphModule) -> Iterator[torch.fx.Node]:
+    """All call_function nodes, including those of nested graphs (torch.cond branches)."""
+    for node in module.graph.nodes:
+        if node.op == "get_attr":
+            sub = getattr(module, node.target, None)
+            if isinstance(sub, torch.fx.GraphModule):
+                yield from call_nodes(sub)
+        elif node.op == "call_function":
+            yield node
+
+
+def find_unsupported(module: torch.fx.GraphModule, registry: OnnxRegistry, ctx: DiagnosticContext) -> list[torch.fx.Node]:
+    """Report one FXE0011 per untranslatable node and one FXE0012 listing them all."""
+    unsupported: list[torch.fx.Node] = []
+    for node in call_nodes(module):
+        if node.target in STRUCTURAL_TARGETS or node.target is operator.getitem:
+            continue
+        try:
+            dispatch.find_functions(node, registry, _Silent())
+        except dispatch.UnsupportedOperatorError as e:
+            unsupported.append(node)
+            ctx.report(rules.NO_SYMBOLIC_FUNCTION, Level.ERROR, str(e), node=node)
+    if unsupported:
+        targets = sorted({str(n.target) for n in unsupported})
+        ctx.report(
+            rules.UNSUPPORTED_FX_NODE_ANALYSIS,
+            Level.ERROR,
+            f"Unsupported FX nodes: {', '.join(targets)}.",
+            stack=[],
+            unsupportedTargets=targets,
+            unsupportedNodes={str(n.target): [m.name for m in unsupported if m.target == n.target] for n in unsupported},
+        )
+    return unsupported
+
+
+class _Silent(DiagnosticContext):
+    """A context that drops everything (the analysis only wants the verdict)."""
+
+    def report(self, *args, **kwargs):
+        return None

@@ -1,0 +1,257 @@
+"""`dynamo_export`, `ExportOptions` and the `Exporter` that runs the pipeline stage by stage."""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Callable
+from typing import Any
+
+import onnx
+import torch
+
+from exporter import adapters, analysis, capture
+from exporter.diagnostics import DiagnosticContext, DiagnosticOptions, Level
+from exporter.diagnostics import rules
+from exporter.errors import OnnxExporterError
+from exporter.output import ExportOutput
+from exporter.passes import decompose, finalize
+from exporter.registry import DEFAULT_OPSET_VERSION, OnnxRegistry
+from exporter.translate import GraphTranslator, TranslationError
+
+ProgressCallback = Callable[[str, dict[str, Any]], None]
+
+
+@dataclasses.dataclass
+class ExportOptions:
+    """Options of an export (the seed's fields, plus a few it lacked).
+
+    dynamic_shapes: make every input dimension symbolic (``dim_param`` names on graph inputs).
+    op_level_debug: compare every translated op with PyTorch on the real intermediate values (FXE0013).
+    fake_context: the `ONNXFakeContext` from `enable_fake_mode()`; exports without weight memory.
+    onnx_registry: the `OnnxRegistry` (custom ONNX functions); a shared default otherwise.
+    diagnostic_options: verbosity and warnings-as-errors.
+    opset_version: the ONNX opset to target (default: the registry's, 18).
+    optimize: fold constants and remove dead code with onnxscript's optimizer.
+    modularize: wrap each ``nn.Module`` call in an ONNX local function.
+    """
+
+    dynamic_shapes: bool | None = None
+    op_level_debug: bool | None = None
+    fake_context: Any = None
+    onnx_registry: OnnxRegistry | None = None
+    diagnostic_options: DiagnosticOptions | None = None
+    opset_version: int | None = None
+    optimize: bool = True
+    modularize: bool = True
+
+
+class Exporter:
+    """Runs capture → passes → analysis → translation → ONNX passes → (op-level debug)."""
+
+    def __init__(
+        self,
+        options: ExportOptions,
+        model: torch.nn.Module | Callable[..., Any],
+        model_args: tuple[Any, ...],
+        model_kwargs: dict[str, Any],
+        *,
+        progress: ProgressCallback | None = None,
+    ) -> None:
+        self.options = options
+        self.model = model
+        self.model_args = model_args
+        self.model_kwargs = model_kwargs
+        self.registry = options.onnx_registry or default_registry()
+        self.opset_version = options.opset_version or self.registry.opset_version
+        self.ctx = DiagnosticContext(options.diagnostic_options)
+        self.progress = progress or (lambda stage, info: None)
+        self.timings: dict[str, float] = {}
+        self.input_adapter = adapters.InputAdapter()
+        self.output_adapter = adapters.OutputAdapter()
+
+    def export(self) -> ExportOutput:
+        try:
+            _check_opset(self.opset_version)
+            program = self._stage("capture", self._capture)
+            program = self._stage("passes", self._decompose, program)
+            self._stage("analysis", self._analyze, program)
+            model = self._stage("translation", self._translate, program)
+            self._stage("onnx passes", self._finalize, model)
+            self._record_adapters(program, model)
+            if self.options.op_level_debug:
+                from exporter.op_debug import validate_ops
+
+                self._stage("op-level debug", validate_ops, self, program, model)
+            if self.ctx.errors():
+                raise OnnxExporterErrorWithin(self.ctx.errors()[0].message)
+        except OnnxExporterErrorWithin as e:
+            raise OnnxExporterError(self._partial(e), str(e)) from e.__cause__
+        except Exception as e:
+            raise OnnxExporterError(self._partial(e), f"Failed to export the model to ONNX: {type(e).__name__}: {e}") from e
+        return ExportOutput(
+            model,
+            self.input_adapter,
+            self.output_adapter,
+            self.ctx,
+            fake_context=self.options.fake_context,
+        )
+
+    # -- stages -----------------------------------------------------------------------------
+
+    def _stage(self, name: str, fn: Callable[..., Any], *args: Any) -> Any:
+        self.progress(name, {})
+        start = time.perf_counter()
+        try:
+            return fn(*args)
+        finally:
+            self.timings[name] = time.perf_counter() - start
+
+    def _capture(self) -> torch.export.ExportedProgram:
+        extractor = capture.FXGraphExtractor()
+        fake_mode = self.options.fake_context.fake_mode if self.options.fake_context is not None else None
+        try:
+            return extractor.generate_fx(
+                self.model,
+                self.model_args,
+                self.model_kwargs,
+                dynamic_shapes=bool(self.options.dynamic_shapes),
+                ctx=self.ctx,
+                fake_mode=fake_mode,
+            )
+        except capture.GraphCaptureError as e:
+            first = e.attempts[0].error
+            self.ctx.report(
+                rules.GRAPH_CAPTURE,
+                Level.ERROR,
+                f"Could not capture the model: {type(first).__name__}: {capture._first_line(first)}",
+                stack=e.location,
+                exception=first,
+                strategies=[a.strategy for a in e.attempts],
+            )
+            raise OnnxExporterErrorWithin(str(e)) from first
+
+    def _decompose(self, program: torch.export.ExportedProgram) -> torch.export.ExportedProgram:
+        start = time.perf_counter()
+        try:
+            program = decompose.decompose(program, self.registry)
+        except Exception as e:
+            self.ctx.report(rules.FX_PASS, Level.ERROR, f"Decomposition failed: {e}", exception=e, **{"pass": "decompose"})
+            raise OnnxExporterErrorWithin(f"Decomposition failed: {e}") from e
+        self.ctx.report(
+            rules.FX_PASS,
+            Level.NONE,
+            f"Ran decomposition in {time.perf_counter() - start:.3f} s.",
+            **{"pass": "decompose"},
+        )
+        return program
+
+    def _analyze(self, program: torch.export.ExportedProgram) -> None:
+        unsupported = analysis.find_unsupported(program.graph_module, self.registry, self.ctx)
+        if unsupported:
+            targets = sorted({str(n.target) for n in unsupported})
+            raise OnnxExporterErrorWithin(
+                f"Unsupported operators: {', '.join(targets)}. Register an ONNX function for each with "
+                "OnnxRegistry.register_op (see the FXE0011 diagnostics for where they are called)."
+            )
+
+    def _translate(self, program: torch.export.ExportedProgram):
+        translator = GraphTranslator(self.registry, self.ctx, on_node=self._on_node)
+        self._translated = 0
+        self._total = sum(1 for n in program.graph.nodes if n.op == "call_function")
+        try:
+            return translator.translate_program(
+                program,
+                lazy_weights=self.options.fake_context is not None,
+                dim_names=dim_names(program),
+            )
+        except TranslationError as e:
+            self.ctx.report(
+                rules.FX_NODE_TO_ONNX, Level.ERROR, str(e), node=e.node, exception=e.__cause__, onnxFunction=e.function_name
+            )
+            raise OnnxExporterErrorWithin(str(e)) from e
+
+    def _on_node(self, node: torch.fx.Node, onnx_nodes: list) -> None:
+        self._translated += 1
+        if self._translated % 50 == 0 or self._translated == self._total:
+            self.progress("translation", {"done": self._translated, "total": self._total})
+
+    def _finalize(self, model) -> None:
+        finalize.finalize(model, self.opset_version, self.options, self.ctx)
+
+    def _record_adapters(self, program: torch.export.ExportedProgram, model) -> None:
+        user_inputs = [s for s in program.graph_signature.input_specs if s.kind == torch.export.graph_signature.InputKind.USER_INPUT]
+        placeholders = {n.name: n for n in program.graph.nodes if n.op == "placeholder"}
+        keep_in = tuple(adapters.is_graph_io(placeholders[s.arg.name].meta.get("val")) if hasattr(s.arg, "name") else False for s in user_inputs)
+        self.input_adapter.append_step(adapters.FlattenInputStep(program.call_spec.in_spec))
+        self.input_adapter.append_step(adapters.KeepGraphInputsStep(keep_in))
+        self.input_adapter.append_step(adapters.ConvertComplexToRealStep())
+        output_node = next(n for n in program.graph.nodes if n.op == "output")
+        user_out = [
+            arg
+            for arg, spec in zip(output_node.args[0], program.graph_signature.output_specs)
+            if spec.kind == torch.export.graph_signature.OutputKind.USER_OUTPUT
+        ]
+        keep_out = tuple(isinstance(a, torch.fx.Node) for a in user_out)
+        self.output_adapter.append_step(adapters.FlattenOutputStep())
+        self.output_adapter.append_step(adapters.KeepGraphOutputsStep(keep_out))
+        self.output_adapter.append_step(adapters.ConvertComplexToRealOutputStep())
+
+    def _partial(self, error: BaseException) -> ExportOutput:
+        return ExportOutput(
+            None,
+            self.input_adapter,
+            self.output_adapter,
+            self.ctx,
+            fake_context=self.options.fake_context,
+            export_exception=error,
+        )
+
+
+class OnnxExporterErrorWithin(RuntimeError):
+    """A failure already reported to the diagnostics context."""
+
+
+def dim_names(program: torch.export.ExportedProgram) -> dict[str, str]:
+    """Readable names for symbolic dims: ``<input>_dim_<i>`` of the first input that has them."""
+    names: dict[str, str] = {}
+    for node in program.graph.nodes:
+        if node.op != "placeholder":
+            continue
+        val = node.meta.get("val")
+        if isinstance(val, torch.Tensor):
+            for i, d in enumerate(val.shape):
+                if isinstance(d, torch.SymInt) and not d.node.expr.is_number:
+                    names.setdefault(str(d), f"{node.name}_dim_{i}")
+    return names
+
+
+def _check_opset(version: int) -> None:
+    newest = onnx.defs.onnx_opset_version()
+    if not DEFAULT_OPSET_VERSION <= version <= newest:
+        raise ValueError(f"opset_version must be between {DEFAULT_OPSET_VERSION} and {newest}, got {version}.")
+
+
+_DEFAULT_REGISTRY: OnnxRegistry | None = None
+
+
+def default_registry() -> OnnxRegistry:
+    """The shared registry used when the options give none (built once per process)."""
+    global _DEFAULT_REGISTRY
+    if _DEFAULT_REGISTRY is None:
+        _DEFAULT_REGISTRY = OnnxRegistry()
+    return _DEFAULT_REGISTRY
+
+
+def dynamo_export(
+    model: torch.nn.Module | Callable[..., Any],
+    /,
+    *model_args: Any,
+    export_options: ExportOptions | None = None,
+    **model_kwargs: Any,
+) -> ExportOutput:
+    """Export `model` called with `model_args`/`model_kwargs` to ONNX.
+
+    Raises `OnnxExporterError` on failure; its `export_output` still holds the diagnostics.
+    """
+    return Exporter(export_options or ExportOptions(), model, model_args, model_kwargs).export()

@@ -1,0 +1,174 @@
+"""`FXGraphExtractor`: capture a model as an FX graph with torch.export, trying strategies in order."""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import inspect
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import torch
+import torch.utils._pytree as pytree
+
+from exporter.diagnostics import DiagnosticContext, Level
+from exporter.diagnostics import rules
+from exporter.diagnostics.locations import Frame, is_user_file
+
+
+class _CallableModule(torch.nn.Module):
+    """Wraps a plain function so torch.export can capture it."""
+
+    def __init__(self, fn: Callable[..., Any]) -> None:
+        super().__init__()
+        self.fn = fn
+
+    def forward(self, *args: Any, **kwargs: Any) -> Any:
+        return self.fn(*args, **kwargs)
+
+
+@dataclasses.dataclass
+class CaptureAttempt:
+    strategy: str
+    seconds: float
+    error: BaseException | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class Strategy:
+    name: str
+    capture: Callable[..., torch.export.ExportedProgram]
+
+
+def _non_strict(model, args, kwargs, dynamic_shapes):
+    return torch.export.export(model, args, kwargs, dynamic_shapes=dynamic_shapes, strict=False)
+
+
+def _strict(model, args, kwargs, dynamic_shapes):
+    return torch.export.export(model, args, kwargs, dynamic_shapes=dynamic_shapes, strict=True)
+
+
+def _draft(model, args, kwargs, dynamic_shapes):
+    return torch.export.draft_export(model, args, kwargs, dynamic_shapes=dynamic_shapes, strict=False)
+
+
+STRATEGIES = (
+    Strategy("torch.export(strict=False)", _non_strict),
+    Strategy("torch.export(strict=True, TorchDynamo)", _strict),
+    Strategy("torch.export.draft_export", _draft),
+)
+
+
+class GraphCaptureError(RuntimeError):
+    """Every capture strategy failed; `location` is the user line the first failure points at."""
+
+    def __init__(self, attempts: list[CaptureAttempt], location: list[Frame]) -> None:
+        first = attempts[0].error
+        super().__init__(f"Could not capture the model as an FX graph: {type(first).__name__}: {first}")
+        self.attempts = attempts
+        self.location = location
+
+
+class FXGraphExtractor:
+    """Turns a model and example inputs into a `torch.export.ExportedProgram`."""
+
+    def __init__(self, strategies: tuple[Strategy, ...] = STRATEGIES) -> None:
+        self.strategies = strategies
+        self.attempts: list[CaptureAttempt] = []
+
+    def generate_fx(
+        self,
+        model: torch.nn.Module | Callable[..., Any],
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        *,
+        dynamic_shapes: bool,
+        ctx: DiagnosticContext,
+        fake_mode: Any = None,
+    ) -> torch.export.ExportedProgram:
+        module = model if isinstance(model, torch.nn.Module) else _CallableModule(model)
+        shapes = all_dims_dynamic(module, args, kwargs) if dynamic_shapes else None
+        for strategy in self.strategies:
+            start = time.perf_counter()
+            try:
+                with _maybe(fake_mode):
+                    program = strategy.capture(module, args, kwargs, shapes)
+            except Exception as e:  # each failure is recorded and the next strategy tried
+                attempt = CaptureAttempt(strategy.name, time.perf_counter() - start, e)
+                self.attempts.append(attempt)
+                ctx.report(
+                    rules.GRAPH_CAPTURE,
+                    Level.NOTE,
+                    f"{strategy.name} failed: {type(e).__name__}: {_first_line(e)}",
+                    stack=user_frames_of(e),
+                    exception=e,
+                    strategy=strategy.name,
+                    seconds=round(attempt.seconds, 4),
+                )
+                continue
+            attempt = CaptureAttempt(strategy.name, time.perf_counter() - start)
+            self.attempts.append(attempt)
+            ctx.report(
+                rules.GRAPH_CAPTURE,
+                Level.NONE,
+                f"Captured the model with {strategy.name} in {attempt.seconds:.3f} s.",
+                strategy=strategy.name,
+                seconds=round(attempt.seconds, 4),
+            )
+            return program
+        location = next((user_frames_of(a.error) for a in self.attempts if user_frames_of(a.error)), [])
+        raise GraphCaptureError(self.attempts, location)
+
+
+def all_dims_dynamic(module: torch.nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    """A `dynamic_shapes` spec that makes every dimension of every input tensor dynamic."""
+
+    def spec(x: Any) -> Any:
+        if isinstance(x, torch.Tensor):
+            return {i: torch.export.Dim.AUTO for i in range(x.dim())}
+        return None
+
+    try:
+        bound = inspect.signature(module.forward).bind(*args, **kwargs)
+    except TypeError:
+        return pytree.tree_map(spec, (args, kwargs))
+    return {name: pytree.tree_map(spec, value) for name, value in bound.arguments.items()}
+
+
+def user_frames_of(error: BaseException | None) -> list[Frame]:
+    """User-code frames of an exception raised while tracing, innermost first.
+
+    TorchDynamo reports the user line it stopped at in its message ("from user code: File ...");
+    other failures carry it in their traceback.
+    """
+    if error is None:
+        return []
+    from exporter.diagnostics.locations import parse_stack_trace
+
+    frames = [f for f in parse_stack_trace(str(error)) if f.is_user_code]
+    if frames:
+        return frames
+    tb_frames = inspect.getinnerframes(error.__traceback__) if error.__traceback__ else []
+    found = [
+        Frame(f.filename, f.lineno, f.function, (f.code_context or [""])[0].strip())
+        for f in reversed(tb_frames)
+        if is_user_file(f.filename)
+    ]
+    if found or error.__cause__ is None:
+        return found
+    return user_frames_of(error.__cause__)
+
+
+def _first_line(error: BaseException) -> str:
+    text = str(error).strip()
+    return text.splitlines()[0] if text else type(error).__name__
+
+
+@contextlib.contextmanager
+def _maybe(context: Any) -> Iterator[None]:
+    if context is None:
+        yield
+    else:
+        with context:
+            yield

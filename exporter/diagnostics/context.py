@@ -1,0 +1,116 @@
+"""The diagnostics context: every stage of an export reports here."""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import traceback
+from typing import Any
+
+import torch
+
+from exporter.diagnostics.locations import Frame, stack_of
+from exporter.diagnostics.rules import ALL_RULES, Level, Rule
+
+logger = logging.getLogger("exporter")
+
+
+@dataclasses.dataclass
+class DiagnosticOptions:
+    """Options for diagnostics (as in PyTorch 2.1).
+
+    verbosity_level: `logging.INFO` records what a user should read; `logging.DEBUG` adds the
+        per-node trail.
+    warnings_as_errors: turn every warning into an error, failing the export.
+    """
+
+    verbosity_level: int = logging.INFO
+    warnings_as_errors: bool = False
+
+
+@dataclasses.dataclass
+class Diagnostic:
+    """One result: a rule, a level, a message, where, and the numbers."""
+
+    rule: Rule
+    level: Level
+    message: str
+    stack: list[Frame] = dataclasses.field(default_factory=list)
+    properties: dict[str, Any] = dataclasses.field(default_factory=dict)
+    exception: str | None = None
+
+    @property
+    def location(self) -> Frame | None:
+        """The primary location: the innermost frame of user code."""
+        return self.stack[0] if self.stack else None
+
+
+class DiagnosticContext:
+    """Collects the diagnostics of one export."""
+
+    def __init__(self, options: DiagnosticOptions | None = None) -> None:
+        self.options = options or DiagnosticOptions()
+        self.diagnostics: list[Diagnostic] = []
+        self.rules: tuple[Rule, ...] = ALL_RULES
+
+    def wants(self, level: Level) -> bool:
+        """Whether a result at `level` is recorded at the configured verbosity."""
+        return level >= self.options.verbosity_level or level >= Level.WARNING
+
+    def report(
+        self,
+        rule: Rule,
+        level: Level,
+        message: str,
+        *,
+        node: torch.fx.Node | None = None,
+        stack: list[Frame] | None = None,
+        exception: BaseException | None = None,
+        **properties: Any,
+    ) -> Diagnostic | None:
+        """Record a result (if the verbosity wants it) and return it."""
+        if level == Level.WARNING and self.options.warnings_as_errors:
+            level = Level.ERROR
+            properties["warningAsError"] = True
+        if not self.wants(level):
+            return None
+        if node is not None:
+            stack = stack if stack is not None else stack_of(node)
+            properties = {**node_properties(node), **properties}
+        diagnostic = Diagnostic(
+            rule,
+            level,
+            message,
+            stack or [],
+            properties,
+            "".join(traceback.format_exception(exception)) if exception is not None else None,
+        )
+        self.diagnostics.append(diagnostic)
+        logger.log(level, "%s %s", rule.id, message)
+        return diagnostic
+
+    def errors(self) -> list[Diagnostic]:
+        return [d for d in self.diagnostics if d.level == Level.ERROR]
+
+    def sarif_log(self):
+        """The diagnostics as a `sarif_om.SarifLog`."""
+        from exporter.diagnostics.sarif import to_sarif_log
+
+        return to_sarif_log(self)
+
+    def dump(self, destination: str) -> None:
+        """Write the SARIF log to `destination`."""
+        from exporter.diagnostics.sarif import write_sarif
+
+        write_sarif(self, destination)
+
+
+def node_properties(node: torch.fx.Node) -> dict[str, Any]:
+    """Names that identify an FX node: its name, target and nn.Module path."""
+    props: dict[str, Any] = {"fxNode": node.name, "fxTarget": str(node.target)}
+    module_stack = node.meta.get("nn_module_stack")
+    if module_stack:
+        path, cls = list(module_stack.values())[-1]
+        props["modulePath"] = path
+        props["moduleClass"] = cls if isinstance(cls, str) else getattr(cls, "__qualname__", str(cls))
+    return props

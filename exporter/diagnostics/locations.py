@@ -1,0 +1,71 @@
+"""Source locations of FX nodes: the Python stack recorded at capture time, user frames first."""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import os
+import re
+import sysconfig
+
+import torch
+
+_FRAME = re.compile(r'^\s*File "(?P<path>[^"]+)", line (?P<line>\d+), in (?P<function>.+)$')
+
+
+@dataclasses.dataclass(frozen=True)
+class Frame:
+    path: str
+    line: int
+    function: str
+    snippet: str = ""
+
+    @property
+    def is_user_code(self) -> bool:
+        return is_user_file(self.path)
+
+    def __str__(self) -> str:
+        return f"{self.path}:{self.line} in {self.function}"
+
+
+@functools.cache
+def _library_roots() -> tuple[str, ...]:
+    roots = {
+        os.path.dirname(torch.__file__),
+        os.path.dirname(os.path.dirname(__file__)),  # the exporter package itself
+        sysconfig.get_paths()["stdlib"],
+        sysconfig.get_paths()["purelib"],
+        sysconfig.get_paths()["platlib"],
+    }
+    return tuple(os.path.realpath(r) + os.sep for r in roots)
+
+
+def is_user_file(path: str) -> bool:
+    """True for the model author's files: not torch, not site-packages, not the exporter."""
+    if path.startswith("<"):
+        return False
+    real = os.path.realpath(path)
+    return not real.startswith(_library_roots()) and "site-packages" not in real
+
+
+def parse_stack_trace(text: str) -> list[Frame]:
+    """Frames of a `traceback`-formatted stack, innermost first."""
+    frames: list[Frame] = []
+    lines = text.splitlines()
+    for i, line in enumerate(lines):
+        match = _FRAME.match(line)
+        if not match:
+            continue
+        snippet = ""
+        if i + 1 < len(lines) and not _FRAME.match(lines[i + 1]):
+            snippet = lines[i + 1].strip()
+        frames.append(Frame(match["path"], int(match["line"]), match["function"].strip(), snippet))
+    frames.reverse()
+    return frames
+
+
+def stack_of(node: torch.fx.Node) -> list[Frame]:
+    """The node's stack, innermost user frame first, then the outer user frames, then the rest."""
+    frames = parse_stack_trace(node.meta.get("stack_trace") or "")
+    user = [f for f in frames if f.is_user_code]
+    return user + [f for f in frames if not f.is_user_code]

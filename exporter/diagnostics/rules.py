@@ -1,0 +1,153 @@
+"""The diagnostic rules the exporter reports under (ids and names kept from PyTorch 2.1)."""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import logging
+
+HELP_BASE = "https://github.com/onnxlens/onnxlens/blob/main/docs/rules.md"
+
+
+class Level(enum.IntEnum):
+    """Severity of a result; the values equal the `logging` levels DEBUG/INFO/WARNING/ERROR."""
+
+    NONE = logging.DEBUG
+    NOTE = logging.INFO
+    WARNING = logging.WARNING
+    ERROR = logging.ERROR
+
+
+@dataclasses.dataclass(frozen=True)
+class Rule:
+    id: str
+    name: str
+    short_description: str
+    full_description: str
+    help: str
+    default_level: Level = Level.NONE
+
+    @property
+    def help_uri(self) -> str:
+        return f"{HELP_BASE}#{self.id.lower()}-{self.name}"
+
+
+FX_GRAPH_TO_ONNX = Rule(
+    "FXE0007",
+    "fx-graph-to-onnx",
+    "Transforms graph from FX IR to ONNX IR.",
+    "Translates the captured FX graph to an ONNX graph, node by node (see FXE0008). "
+    "FX passes run before this step (FXE0010).",
+    "Set DiagnosticOptions(verbosity_level=logging.DEBUG) to record every node's translation.",
+)
+FX_NODE_TO_ONNX = Rule(
+    "FXE0008",
+    "fx-node-to-onnx",
+    "Transforms an FX node to an ONNX node.",
+    "placeholder nodes become graph inputs or initializers, call_function nodes are translated "
+    "by the ONNX function the registry holds for their operator, output nodes become graph outputs.",
+    "If a node fails to translate, the message names the operator and the ONNX function used; "
+    "register a replacement with OnnxRegistry.register_op.",
+)
+FX_PASS = Rule(
+    "FXE0010",
+    "fx-pass",
+    "FX graph transformation during ONNX export before converting from FX IR to ONNX IR.",
+    "Decomposition, functionalization, type promotion and naming passes run on the FX graph.",
+    "A failing pass is an exporter bug or a model construct the pass does not handle; "
+    "the message holds the pass name and the exception.",
+)
+NO_SYMBOLIC_FUNCTION = Rule(
+    "FXE0011",
+    "no-symbolic-function-for-call-function",
+    'Cannot find symbolic function to convert the "call_function" FX node to ONNX.',
+    "The operator called at this line has no ONNX translation in the registry.",
+    "Write an onnxscript function for the operator and register it: "
+    "registry = exporter.OnnxRegistry(); registry.register_op(fn, namespace, op_name, overload); "
+    "exporter.dynamo_export(model, *args, export_options=exporter.ExportOptions(onnx_registry=registry)). "
+    "Or rewrite the model using operators that are supported.",
+    Level.ERROR,
+)
+UNSUPPORTED_FX_NODE_ANALYSIS = Rule(
+    "FXE0012",
+    "unsupported-fx-node-analysis",
+    "Result from FX graph analysis to reveal unsupported FX nodes.",
+    "All operators in the graph that have no ONNX translation, found before translation starts.",
+    "Register an ONNX function for each listed operator (see FXE0011), or avoid them in the model.",
+    Level.ERROR,
+)
+OP_LEVEL_DEBUGGING = Rule(
+    "FXE0013",
+    "op-level-debugging",
+    "Report any op level validation failure in warnings.",
+    "Each translated node's ONNX function is run on the node's real input values and compared "
+    "with the PyTorch operator.",
+    "A mismatch points at an ONNX function that computes something else than the PyTorch op: "
+    "check custom functions registered for it, or report the torchlib function.",
+)
+FIND_OPSCHEMA_MATCHED_SYMBOLIC_FUNCTION = Rule(
+    "FXE0014",
+    "find-opschema-matched-symbolic-function",
+    "Find the OnnxFunction that matches the input/attribute dtypes by comparing them with their opschemas.",
+    "Find the OnnxFunction that matches the input dtypes by comparing them with their opschemas. "
+    "A warning will be issued if the matched OnnxFunction is not an exact match.",
+    "A nearest match may compute with other dtypes than the model: enable op_level_debug to check "
+    "the numbers, or register a function whose schema matches.",
+)
+FX_NODE_INSERT_TYPE_PROMOTION = Rule(
+    "FXE0015",
+    "fx-node-insert-type-promotion",
+    "Determine if type promotion is required for the FX node. Insert cast nodes if needed.",
+    "ONNX operators need inputs of one type where PyTorch promotes implicitly; explicit casts are "
+    "inserted following torch's elementwise type promotion rules.",
+    "Nothing to do unless the promoted type is unexpected; cast explicitly in the model to control it.",
+)
+FIND_OPERATOR_OVERLOADS_IN_ONNX_REGISTRY = Rule(
+    "FXE0016",
+    "find-operator-overloads-in-onnx-registry",
+    "Find the list of OnnxFunction of the PyTorch operator in onnx registry.",
+    "This rule involves finding the list of OnnxFunction for the PyTorch operator overload in the "
+    "ONNX registry. If the operator overload is not supported but its default overload is, a warning "
+    "will be issued. If both the operator overload and its default overload are not supported, an "
+    "error will be issued.",
+    "On a fallback to the default overload, check the output (op_level_debug) or register a function "
+    "for the exact overload.",
+)
+GRAPH_CAPTURE = Rule(
+    "FXE0017",
+    "fx-graph-capture",
+    "Capture the model as an FX graph with torch.export.",
+    "Each capture strategy tried (non-strict torch.export, TorchDynamo) and why it failed.",
+    "Capture fails on Python the tracer cannot follow, most often control flow that depends on tensor "
+    "values: use torch.cond, or make the condition depend on shapes only.",
+)
+INPUT_OUTPUT_ADAPTATION = Rule(
+    "FXE0018",
+    "input-output-adaptation",
+    "Adapt PyTorch inputs and outputs to the flat tensor lists of the ONNX model.",
+    "Binds the example inputs to the model's signature and records how nested inputs and outputs "
+    "are flattened, and which non-tensor inputs are baked into the graph as constants.",
+    "Make inputs tensors if they must vary at run time; Python numbers are constants in the ONNX model.",
+)
+ONNX_MODEL_CHECK = Rule(
+    "FXE0019",
+    "onnx-model-check",
+    "Check and optimize the ONNX model.",
+    "Runs onnxscript's optimizer and onnx.checker on the exported model.",
+    "A checker failure is an exporter or torchlib bug: report it with the SARIF log attached.",
+)
+
+ALL_RULES: tuple[Rule, ...] = (
+    FX_GRAPH_TO_ONNX,
+    FX_NODE_TO_ONNX,
+    FX_PASS,
+    NO_SYMBOLIC_FUNCTION,
+    UNSUPPORTED_FX_NODE_ANALYSIS,
+    OP_LEVEL_DEBUGGING,
+    FIND_OPSCHEMA_MATCHED_SYMBOLIC_FUNCTION,
+    FX_NODE_INSERT_TYPE_PROMOTION,
+    FIND_OPERATOR_OVERLOADS_IN_ONNX_REGISTRY,
+    GRAPH_CAPTURE,
+    INPUT_OUTPUT_ADAPTATION,
+    ONNX_MODEL_CHECK,
+)

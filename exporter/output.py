@@ -1,0 +1,146 @@
+"""`ExportOutput`: the exported ONNX model with its adapters, diagnostics and savers."""
+
+from __future__ import annotations
+
+import functools
+import io
+import os
+import tempfile
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+
+import onnx
+import onnx_ir as ir
+
+from exporter.adapters import InputAdapter, OutputAdapter
+from exporter.diagnostics import DiagnosticContext
+
+if TYPE_CHECKING:
+    import torch
+
+    from exporter.fake import ONNXFakeContext
+
+_TWO_GIB = 2**31
+
+
+@runtime_checkable
+class ExportOutputSerializer(Protocol):
+    """Writes an `ExportOutput` to a binary stream."""
+
+    def serialize(self, export_output: ExportOutput, destination: io.BufferedIOBase) -> None: ...
+
+
+class ProtobufExportOutputSerializer:
+    """The default serializer: the ONNX protobuf."""
+
+    def serialize(self, export_output: ExportOutput, destination: io.BufferedIOBase) -> None:
+        destination.write(export_output.model_proto.SerializeToString())
+
+
+class ExportOutput:
+    """An exported ONNX model, how to feed it, and what happened during export."""
+
+    def __init__(
+        self,
+        model: ir.Model | None,
+        input_adapter: InputAdapter,
+        output_adapter: OutputAdapter,
+        diagnostic_context: DiagnosticContext,
+        *,
+        fake_context: ONNXFakeContext | None = None,
+        export_exception: BaseException | None = None,
+    ) -> None:
+        self.model = model
+        self._input_adapter = input_adapter
+        self._output_adapter = output_adapter
+        self._diagnostic_context = diagnostic_context
+        self._fake_context = fake_context
+        self._export_exception = export_exception
+
+    @functools.cached_property
+    def model_proto(self) -> onnx.ModelProto:
+        """The exported model as an `onnx.ModelProto`."""
+        if self.model is None:
+            raise RuntimeError("The export failed before an ONNX model was built; see the diagnostics.")
+        return ir.serde.serialize_model(self.model)
+
+    @property
+    def diagnostic_context(self) -> DiagnosticContext:
+        return self._diagnostic_context
+
+    @property
+    def fake_context(self) -> ONNXFakeContext | None:
+        return self._fake_context
+
+    @property
+    def export_exception(self) -> BaseException | None:
+        return self._export_exception
+
+    def adapt_torch_inputs_to_onnx(self, *model_args: Any, **model_kwargs: Any) -> Sequence[torch.Tensor | int | float | bool]:
+        """The model's inputs as the flat list the ONNX model takes (same order as its graph inputs)."""
+        return self._input_adapter.apply(*model_args, **model_kwargs)
+
+    def adapt_torch_outputs_to_onnx(self, model_outputs: Any) -> Sequence[torch.Tensor | int | float | bool]:
+        """The PyTorch model's outputs as the flat list the ONNX model returns."""
+        return self._output_adapter.apply(model_outputs)
+
+    def save(
+        self,
+        destination: str | os.PathLike | io.BufferedIOBase,
+        *,
+        model_state_dict: dict[str, Any] | str | os.PathLike | None = None,
+        serializer: ExportOutputSerializer | None = None,
+    ) -> None:
+        """Write the model to a path (atomically) or a binary stream."""
+        if model_state_dict is not None:
+            from exporter.external_data import save_with_state_dict
+
+            if not isinstance(destination, (str, os.PathLike)):
+                raise ValueError("model_state_dict needs a file path destination: the weights go beside the model.")
+            save_with_state_dict(self, os.fspath(destination), model_state_dict)
+            return
+        serializer = serializer or ProtobufExportOutputSerializer()
+        if not isinstance(destination, (str, os.PathLike)):
+            serializer.serialize(self, destination)
+            return
+        path = os.fspath(destination)
+        if self.model is not None and _weights_size(self.model) >= _TWO_GIB and serializer.__class__ is ProtobufExportOutputSerializer:
+            with atomic_path(path) as tmp:
+                ir.save(self.model, tmp, external_data=os.path.basename(path) + ".data")
+            return
+        with atomic_path(path) as tmp, open(tmp, "wb") as f:
+            serializer.serialize(self, f)
+
+    def save_diagnostics(self, destination: str | os.PathLike) -> None:
+        """Write the SARIF log of this export; `destination` must end in `.sarif`."""
+        path = os.fspath(destination)
+        if not path.endswith(".sarif"):
+            raise ValueError(f"'destination' must end in '.sarif', got {path!r}")
+        self._diagnostic_context.dump(path)
+
+
+class atomic_path:
+    """A temporary path beside `path` that is renamed onto it when the block succeeds."""
+
+    def __init__(self, path: str) -> None:
+        self.path = os.path.abspath(path)
+
+    def __enter__(self) -> str:
+        directory = os.path.dirname(self.path)
+        os.makedirs(directory, exist_ok=True)
+        fd, self.tmp = tempfile.mkstemp(dir=directory, prefix=".tmp-", suffix=os.path.basename(self.path))
+        os.close(fd)
+        return self.tmp
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        if exc_type is None:
+            os.replace(self.tmp, self.path)
+        elif os.path.exists(self.tmp):
+            os.remove(self.tmp)
+
+
+def _weights_size(model: ir.Model) -> int:
+    return sum(v.const_value.nbytes for v in model.graph.initializers.values() if v.const_value is not None)
+
+
+ONNXProgram = ExportOutput

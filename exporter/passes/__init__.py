@@ -1,0 +1,1 @@
+"""Passes over the FX graph (before translation) and the ONNX model (after)."""

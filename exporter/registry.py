@@ -1,0 +1,159 @@
+"""`OnnxRegistry`: which ONNX (onnxscript) function translates which PyTorch operator.
+
+The defaults come from onnxscript's torchlib (``onnxscript.function_libs.torch_lib``) through its
+stable framework API. Building that table imports and indexes several hundred functions, so it is
+done once per process and shared; each `OnnxRegistry` only copies the small lookup lists.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import math
+import operator
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+DEFAULT_OPSET_VERSION = 18
+
+
+@dataclasses.dataclass(frozen=True)
+class OpName:
+    """A PyTorch operator name: ``namespace::op_name.overload``."""
+
+    namespace: str
+    op_name: str
+    overload: str = "default"
+
+    @classmethod
+    def from_name_parts(cls, namespace: str, op_name: str, overload: str | None = None) -> OpName:
+        return cls(namespace, op_name, overload or "default")
+
+    @classmethod
+    def from_qualified_name(cls, qualified_name: str) -> OpName:
+        namespace, rest = qualified_name.split("::", 1)
+        op_name, _, overload = rest.partition(".")
+        return cls.from_name_parts(namespace, op_name, overload)
+
+    @classmethod
+    def from_target(cls, target: Any) -> OpName | None:
+        """The name of an FX ``call_function`` target, or None if it has no operator name."""
+        if isinstance(target, torch._ops.OpOverload):
+            return cls.from_qualified_name(target.name())
+        if isinstance(target, torch._ops.HigherOrderOperator):
+            return cls("higher_order", target.name())
+        if callable(target) and getattr(target, "__module__", None) in ("_operator", "math"):
+            return cls(target.__module__, target.__name__)
+        return None
+
+    def qualified_name(self) -> str:
+        return f"{self.namespace}::{self.op_name}.{self.overload}"
+
+    def __str__(self) -> str:
+        return self.qualified_name()
+
+
+@dataclasses.dataclass(frozen=True)
+class ONNXFunction:
+    """An onnxscript function registered for one PyTorch operator."""
+
+    onnx_function: Any  # onnxscript.OnnxFunction | onnxscript.TracedOnnxFunction
+    op_full_name: str
+    is_custom: bool = False
+    is_complex: bool = False
+
+    @property
+    def name(self) -> str:
+        return getattr(self.onnx_function, "name", repr(self.onnx_function))
+
+
+@functools.cache
+def _torchlib_table() -> dict[OpName, tuple[ONNXFunction, ...]]:
+    """torchlib's functions keyed by operator name (built once per process)."""
+    from onnxscript._framework_apis.torch_2_9 import get_torchlib_ops
+
+    table: dict[OpName, list[ONNXFunction]] = {}
+    for meta in get_torchlib_ops():
+        name = OpName.from_qualified_name(meta.qualified_name)
+        fn = ONNXFunction(meta.function, meta.qualified_name, is_complex=meta.is_complex)
+        table.setdefault(name, []).append(fn)
+    return {name: tuple(fns) for name, fns in table.items()}
+
+
+class OnnxRegistry:
+    """Registry of ONNX functions for PyTorch operators, pre-filled from onnxscript's torchlib.
+
+    Custom functions registered with `register_op` take precedence over the defaults.
+    """
+
+    def __init__(self, opset_version: int = DEFAULT_OPSET_VERSION) -> None:
+        self._opset_version = opset_version
+        self._registry: dict[OpName, list[ONNXFunction]] = {
+            name: list(fns) for name, fns in _torchlib_table().items()
+        }
+
+    @property
+    def opset_version(self) -> int:
+        """The ONNX default-domain opset the exported model targets."""
+        return self._opset_version
+
+    @opset_version.setter
+    def opset_version(self, value: int) -> None:
+        self._opset_version = value
+
+    def register_op(
+        self,
+        function: Any,
+        namespace: str,
+        op_name: str,
+        overload: str | None = None,
+        is_complex: bool = False,
+    ) -> None:
+        """Register an onnxscript function for ``namespace::op_name.overload``; it wins over defaults."""
+        name = OpName.from_name_parts(namespace, op_name, overload)
+        fn = ONNXFunction(function, name.qualified_name(), is_custom=True, is_complex=is_complex)
+        self._registry.setdefault(name, []).insert(0, fn)
+
+    def get_op_functions(
+        self, namespace: str, op_name: str, overload: str | None = None
+    ) -> list[ONNXFunction] | None:
+        """The functions registered for exactly this operator, custom first; None if there are none."""
+        fns = self._registry.get(OpName.from_name_parts(namespace, op_name, overload))
+        return list(fns) if fns else None
+
+    def is_registered_op(self, namespace: str, op_name: str, overload: str | None = None) -> bool:
+        return self.get_op_functions(namespace, op_name, overload) is not None
+
+    def lookup(self, name: OpName) -> tuple[list[ONNXFunction], bool]:
+        """Functions for `name`, falling back to its default overload.
+
+        Returns the functions and whether the fallback was used.
+        """
+        fns = self._registry.get(name)
+        if fns:
+            return list(fns), False
+        fallback = self._registry.get(dataclasses.replace(name, overload="default"))
+        if fallback and name.overload != "default":
+            return list(fallback), True
+        return [], False
+
+    def supported_targets(self) -> set[Callable]:
+        """The torch operator overloads that have at least one ONNX function."""
+        targets: set[Callable] = set()
+        for name in self._registry:
+            if name.namespace in ("_operator", "math"):
+                continue
+            packet = getattr(getattr(torch.ops, name.namespace, None), name.op_name, None)
+            overload = getattr(packet, name.overload, None) if packet is not None else None
+            if isinstance(overload, torch._ops.OpOverload):
+                targets.add(overload)
+        return targets
+
+    def __repr__(self) -> str:
+        return f"OnnxRegistry(opset_version={self._opset_version}, ops={len(self._registry)})"
+
+
+# Python builtins that FX graphs call on SymInts; torchlib registers them under these modules.
+BUILTIN_MODULES = {"_operator": operator, "math": math}

@@ -1,0 +1,48 @@
+"""Export targets: functions decorated with `@export_target` that return ``(model, args[, kwargs])``."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+TARGET_ATTRIBUTE = "__onnxlens_target__"
+
+
+def export_target(fn: Callable[..., Any] | None = None, /, **options: Any) -> Any:
+    """Mark a function as an export target; ``@export_target(dynamic_shapes=True)`` adds options."""
+
+    def mark(f: Callable[..., Any]) -> Callable[..., Any]:
+        setattr(f, TARGET_ATTRIBUTE, dict(options))
+        return f
+
+    return mark(fn) if fn is not None else mark
+
+
+class TargetError(ValueError):
+    """A target is missing or returned something that cannot be exported."""
+
+
+def build_target(fn: Callable[..., Any]) -> tuple[Any, tuple[Any, ...], dict[str, Any]]:
+    """Call a target and check it returned ``(model, args)`` or ``(model, args, kwargs)``."""
+    name = getattr(fn, "__qualname__", repr(fn))
+    result = fn()
+    if not isinstance(result, tuple) or len(result) not in (2, 3):
+        raise TargetError(
+            f"export target {name} must return (model, args) or (model, args, kwargs), "
+            f"got {type(result).__name__}"
+        )
+    model, args, *rest = result
+    kwargs = rest[0] if rest else {}
+    if not callable(model):
+        raise TargetError(f"export target {name}: the model ({type(model).__name__}) is not callable")
+    if not isinstance(args, (tuple, list)):
+        args = (args,)
+    if not isinstance(kwargs, dict):
+        raise TargetError(f"export target {name}: kwargs must be a dict, got {type(kwargs).__name__}")
+    return model, tuple(args), kwargs
+
+
+def target_options(fn: Callable[..., Any]) -> dict[str, Any]:
+    return dict(getattr(fn, TARGET_ATTRIBUTE, {}))
+
+
