@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import math
-import operator
 from collections.abc import Callable
 from typing import Any
 
@@ -93,6 +91,7 @@ class OnnxRegistry:
         self._registry: dict[OpName, list[ONNXFunction]] = {
             name: list(fns) for name, fns in _torchlib_table().items()
         }
+        self._supported: frozenset[Callable] | None = None
 
     @property
     def opset_version(self) -> int:
@@ -115,6 +114,7 @@ class OnnxRegistry:
         name = OpName.from_name_parts(namespace, op_name, overload)
         fn = ONNXFunction(function, name.qualified_name(), is_custom=True, is_complex=is_complex)
         self._registry.setdefault(name, []).insert(0, fn)
+        self._supported = None
 
     def get_op_functions(
         self, namespace: str, op_name: str, overload: str | None = None
@@ -139,21 +139,24 @@ class OnnxRegistry:
             return list(fallback), True
         return [], False
 
-    def supported_targets(self) -> set[Callable]:
+    def supported_targets(self) -> frozenset[Callable]:
         """The torch operator overloads that have at least one ONNX function."""
-        targets: set[Callable] = set()
-        for name in self._registry:
-            if name.namespace in ("_operator", "math"):
-                continue
-            packet = getattr(getattr(torch.ops, name.namespace, None), name.op_name, None)
-            overload = getattr(packet, name.overload, None) if packet is not None else None
-            if isinstance(overload, torch._ops.OpOverload):
-                targets.add(overload)
-        return targets
+        if self._supported is None:
+            self._supported = _resolve_targets(frozenset(self._registry))
+        return self._supported
 
     def __repr__(self) -> str:
         return f"OnnxRegistry(opset_version={self._opset_version}, ops={len(self._registry)})"
 
 
-# Python builtins that FX graphs call on SymInts; torchlib registers them under these modules.
-BUILTIN_MODULES = {"_operator": operator, "math": math}
+@functools.lru_cache(maxsize=8)
+def _resolve_targets(names: frozenset[OpName]) -> frozenset[Callable]:
+    targets: set[Callable] = set()
+    for name in names:
+        if name.namespace in ("_operator", "math"):
+            continue
+        packet = getattr(getattr(torch.ops, name.namespace, None), name.op_name, None)
+        overload = getattr(packet, name.overload, None) if packet is not None else None
+        if isinstance(overload, torch._ops.OpOverload):
+            targets.add(overload)
+    return frozenset(targets)

@@ -49,11 +49,8 @@ def torch_dtype_to_onnx(dtype: torch.dtype) -> ir.DataType:
 
 
 def _is_const(d: Any) -> bool:
-    try:
-        int(d)
-    except Exception:
-        return False
-    return not isinstance(d, torch.SymInt) or d.node.expr.is_number
+    """A static dim. (No int() on SymInts: that would add a guard and specialize the symbol.)"""
+    return isinstance(d, int) or bool(d.node.expr.is_number)
 
 
 def value_info(val: Any, dim_names: dict[str, str] | None = None) -> tuple[ir.TypeProtocol | None, ir.Shape | None]:

@@ -13,7 +13,7 @@ For every corpus case (or the ones named on the command line) it:
 It prints one line per case and a summary. Failures in steps 2 and 3 are reported,
 not fatal: they show which cases are realistic targets for the exporter.
 
-    python tests/check_corpus_eager.py [--no-onnx] [CASE ...]
+    python tests/check_corpus_eager.py [--no-onnx | --onnx-dynamic] [CASE ...]
 """
 
 from __future__ import annotations
@@ -109,13 +109,16 @@ def check_torch_export(case: corpus.Case, dynamic: bool) -> str:
         return "FAIL " + short_reason(e)
 
 
-def check_onnx(case: corpus.Case) -> tuple[str, float | None, str]:
+def check_onnx(case: corpus.Case, dynamic: bool) -> tuple[str, float | None, str]:
     """Export with torch.onnx.export(dynamo=True), run in onnxruntime, compare to eager."""
     model, args, kwargs = fresh(case)
     sink = io.StringIO()
     try:
+        shapes = auto_dynamic_shapes(model, args, kwargs) if dynamic else None
         with contextlib.redirect_stdout(sink), contextlib.redirect_stderr(sink):
-            program = torch.onnx.export(model, args, kwargs=kwargs, dynamo=True, verbose=False)
+            program = torch.onnx.export(
+                model, args, kwargs=kwargs, dynamo=True, dynamic_shapes=shapes, verbose=False
+            )
     except Exception as e:  # noqa: BLE001
         return "FAIL " + short_reason(e), None, ""
 
@@ -139,7 +142,7 @@ def check_onnx(case: corpus.Case) -> tuple[str, float | None, str]:
     return "ok", err, "within tol" if close else "MISMATCH"
 
 
-def check_case(case: corpus.Case, onnx: bool) -> dict[str, Any]:
+def check_case(case: corpus.Case, onnx: bool, onnx_dynamic: bool) -> dict[str, Any]:
     start = time.perf_counter()
     row: dict[str, Any] = {"name": case.name}
     try:
@@ -155,7 +158,7 @@ def check_case(case: corpus.Case, onnx: bool) -> dict[str, Any]:
     row["export"] = check_torch_export(case, dynamic=False)
     row["dynamic"] = check_torch_export(case, dynamic=True)
     if onnx:
-        row["onnx"], row["err"], row["tol"] = check_onnx(case)
+        row["onnx"], row["err"], row["tol"] = check_onnx(case, onnx_dynamic)
     row["secs"] = time.perf_counter() - start
     return row
 
@@ -181,6 +184,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("cases", nargs="*", help="case names (default: all)")
     parser.add_argument("--no-onnx", action="store_true", help="skip torch.onnx.export")
+    parser.add_argument(
+        "--onnx-dynamic", action="store_true", help="torch.onnx.export with every dim Dim.AUTO"
+    )
     opts = parser.parse_args(argv)
 
     warnings.filterwarnings("ignore")
@@ -191,7 +197,7 @@ def main(argv: list[str] | None = None) -> int:
     start = time.perf_counter()
     rows = []
     for case in cases:
-        row = check_case(case, onnx=not opts.no_onnx)
+        row = check_case(case, onnx=not opts.no_onnx, onnx_dynamic=opts.onnx_dynamic)
         print(format_row(row), flush=True)
         rows.append(row)
 

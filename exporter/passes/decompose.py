@@ -24,6 +24,26 @@ def onnx_friendly_decomposition_table(registry: OnnxRegistry) -> dict[torch._ops
     return table
 
 
+def needs_decomposition(program: torch.export.ExportedProgram, registry: OnnxRegistry) -> bool:
+    """Whether any operator lacks a direct translation or mutates its inputs.
+
+    When neither is true the graph is already what translation needs, and the (costly)
+    re-tracing of `run_decompositions` is skipped.
+    """
+    supported = registry.supported_targets()
+    for module in program.graph_module.modules():
+        if not isinstance(module, torch.fx.GraphModule):
+            continue
+        for node in module.graph.nodes:
+            if node.op != "call_function" or not isinstance(node.target, torch._ops.OpOverload):
+                continue
+            if node.target not in supported or node.target._schema.is_mutable:
+                return True
+    return False
+
+
 def decompose(program: torch.export.ExportedProgram, registry: OnnxRegistry) -> torch.export.ExportedProgram:
-    """Run decompositions (and functionalization) on `program`."""
+    """Run decompositions (and functionalization) on `program`, if it needs any."""
+    if not needs_decomposition(program, registry):
+        return program
     return program.run_decompositions(onnx_friendly_decomposition_table(registry))
