@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import logging
 import time
 from collections.abc import Callable
 from typing import Any
@@ -44,6 +45,26 @@ class ExportOptions:
     opset_version: int | None = None
     optimize: bool = True
     modularize: bool = True
+
+    @classmethod
+    def from_settings(cls, settings: dict[str, Any]) -> ExportOptions:
+        """Options from plain settings (CLI flags, target decorators, editor configuration).
+
+        Keys: dynamic_shapes, op_level_debug, opset_version, optimize, modularize,
+        verbosity ("debug", "info", "warning", "error" or a logging level), warnings_as_errors.
+        """
+        settings = dict(settings)
+        verbosity = settings.pop("verbosity", logging.INFO)
+        if isinstance(verbosity, str):
+            if verbosity.upper() not in ("DEBUG", "INFO", "WARNING", "ERROR"):
+                raise ValueError(f"verbosity must be debug, info, warning or error, got {verbosity!r}")
+            verbosity = getattr(logging, verbosity.upper())
+        diagnostic_options = DiagnosticOptions(int(verbosity), bool(settings.pop("warnings_as_errors", False)))
+        known = {"dynamic_shapes", "op_level_debug", "opset_version", "optimize", "modularize"}
+        unknown = set(settings) - known
+        if unknown:
+            raise ValueError(f"unknown export options {sorted(unknown)}; known: {sorted(known | {'verbosity', 'warnings_as_errors'})}")
+        return cls(diagnostic_options=diagnostic_options, **settings)
 
 
 class Exporter:

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import importlib.util
+import os
+import sys
+import types
 from collections.abc import Callable
 from typing import Any
 
@@ -46,3 +50,32 @@ def target_options(fn: Callable[..., Any]) -> dict[str, Any]:
     return dict(getattr(fn, TARGET_ATTRIBUTE, {}))
 
 
+
+
+def load_module(path: str) -> types.ModuleType:
+    """Import a Python file as a fresh module (its directory goes first on sys.path)."""
+    path = os.path.abspath(path)
+    if not os.path.isfile(path):
+        raise TargetError(f"no such file: {path}")
+    stem = os.path.splitext(os.path.basename(path))[0]
+    name = stem if stem.isidentifier() and stem not in sys.modules else f"onnxlens_user_{abs(hash(path)):x}"
+    spec = importlib.util.spec_from_file_location(name, path)
+    if spec is None or spec.loader is None:
+        raise TargetError(f"cannot import {path}")
+    module = importlib.util.module_from_spec(spec)
+    sys.path.insert(0, os.path.dirname(path))
+    sys.modules[name] = module
+    try:
+        spec.loader.exec_module(module)
+    finally:
+        sys.path.remove(os.path.dirname(path))
+    return module
+
+
+def find_targets(module: types.ModuleType) -> dict[str, Callable[..., Any]]:
+    """The module's export targets by name, in definition order."""
+    return {
+        name: obj
+        for name, obj in vars(module).items()
+        if callable(obj) and hasattr(obj, TARGET_ATTRIBUTE) and getattr(obj, "__module__", None) == module.__name__
+    }

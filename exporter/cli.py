@@ -1,0 +1,138 @@
+"""``onnxlens-export FILE.py[:TARGET]``: export the file's ``@exporter.export_target`` functions."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from typing import Any
+
+DESCRIPTION = """Export PyTorch models to ONNX. A target is a function decorated with
+@exporter.export_target that returns (model, args) or (model, args, kwargs)."""
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="onnxlens-export", description=DESCRIPTION)
+    parser.add_argument("target", help="FILE.py or FILE.py:TARGET (default: every target in the file)")
+    parser.add_argument("-o", "--output", help="output .onnx path (one target only; default: <file>.<target>.onnx beside FILE)")
+    parser.add_argument("--dynamic-shapes", action="store_true", default=None, help="make every input dimension symbolic")
+    parser.add_argument("--opset", type=int, dest="opset_version", help="ONNX opset version (default 18)")
+    parser.add_argument("--no-optimize", dest="optimize", action="store_false", default=None, help="skip onnxscript's optimizer")
+    parser.add_argument("--no-modularize", dest="modularize", action="store_false", default=None, help="do not wrap nn.Modules in ONNX functions")
+    parser.add_argument("--op-level-debug", action="store_true", default=None, help="compare every op with PyTorch (FXE0013)")
+    parser.add_argument("--sarif", help="write the SARIF diagnostics log here (.sarif)")
+    parser.add_argument("--verbosity", choices=["debug", "info", "warning", "error"], help="diagnostics detail (default info)")
+    parser.add_argument("--warnings-as-errors", action="store_true", default=None, help="fail the export on any warning")
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    path, _, name = args.target.partition(":")
+    progress = _Progress(sys.stderr)
+    progress("import", {})
+    import exporter
+    from exporter.targets import TargetError, build_target, find_targets, load_module, target_options
+
+    try:
+        module = load_module(path)
+        targets = find_targets(module)
+        if name:
+            if name not in targets:
+                raise TargetError(f"{path} has no export target {name!r}; targets: {', '.join(targets) or 'none'}")
+            targets = {name: targets[name]}
+        if not targets:
+            raise TargetError(f"{path} has no function decorated with @exporter.export_target")
+        if args.output and len(targets) > 1:
+            raise TargetError("-o/--output needs a single target: use FILE.py:TARGET")
+    except TargetError as e:
+        progress.done()
+        print(f"onnxlens-export: error: {e}", file=sys.stderr)
+        return 2
+
+    cli_settings = {
+        k: v
+        for k, v in vars(args).items()
+        if k in ("dynamic_shapes", "opset_version", "optimize", "modularize", "op_level_debug", "verbosity", "warnings_as_errors")
+        and v is not None
+    }
+    failures = 0
+    for target_name, fn in targets.items():
+        output = args.output or os.path.join(os.path.dirname(os.path.abspath(path)), f"{os.path.splitext(os.path.basename(path))[0]}.{target_name}.onnx")
+        failures += not export_one(exporter, target_name, fn, {**target_options(fn), **cli_settings}, output, args.sarif, progress)
+    return 1 if failures else 0
+
+
+def export_one(exporter, name: str, fn, settings: dict[str, Any], output: str, sarif: str | None, progress) -> bool:
+    """Export one target, print its summary and diagnostics; True on success."""
+    from exporter.diagnostics.report import format_results
+    from exporter.targets import build_target
+
+    start = time.perf_counter()
+    try:
+        progress(f"{name}: build target", {})
+        model, model_args, model_kwargs = build_target(fn)
+        options = exporter.ExportOptions.from_settings(settings)
+    except Exception as e:
+        progress.done()
+        print(f"onnxlens-export: error: target {name}: {type(e).__name__}: {e}", file=sys.stderr)
+        return False
+    job = exporter.Exporter(options, model, model_args, model_kwargs, progress=lambda stage, info: progress(f"{name}: {stage}", info))
+    try:
+        result = job.export()
+    except exporter.OnnxExporterError as e:
+        progress.done()
+        print("\n".join(format_results(job.ctx)), file=sys.stderr)
+        if sarif:
+            e.export_output.save_diagnostics(sarif)
+        print(f"FAILED {name}: {e}", file=sys.stderr)
+        return False
+    progress(f"{name}: save", {})
+    result.save(output)
+    if sarif:
+        result.save_diagnostics(sarif)
+    progress.done()
+    for line in format_results(job.ctx):
+        print(line, file=sys.stderr)
+    graph = result.model.graph
+    stages = ", ".join(f"{stage} {seconds:.2f}s" for stage, seconds in job.timings.items())
+    print(
+        f"exported {name} -> {output}\n"
+        f"  {len(graph.inputs)} inputs, {len(graph.outputs)} outputs, {sum(1 for _ in _all_nodes(result.model))} ONNX nodes, "
+        f"{len(result.model.functions)} local functions, opset {graph.opset_imports.get('', '?')}\n"
+        f"  {time.perf_counter() - start:.2f}s ({stages})"
+    )
+    return True
+
+
+def _all_nodes(model):
+    import onnx_ir as ir
+
+    yield from ir.traversal.RecursiveGraphIterator(model.graph)
+    for function in model.functions.values():
+        yield from ir.traversal.RecursiveGraphIterator(function)
+
+
+class _Progress:
+    """Prints the current stage on one terminal line (nothing when not a terminal)."""
+
+    def __init__(self, stream) -> None:
+        self.stream = stream
+        self.active = stream.isatty()
+
+    def __call__(self, stage: str, info: dict[str, Any]) -> None:
+        if not self.active:
+            return
+        detail = f" {info['done']}/{info['total']} nodes" if "done" in info else ""
+        self.stream.write(f"\r\033[K{stage}{detail}...")
+        self.stream.flush()
+
+    def done(self) -> None:
+        if self.active:
+            self.stream.write("\r\033[K")
+            self.stream.flush()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

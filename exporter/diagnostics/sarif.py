@@ -1,0 +1,162 @@
+"""SARIF 2.1.0 logs of an export, built with `sarif-om` objects.
+
+Artifact URIs are relative to the ``SRCROOT`` base id, whose ``originalUriBaseIds`` entry is the
+absolute ``file://`` URI of the directory that holds the user's files (what the SARIF Viewer
+resolves reliably). Results are in report order; rules in a fixed order.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import os
+import pathlib
+from typing import TYPE_CHECKING, Any
+
+import attr
+import sarif_om as sarif
+
+from exporter.diagnostics.locations import Frame
+from exporter.diagnostics.rules import Level, Rule
+
+if TYPE_CHECKING:
+    from exporter.diagnostics.context import Diagnostic, DiagnosticContext
+
+SARIF_VERSION = "2.1.0"
+SARIF_SCHEMA = "https://docs.oasis-open.org/sarif/sarif/v2.1.0/errata01/os/schemas/sarif-schema-2.1.0.json"
+SRCROOT = "SRCROOT"
+TOOL_NAME = "onnxlens"
+TOOL_URI = "https://github.com/onnxlens/onnxlens"
+
+
+def to_sarif_log(ctx: DiagnosticContext) -> sarif.SarifLog:
+    root = _source_root(ctx.diagnostics)
+    rules = list(ctx.rules)
+    index = {rule.id: i for i, rule in enumerate(rules)}
+    run = sarif.Run(
+        tool=sarif.Tool(
+            driver=sarif.ToolComponent(
+                name=TOOL_NAME,
+                information_uri=TOOL_URI,
+                version=_version(),
+                rules=[_descriptor(rule) for rule in rules],
+            )
+        ),
+        original_uri_base_ids={SRCROOT: sarif.ArtifactLocation(uri=pathlib.Path(root).as_uri() + "/")},
+        results=[_result(d, index[d.rule.id], root) for d in ctx.diagnostics],
+        invocations=[
+            sarif.Invocation(
+                execution_successful=not ctx.errors(),
+                end_time_utc=datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ"),
+            )
+        ],
+        column_kind="unicodeCodePoints",
+    )
+    return sarif.SarifLog(version=SARIF_VERSION, schema_uri=SARIF_SCHEMA, runs=[run])
+
+
+def to_json_dict(obj: Any) -> Any:
+    """A `sarif-om` object as SARIF JSON (schema property names, unset fields left out)."""
+    if attr.has(type(obj)):
+        out: dict[str, Any] = {}
+        names = set()
+        for field in attr.fields(type(obj)):
+            names.add(field.name)
+            value = getattr(obj, field.name)
+            default = field.default.factory() if isinstance(field.default, attr.Factory) else field.default
+            if value is None or (value == default and field.name != "version"):
+                continue
+            out[field.metadata.get("schema_property_name", field.name)] = to_json_dict(value)
+        if isinstance(obj, sarif.PropertyBag):  # free-form properties ride along as attributes
+            out.update({k: to_json_dict(v) for k, v in vars(obj).items() if k not in names})
+        return out
+    if isinstance(obj, dict):
+        return {k: to_json_dict(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [to_json_dict(v) for v in obj]
+    return obj
+
+
+def write_sarif(ctx: DiagnosticContext, destination: str) -> None:
+    from exporter.output import atomic_path
+
+    with atomic_path(destination) as tmp, open(tmp, "w", encoding="utf-8") as f:
+        json.dump(to_json_dict(to_sarif_log(ctx)), f, indent=1)
+
+
+def _descriptor(rule: Rule) -> sarif.ReportingDescriptor:
+    return sarif.ReportingDescriptor(
+        id=rule.id,
+        name=rule.name,
+        short_description=sarif.MultiformatMessageString(text=rule.short_description),
+        full_description=sarif.MultiformatMessageString(text=rule.full_description),
+        help=sarif.MultiformatMessageString(text=rule.help),
+        help_uri=rule.help_uri,
+        default_configuration=sarif.ReportingConfiguration(level=_level(rule.default_level)),
+    )
+
+
+def _result(d: Diagnostic, rule_index: int, root: str) -> sarif.Result:
+    result = sarif.Result(
+        message=sarif.Message(text=d.message),
+        rule_id=d.rule.id,
+        rule_index=rule_index,
+        level=_level(d.level),
+        kind="informational" if d.level == Level.NONE else ("pass" if d.level == Level.NOTE else "fail"),
+    )
+    if d.location is not None:
+        result.locations = [_location(d.location, root)]
+    if len(d.stack) > 0:
+        result.stacks = [
+            sarif.Stack(
+                message=sarif.Message(text="Python stack when the operator was called (innermost user frame first)"),
+                frames=[sarif.StackFrame(location=_location(f, root, message=True)) for f in d.stack],
+            )
+        ]
+        if len(d.stack) > 1:
+            result.related_locations = [_location(f, root, message=True, id=i) for i, f in enumerate(d.stack[1:], 1)]
+    properties = dict(d.properties)
+    if d.exception:
+        properties["exception"] = d.exception
+    if properties:
+        bag = sarif.PropertyBag()
+        for key, value in properties.items():
+            setattr(bag, key, value)
+        result.properties = bag
+    return result
+
+
+def _location(frame: Frame, root: str, *, message: bool = False, id: int | None = None) -> sarif.Location:
+    path = os.path.abspath(frame.path)
+    if frame.is_user_code and os.path.commonpath([path, root]) == root:
+        artifact = sarif.ArtifactLocation(uri=pathlib.PurePath(os.path.relpath(path, root)).as_posix(), uri_base_id=SRCROOT)
+    else:
+        artifact = sarif.ArtifactLocation(uri=pathlib.Path(path).as_uri())
+    region = sarif.Region(start_line=frame.line)
+    if frame.snippet:
+        region.snippet = sarif.ArtifactContent(text=frame.snippet)
+    location = sarif.Location(physical_location=sarif.PhysicalLocation(artifact_location=artifact, region=region))
+    if message:
+        location.message = sarif.Message(text=f"{frame.function} ({os.path.basename(frame.path)}:{frame.line})")
+    if id is not None:
+        location.id = id
+    return location
+
+
+def _source_root(diagnostics: list[Diagnostic]) -> str:
+    """The directory holding every user file the results point into (cwd if none)."""
+    dirs = {os.path.dirname(os.path.abspath(f.path)) for d in diagnostics for f in d.stack if f.is_user_code}
+    return os.path.commonpath(sorted(dirs)) if dirs else os.getcwd()
+
+
+def _level(level: Level) -> str:
+    return level.name.lower()
+
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("onnxlens")
+    except PackageNotFoundError:
+        return "0+unknown"
