@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import inspect
+import sys
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -88,6 +89,7 @@ class FXGraphExtractor:
         fake_mode: Any = None,
     ) -> torch.export.ExportedProgram:
         module = model if isinstance(model, torch.nn.Module) else _CallableModule(model)
+        register_hf_pytrees(module)
         shapes = all_dims_dynamic(module, args, kwargs) if dynamic_shapes else None
         for strategy in self.strategies:
             start = time.perf_counter()
@@ -119,6 +121,18 @@ class FXGraphExtractor:
             return program
         location = next((user_frames_of(a.error) for a in self.attempts if user_frames_of(a.error)), [])
         raise GraphCaptureError(self.attempts, location)
+
+
+def register_hf_pytrees(module: torch.nn.Module) -> None:
+    """Let torch.export flatten Hugging Face cache objects (transformers registers ModelOutput only)."""
+    transformers = sys.modules.get("transformers")
+    if transformers is None or not isinstance(module, transformers.PreTrainedModel):
+        return
+    try:
+        from transformers.exporters.exporter_dynamo import register_cache_pytrees_for_model
+    except ImportError:  # older transformers register their caches themselves
+        return
+    register_cache_pytrees_for_model(module)
 
 
 def all_dims_dynamic(module: torch.nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:

@@ -20,7 +20,8 @@ Arg = Any  # ir.Value | Python constant | sequence of either | None
 
 
 class SymbolicValue(ir.Value):
-    """An `ir.Value` that supports the Python operators torchlib's traced functions use."""
+    """An `ir.Value` with the Python operators torchlib's traced functions use beyond + - * / and
+    unary - (which every `ir.Value` gets from the magic handler `OpRecorder.recording` installs)."""
 
     def __init__(self, opset: onnxscript.values.Opset, **kwargs: Any) -> None:
         super().__init__(**kwargs)
@@ -30,35 +31,11 @@ class SymbolicValue(ir.Value):
     def rank(self) -> int | None:
         return None if self.shape is None else len(self.shape)
 
-    def __add__(self, other):
-        return self._opset.Add(self, other)
-
-    def __radd__(self, other):
-        return self._opset.Add(other, self)
-
-    def __sub__(self, other):
-        return self._opset.Sub(self, other)
-
-    def __rsub__(self, other):
-        return self._opset.Sub(other, self)
-
-    def __mul__(self, other):
-        return self._opset.Mul(self, other)
-
-    def __rmul__(self, other):
-        return self._opset.Mul(other, self)
-
-    def __truediv__(self, other):
-        return self._opset.Div(self, other)
-
     def __matmul__(self, other):
         return self._opset.MatMul(self, other)
 
     def __pow__(self, other):
         return self._opset.Pow(self, other)
-
-    def __neg__(self):
-        return self._opset.Neg(self)
 
     def __mod__(self, other):
         fmod = 1 if self.dtype in _FLOAT_TYPES else 0
@@ -96,8 +73,12 @@ class OpRecorder(evaluator.Evaluator):
 
     @contextlib.contextmanager
     def recording(self) -> Iterator[OpRecorder]:
-        with evaluator.default_as(self):
-            yield self
+        previous = ir.set_value_magic_handler(self.opset)
+        try:
+            with evaluator.default_as(self):
+                yield self
+        finally:
+            ir.set_value_magic_handler(previous)
 
     # -- onnxscript evaluator protocol -------------------------------------------------
 
@@ -120,15 +101,13 @@ class OpRecorder(evaluator.Evaluator):
     # -- entry point used by the translator ----------------------------------------------
 
     def call(self, function: Any, args: Sequence[Arg], kwargs: Mapping[str, Arg]) -> Any:
-        """Call a torchlib-style function (traced or not) with FX-level arguments."""
+        """Call a torchlib-style function with FX-level arguments, recording what it emits.
+
+        Traced functions run their Python body directly (it may inspect Python lists and
+        numbers); compiled `OnnxFunction`s come back through `eval_function`.
+        """
         with self.recording():
-            if isinstance(function, onnxscript.OnnxFunction):
-                return function(*args, **kwargs)
-            signature = function.op_signature
-            inputs, attrs = bind(signature, args, kwargs)
-            inputs = self._materialize_constants(signature, inputs)
-            attrs = {k: v.value if isinstance(v, ir.Attr) else v for k, v in attrs.items()}
-            return function.func(**inputs, **attrs)
+            return function(*args, **kwargs)
 
     def constant(self, value: Any, dtype: ir.DataType) -> ir.Value:
         """A (deduplicated) Constant node holding `value`."""
@@ -186,11 +165,11 @@ class OpRecorder(evaluator.Evaluator):
             ):
                 result[name] = value
                 continue
-            dtype = bound_types.get(param.type_constraint) or _infer_dtype(param, value)
             if isinstance(value, ir.TensorProtocol):
                 with self.recording():
                     result[name] = self.opset.Constant(value=value)
             else:
+                dtype = bound_types.get(param.type_constraint) or _infer_dtype(param, value)
                 result[name] = self.constant(value, dtype)
         return result
 

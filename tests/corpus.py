@@ -46,7 +46,7 @@ class Case:
     build: Callable[[], Built]  # -> (model, args, kwargs), seeded, eval() mode
     atol: float = 1e-4
     rtol: float = 1e-3
-    dynamic_ok: bool = True  # False if the model cannot be exported with all dims dynamic
+    dynamic_ok: bool = True  # False if export fails with every input dim Dim.AUTO
     ort_note: str | None = None  # set when onnxruntime (CPU) cannot run the model's dtype
     tags: frozenset[str] = frozenset()
 
@@ -482,7 +482,9 @@ class CrossAttention(nn.Module):
     def forward(
         self, query: torch.Tensor, memory: torch.Tensor, key_padding_mask: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        return self.attn(query, memory, memory, key_padding_mask=key_padding_mask, need_weights=True)
+        return self.attn(
+            query, memory, memory, key_padding_mask=key_padding_mask, need_weights=True
+        )
 
 
 @case("multihead_attention", tags=("transformer",))
@@ -648,7 +650,9 @@ def build_topk_argmax_cumsum() -> Built:
 class MaskedFillWhere(nn.Module):
     """Masked softmax with masked_fill(-inf) and a leaky activation via torch.where."""
 
-    def forward(self, scores: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def forward(
+        self, scores: torch.Tensor, mask: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         attn = scores.masked_fill(~mask, float("-inf")).softmax(-1)
         leaky = torch.where(scores > 0, scores, 0.1 * scores)
         return attn, leaky

@@ -74,7 +74,12 @@ def _extract(model: ir.Model, graph: ir.Graph, run: list[ir.Node], scope: Scope)
     ]
     _, path, cls = scope
     # One function per call: "<Class>_<path>" (onnxruntime does not support function overloads).
-    name = f"{cls.rsplit('.', 1)[-1]}_{path.replace('.', '_')}"
+    # A module called twice (or whose nodes are not contiguous) gets one function per run.
+    base = f"{cls.rsplit('.', 1)[-1]}_{path.replace('.', '_')}"
+    name, n = base, 0
+    while (DOMAIN, name, "") in model.functions:
+        n += 1
+        name = f"{base}_{n}"
     call = ir.Node(DOMAIN, name, list(external), num_outputs=len(exported))
     call.metadata_props.update({k: v for k, v in run[0].metadata_props.items() if k != METADATA_MODULE_STACK})
     call.metadata_props["pkg.onnxlens.module_path"] = path
