@@ -16,7 +16,7 @@ from exporter.diagnostics import DiagnosticContext, DiagnosticOptions, Level
 from exporter.diagnostics import rules
 from exporter.errors import OnnxExporterError
 from exporter.output import ExportOutput
-from exporter.passes import decompose, finalize
+from exporter.passes import decompose, finalize, type_promotion
 from exporter.registry import DEFAULT_OPSET_VERSION, OnnxRegistry
 from exporter.translate import GraphTranslator, TranslationError
 
@@ -95,7 +95,7 @@ class Exporter:
         try:
             _check_opset(self.opset_version)
             program = self._stage("capture", self._capture)
-            program = self._stage("passes", self._decompose, program)
+            program = self._stage("passes", self._run_passes, program)
             self._stage("analysis", self._analyze, program)
             model = self._stage("translation", self._translate, program)
             self._stage("onnx passes", self._finalize, model)
@@ -152,20 +152,22 @@ class Exporter:
             )
             raise OnnxExporterErrorWithin(str(e)) from first
 
-    def _decompose(self, program: torch.export.ExportedProgram) -> torch.export.ExportedProgram:
+    def _run_passes(self, program: torch.export.ExportedProgram) -> torch.export.ExportedProgram:
+        """Decomposition (with functionalization), then explicit type promotion (FXE0010/FXE0015)."""
+        program = self._fx_pass("decompose", lambda: decompose.decompose(program, self.registry))
+        modules = [m for m in program.graph_module.modules() if isinstance(m, torch.fx.GraphModule)]
+        self._fx_pass("type promotion", lambda: sum(type_promotion.insert_type_promotion(m, self.ctx) for m in modules))
+        return program
+
+    def _fx_pass(self, name: str, run: Callable[[], Any]) -> Any:
         start = time.perf_counter()
         try:
-            program = decompose.decompose(program, self.registry)
+            result = run()
         except Exception as e:
-            self.ctx.report(rules.FX_PASS, Level.ERROR, f"Decomposition failed: {e}", exception=e, **{"pass": "decompose"})
-            raise OnnxExporterErrorWithin(f"Decomposition failed: {e}") from e
-        self.ctx.report(
-            rules.FX_PASS,
-            Level.NONE,
-            f"Ran decomposition in {time.perf_counter() - start:.3f} s.",
-            **{"pass": "decompose"},
-        )
-        return program
+            self.ctx.report(rules.FX_PASS, Level.ERROR, f"FX pass {name} failed: {type(e).__name__}: {e}", exception=e, **{"pass": name})
+            raise OnnxExporterErrorWithin(f"FX pass {name} failed: {e}") from e
+        self.ctx.report(rules.FX_PASS, Level.NONE, f"Ran {name} in {time.perf_counter() - start:.3f} s.", **{"pass": name})
+        return result
 
     def _analyze(self, program: torch.export.ExportedProgram) -> None:
         unsupported = analysis.find_unsupported(program.graph_module, self.registry, self.ctx)

@@ -177,7 +177,7 @@ class GraphTranslator:
         self.translated_nodes += 1
         candidates = dispatch.find_functions(node, self.registry, self.ctx)
         args = [self._convert_arg(a, env) for a in node.args]
-        kwargs = {k: self._convert_arg(v, env) for k, v in node.kwargs.items()}
+        kwargs = {k: self._convert_arg(v, env) for k, v in _with_schema_defaults(node).items()}
         function = dispatch.select_function(node, candidates, args, kwargs, self.ctx)
         try:
             return self.recorder.call(function.onnx_function, args, kwargs)
@@ -281,6 +281,21 @@ class TranslationError(RuntimeError):
         super().__init__(f"{function_name} failed to translate {node.name} ({node.target}): {cause}")
         self.node = node
         self.function_name = function_name
+
+
+def _with_schema_defaults(node: torch.fx.Node) -> dict[str, Any]:
+    """The node's kwargs plus the ATen schema defaults of arguments it leaves out.
+
+    torchlib functions do not always repeat ATen's defaults (``amax(x)`` means ``dim=[]``).
+    """
+    schema = getattr(node.target, "_schema", None)
+    if schema is None:
+        return dict(node.kwargs)
+    kwargs = dict(node.kwargs)
+    for arg in schema.arguments[len(node.args) :]:
+        if arg.name not in kwargs and arg.has_default_value() and not arg.kwarg_only:
+            kwargs[arg.name] = arg.default_value
+    return kwargs
 
 
 def _is_fake(tensor: torch.Tensor) -> bool:

@@ -7,12 +7,15 @@ from collections.abc import Callable
 
 import torch
 
-from exporter.registry import OnnxRegistry
+from exporter.registry import OnnxRegistry, OpName
 
 
-def onnx_friendly_decomposition_table(registry: OnnxRegistry) -> dict[torch._ops.OperatorBase, Callable]:
-    """PyTorch's decompositions, minus those of operators the registry translates directly."""
-    supported = registry.supported_targets()
+def onnx_friendly_decomposition_table(
+    registry: OnnxRegistry, unsupported: set[torch._ops.OperatorBase] = frozenset()
+) -> dict[torch._ops.OperatorBase, Callable]:
+    """PyTorch's decompositions, minus those of operators the registry translates directly
+    (except the `unsupported` ones, e.g. ops called on complex tensors that only have real functions)."""
+    supported = registry.supported_targets() - unsupported
     table: dict[torch._ops.OperatorBase, Callable] = {}
     for op, fn in itertools.chain(
         torch.export.default_decompositions().items(),
@@ -24,26 +27,43 @@ def onnx_friendly_decomposition_table(registry: OnnxRegistry) -> dict[torch._ops
     return table
 
 
-def needs_decomposition(program: torch.export.ExportedProgram, registry: OnnxRegistry) -> bool:
-    """Whether any operator lacks a direct translation or mutates its inputs.
-
-    When neither is true the graph is already what translation needs, and the (costly)
-    re-tracing of `run_decompositions` is skipped.
-    """
+def untranslatable_targets(program: torch.export.ExportedProgram, registry: OnnxRegistry) -> set[torch._ops.OpOverload]:
+    """Operators in the graph the registry cannot translate as called (or that mutate inputs)."""
     supported = registry.supported_targets()
+    found: set[torch._ops.OpOverload] = set()
     for module in program.graph_module.modules():
         if not isinstance(module, torch.fx.GraphModule):
             continue
         for node in module.graph.nodes:
-            if node.op != "call_function" or not isinstance(node.target, torch._ops.OpOverload):
+            target = node.target
+            if node.op != "call_function" or not isinstance(target, torch._ops.OpOverload):
                 continue
-            if node.target not in supported or node.target._schema.is_mutable:
-                return True
-    return False
+            if target not in supported or target._schema.is_mutable:
+                found.add(target)
+            elif _has_complex_input(node) and not _has_complex_function(target, registry):
+                found.add(target)
+    return found
 
 
 def decompose(program: torch.export.ExportedProgram, registry: OnnxRegistry) -> torch.export.ExportedProgram:
-    """Run decompositions (and functionalization) on `program`, if it needs any."""
-    if not needs_decomposition(program, registry):
+    """Run decompositions (and functionalization) on `program`, if it needs any.
+
+    When every operator already has a direct translation, the (costly) re-tracing of
+    `run_decompositions` is skipped.
+    """
+    untranslatable = untranslatable_targets(program, registry)
+    if not untranslatable:
         return program
-    return program.run_decompositions(onnx_friendly_decomposition_table(registry))
+    return program.run_decompositions(onnx_friendly_decomposition_table(registry, untranslatable))
+
+
+def _has_complex_input(node: torch.fx.Node) -> bool:
+    return any(
+        isinstance(a.meta.get("val"), torch.Tensor) and a.meta["val"].is_complex()
+        for a in node.all_input_nodes
+    )
+
+
+def _has_complex_function(target: torch._ops.OpOverload, registry: OnnxRegistry) -> bool:
+    functions, _ = registry.lookup(OpName.from_target(target))
+    return any(f.is_complex for f in functions)

@@ -1,0 +1,105 @@
+"""Explicit type promotion (FXE0015).
+
+ATen promotes mixed dtypes implicitly (``int_tensor + float_tensor`` computes in float); ONNX
+operators need inputs of one type. Before translation, tensor inputs of elementwise operators
+get a ``prims.convert_element_type`` to the dtype torch would compute in, following
+`torch._prims_common.elementwise_dtypes`.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch._prims_common import ELEMENTWISE_TYPE_PROMOTION_KIND as Kind
+from torch._prims_common import elementwise_dtypes
+
+from exporter.diagnostics import DiagnosticContext, Level
+from exporter.diagnostics import rules
+
+aten = torch.ops.aten
+
+# operator packet -> (promotion kind, indices of the arguments that take part in promotion)
+_RULES: dict[object, tuple[Kind, tuple[int, ...]]] = {}
+
+
+def _rule(kind: Kind, args: tuple[int, ...], *packets) -> None:
+    for packet in packets:
+        _RULES[packet] = (kind, args)
+
+
+_rule(
+    Kind.DEFAULT, (0, 1),
+    aten.add, aten.sub, aten.mul, aten.maximum, aten.minimum, aten.fmod, aten.remainder,
+    aten.bitwise_and, aten.bitwise_or, aten.bitwise_xor, aten.floor_divide, aten.fmax, aten.fmin,
+)
+_rule(Kind.INT_TO_FLOAT, (0, 1), aten.atan2, aten.true_divide, aten.copysign, aten.xlogy, aten.hypot)
+_rule(Kind.ALWAYS_BOOL, (0, 1), aten.eq, aten.ne, aten.lt, aten.le, aten.gt, aten.ge, aten.logical_and, aten.logical_or, aten.logical_xor)
+_rule(Kind.BOOL_TO_LONG, (0, 1), aten.pow)
+_rule(Kind.DEFAULT, (1, 2), aten.where)
+_rule(Kind.DEFAULT, (0, 1, 2), aten.lerp, aten.addcmul, aten.addcdiv)
+
+
+# Reductions that accumulate bool/integer inputs in the (wider) dtype of their result.
+_RESULT_TYPED = {aten.sum, aten.prod, aten.cumsum, aten.cumprod}
+
+
+def _kind(node: torch.fx.Node) -> tuple[Kind | None, tuple[int, ...]] | None:
+    """The promotion kind (None: cast to the result dtype) and the promoted argument positions."""
+    target = node.target
+    if not isinstance(target, torch._ops.OpOverload):
+        return None
+    if target.overloadpacket is aten.div:
+        rounding = node.kwargs.get("rounding_mode")
+        return (Kind.DEFAULT if rounding else Kind.INT_TO_FLOAT), (0, 1)
+    if target.overloadpacket in _RESULT_TYPED and isinstance(node.meta.get("val"), torch.Tensor):
+        return None, (0,)
+    return _RULES.get(target.overloadpacket)
+
+
+def _promotion_value(arg: object) -> object:
+    if isinstance(arg, torch.fx.Node):
+        return arg.meta.get("val")
+    return arg
+
+
+def insert_type_promotion(module: torch.fx.GraphModule, ctx: DiagnosticContext) -> int:
+    """Insert the casts; returns how many were inserted."""
+    inserted = 0
+    for node in list(module.graph.nodes):
+        if node.op != "call_function":
+            continue
+        rule = _kind(node)
+        if rule is None:
+            continue
+        kind, positions = rule
+        promoted_args = [(i, node.args[i]) for i in positions if i < len(node.args)]
+        values = [_promotion_value(a) for _, a in promoted_args]
+        if not any(isinstance(v, torch.Tensor) for v in values) or any(v is None for v in values):
+            continue
+        if kind is None:
+            result_dtype = node.meta["val"].dtype
+        else:
+            try:
+                _, result_dtype = elementwise_dtypes(*values, type_promotion_kind=kind if kind != Kind.ALWAYS_BOOL else Kind.DEFAULT)
+            except Exception:  # not promotable (e.g. unusual argument types): leave the node alone
+                continue
+        for i, arg in promoted_args:
+            val = _promotion_value(arg)
+            if not isinstance(arg, torch.fx.Node) or not isinstance(val, torch.Tensor) or val.dtype == result_dtype:
+                continue
+            with module.graph.inserting_before(node):
+                cast = module.graph.call_function(torch.ops.prims.convert_element_type.default, (arg, result_dtype))
+            cast.meta.update({k: v for k, v in node.meta.items() if k in ("stack_trace", "nn_module_stack")})
+            cast.meta["val"] = val.to(result_dtype)
+            node.update_arg(i, cast)
+            inserted += 1
+            ctx.report(
+                rules.FX_NODE_INSERT_TYPE_PROMOTION,
+                Level.NONE,
+                f"Cast argument {i} of {node.name} ({node.target}) from {val.dtype} to {result_dtype}.",
+                node=node,
+                fromDtype=str(val.dtype),
+                toDtype=str(result_dtype),
+            )
+    if inserted:
+        module.recompile()
+    return inserted
