@@ -68,7 +68,7 @@ class FlattenOutputStep:
     """Nested outputs (tuples, dicts, dataclasses, Hugging Face ModelOutput and caches) → leaves."""
 
     def apply(self, outputs):
-        return pytree.tree_leaves(outputs)
+        return flatten_outputs(outputs)
 
 
 @dataclasses.dataclass
@@ -113,6 +113,22 @@ class OutputAdapter:
         for step in self.steps:
             outputs = step.apply(outputs)
         return outputs
+
+
+def flatten_outputs(outputs: Any) -> list[Any]:
+    """The leaves of a model's outputs: pytree containers and dataclasses are opened, None dropped.
+
+    The exporter captures the model with this applied to its outputs, so plain dataclasses need
+    no pytree registration.
+    """
+    if outputs is None:
+        return []
+    if dataclasses.is_dataclass(outputs) and not isinstance(outputs, type) and type(outputs) not in pytree.SUPPORTED_NODES:
+        return [leaf for f in dataclasses.fields(outputs) for leaf in flatten_outputs(getattr(outputs, f.name))]
+    children, _ = pytree.tree_flatten(outputs, is_leaf=lambda x: x is not outputs)
+    if len(children) == 1 and children[0] is outputs:
+        return [outputs]
+    return [leaf for child in children for leaf in flatten_outputs(child)]
 
 
 def is_graph_io(value: Any) -> bool:

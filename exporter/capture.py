@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import inspect
 import sys
 import time
@@ -13,6 +14,7 @@ from typing import Any
 import torch
 import torch.utils._pytree as pytree
 
+from exporter.adapters import flatten_outputs
 from exporter.diagnostics import DiagnosticContext, Level
 from exporter.diagnostics import rules
 from exporter.diagnostics.locations import Frame, is_user_file
@@ -50,14 +52,11 @@ def _strict(model, args, kwargs, dynamic_shapes):
     return torch.export.export(model, args, kwargs, dynamic_shapes=dynamic_shapes, strict=True)
 
 
-def _draft(model, args, kwargs, dynamic_shapes):
-    return torch.export.draft_export(model, args, kwargs, dynamic_shapes=dynamic_shapes, strict=False)
-
-
+# torch.export.draft_export is deliberately not a fallback: on a data-dependent branch it
+# specializes to the example input's path, which would export a silently wrong model.
 STRATEGIES = (
     Strategy("torch.export(strict=False)", _non_strict),
     Strategy("torch.export(strict=True, TorchDynamo)", _strict),
-    Strategy("torch.export.draft_export", _draft),
 )
 
 
@@ -94,7 +93,7 @@ class FXGraphExtractor:
         for strategy in self.strategies:
             start = time.perf_counter()
             try:
-                with _maybe(fake_mode):
+                with _maybe(fake_mode), _flat_outputs(module):
                     program = strategy.capture(module, args, kwargs, shapes)
             except Exception as e:  # each failure is recorded and the next strategy tried
                 attempt = CaptureAttempt(strategy.name, time.perf_counter() - start, e)
@@ -177,6 +176,26 @@ def user_frames_of(error: BaseException | None) -> list[Frame]:
 def _first_line(error: BaseException) -> str:
     text = str(error).strip()
     return text.splitlines()[0] if text else type(error).__name__
+
+
+@contextlib.contextmanager
+def _flat_outputs(module: torch.nn.Module) -> Iterator[None]:
+    """Capture `module` with its outputs flattened (see `adapters.flatten_outputs`)."""
+    original = module.forward
+
+    @functools.wraps(original)
+    def forward(*args: Any, **kwargs: Any) -> list[Any]:
+        return flatten_outputs(original(*args, **kwargs))
+
+    had_own = "forward" in vars(module)
+    module.forward = forward
+    try:
+        yield
+    finally:
+        if had_own:
+            module.forward = original
+        else:
+            del module.forward
 
 
 @contextlib.contextmanager

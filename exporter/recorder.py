@@ -92,9 +92,9 @@ class OpRecorder(evaluator.Evaluator):
 
     def eval_function(self, function: onnxscript.OnnxFunction, args: Sequence[Arg], kwargs: Mapping[str, Arg]):
         signature = function.op_signature
-        inputs, attrs = bind(signature, args, kwargs)
-        outputs = self._add_node(signature, inputs, attrs, len(signature.outputs))
         ir_function = function.function_ir
+        inputs, attrs = bind(signature, args, kwargs)
+        outputs = self._add_node(signature, inputs, attrs, len(ir_function.outputs))
         self.functions[ir_function.identifier()] = ir_function
         return outputs[0] if len(outputs) == 1 else outputs
 

@@ -125,7 +125,8 @@ class GraphTranslator:
         ]
         outputs = self._translate_nodes(program.graph_module, env, graph)
         for i in user_outputs:
-            graph.outputs.append(self._as_output(outputs[i], graph))
+            if isinstance(outputs[i], ir.Value):  # Python constants in the outputs are not graph outputs
+                graph.outputs.append(self._as_output(outputs[i], graph))
         self.ctx.report(
             rules.FX_GRAPH_TO_ONNX,
             Level.NONE,

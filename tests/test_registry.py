@@ -1,0 +1,92 @@
+"""OnnxRegistry: torchlib defaults, custom ops via register_op, overriding built-in ATen ops."""
+
+from __future__ import annotations
+
+import onnxscript
+import pytest
+import torch
+from onnxscript import opset18 as op
+
+import exporter
+from fixtures.custom_ops import scaled_tanh
+from helpers import assert_matches_eager
+
+custom_domain = onnxscript.values.Opset("onnxlens.test", 1)
+
+
+@onnxscript.script(custom_domain)
+def scaled_tanh_onnx(x, scale: float):
+    return op.Mul(op.Tanh(x), op.CastLike(op.Constant(value_float=scale), x))
+
+
+@onnxscript.script(custom_domain)
+def relu_as_max(x):
+    return op.Max(x, op.CastLike(op.Constant(value_float=0.0), x))
+
+
+class UsesCustomOp(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.linear = torch.nn.Linear(4, 4)
+
+    def forward(self, x):
+        return scaled_tanh(self.linear(x), 2.5)
+
+
+def test_defaults_come_from_torchlib():
+    registry = exporter.OnnxRegistry()
+    assert registry.opset_version == 18
+    functions = registry.get_op_functions("aten", "add", "Tensor")
+    assert functions and not functions[0].is_custom
+    assert "torch_lib" in functions[0].onnx_function.function_ir.domain or functions[0].onnx_function.name.startswith("aten_")
+    assert registry.is_registered_op("aten", "relu")
+    assert not registry.is_registered_op("onnxlens_test", "scaled_tanh")
+    assert registry.get_op_functions("onnxlens_test", "scaled_tanh") is None
+
+
+def test_registries_do_not_share_custom_functions():
+    a, b = exporter.OnnxRegistry(), exporter.OnnxRegistry()
+    a.register_op(relu_as_max, "aten", "relu")
+    assert a.get_op_functions("aten", "relu")[0].is_custom
+    assert not b.get_op_functions("aten", "relu")[0].is_custom
+
+
+def test_custom_op_exports_with_registered_function():
+    registry = exporter.OnnxRegistry()
+    registry.register_op(scaled_tanh_onnx, "onnxlens_test", "scaled_tanh")
+    model, x = UsesCustomOp(), torch.randn(3, 4)
+    export_output = exporter.dynamo_export(model, x, export_options=exporter.ExportOptions(onnx_registry=registry))
+    assert_matches_eager(export_output, model, (x,))
+
+
+def test_custom_function_overrides_builtin_aten_op():
+    registry = exporter.OnnxRegistry()
+    registry.register_op(relu_as_max, "aten", "relu")
+    model, x = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.ReLU()), torch.randn(3, 4)
+    options = exporter.ExportOptions(onnx_registry=registry, modularize=False)
+    export_output = exporter.dynamo_export(model, x, export_options=options)
+    op_types = {n.op_type for n in export_output.model_proto.graph.node}
+    assert "Max" in op_types and "Relu" not in op_types
+    assert_matches_eager(export_output, model, (x,))
+
+
+def test_unsupported_custom_op_raises_naming_the_op():
+    model, x = UsesCustomOp(), torch.randn(3, 4)
+    with pytest.raises(exporter.OnnxExporterError, match="onnxlens_test.scaled_tanh") as info:
+        exporter.dynamo_export(model, x)
+    diagnostics = info.value.export_output.diagnostic_context.diagnostics
+    assert any(d.rule.id == "FXE0011" for d in diagnostics)
+
+
+@pytest.mark.parametrize("opset", [18, 20, 23])
+def test_opset_is_configurable(opset):
+    model, x = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.LayerNorm(4), torch.nn.GELU()), torch.randn(2, 4)
+    export_output = exporter.dynamo_export(model, x, export_options=exporter.ExportOptions(opset_version=opset))
+    imports = {o.domain: o.version for o in export_output.model_proto.opset_import}
+    assert imports[""] == opset
+    assert_matches_eager(export_output, model, (x,))
+
+
+def test_unsupported_opset_is_a_clear_error():
+    with pytest.raises(exporter.OnnxExporterError, match="opset_version must be between 18 and"):
+        exporter.dynamo_export(torch.nn.ReLU(), torch.randn(2), export_options=exporter.ExportOptions(opset_version=9))
