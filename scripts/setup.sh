@@ -1,0 +1,15 @@
+#!/usr/bin/env bash
+# Set up onnxlens in .venv (CPU torch pinned), then run the main job: export the seed's MLP.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+PYTHON=${PYTHON:-python3}
+if [ ! -x .venv/bin/python ]; then
+  "$PYTHON" -m venv .venv
+fi
+# torch is pinned to the CPU build here; the package itself only asks for torch>=2.9.
+.venv/bin/python -m pip install --quiet torch==2.13.0
+.venv/bin/python -m pip install --quiet -e ".[server,test]"
+
+mkdir -p out
+.venv/bin/onnxlens-export examples/mlp.py:mlp -o out/mlp.onnx --sarif out/mlp.sarif
