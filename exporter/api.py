@@ -98,14 +98,14 @@ class Exporter:
             program = self._stage("passes", self._run_passes, program)
             self._stage("analysis", self._analyze, program)
             model = self._stage("translation", self._translate, program)
-            self._stage("onnx passes", self._finalize, model)
-            self._record_adapters(program, model)
             if self.options.op_level_debug:
                 from exporter.op_debug import validate_ops
 
-                self._stage("op-level debug", validate_ops, self, program, model)
+                self._stage("op-level debug", validate_ops, self, program, self._translator, model)
+            self._stage("onnx passes", self._finalize, model)
+            self._record_adapters(program, model)
             if self.ctx.errors():
-                raise OnnxExporterErrorWithin(self.ctx.errors()[0].message)
+                raise OnnxExporterErrorWithin(_errors_message(self.ctx))
         except OnnxExporterErrorWithin as e:
             raise OnnxExporterError(self._partial(e), str(e)) from e.__cause__
         except Exception as e:
@@ -126,7 +126,7 @@ class Exporter:
         try:
             return fn(*args)
         finally:
-            self.timings[name] = time.perf_counter() - start
+            self.timings[name] = self.ctx.timings[name] = time.perf_counter() - start
 
     def _capture(self) -> torch.export.ExportedProgram:
         extractor = capture.FXGraphExtractor()
@@ -160,13 +160,12 @@ class Exporter:
         return program
 
     def _fx_pass(self, name: str, run: Callable[[], Any]) -> Any:
-        start = time.perf_counter()
         try:
             result = run()
         except Exception as e:
             self.ctx.report(rules.FX_PASS, Level.ERROR, f"FX pass {name} failed: {type(e).__name__}: {e}", exception=e, **{"pass": name})
             raise OnnxExporterErrorWithin(f"FX pass {name} failed: {e}") from e
-        self.ctx.report(rules.FX_PASS, Level.NONE, f"Ran {name} in {time.perf_counter() - start:.3f} s.", **{"pass": name})
+        self.ctx.report(rules.FX_PASS, Level.NONE, f"Ran FX pass {name}.", **{"pass": name})
         return result
 
     def _analyze(self, program: torch.export.ExportedProgram) -> None:
@@ -179,7 +178,7 @@ class Exporter:
             )
 
     def _translate(self, program: torch.export.ExportedProgram):
-        translator = GraphTranslator(self.registry, self.ctx, on_node=self._on_node)
+        translator = self._translator = GraphTranslator(self.registry, self.ctx, on_node=self._on_node)
         self._translated = 0
         self._total = sum(1 for n in program.graph.nodes if n.op == "call_function")
         try:
@@ -233,6 +232,16 @@ class Exporter:
 
 class OnnxExporterErrorWithin(RuntimeError):
     """A failure already reported to the diagnostics context."""
+
+
+def _errors_message(ctx: DiagnosticContext) -> str:
+    errors = ctx.errors()
+    message = f"{errors[0].rule.id} {errors[0].message}"
+    if len(errors) > 1:
+        message += f" (and {len(errors) - 1} more errors)"
+    if any(e.properties.get("warningAsError") for e in errors):
+        message += " Warnings were turned into errors by DiagnosticOptions(warnings_as_errors=True)."
+    return message
 
 
 def dim_names(program: torch.export.ExportedProgram) -> dict[str, str]:

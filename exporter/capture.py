@@ -6,8 +6,10 @@ import contextlib
 import dataclasses
 import functools
 import inspect
+import os
 import sys
 import time
+import traceback
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -93,7 +95,7 @@ class FXGraphExtractor:
         for strategy in self.strategies:
             start = time.perf_counter()
             try:
-                with _maybe(fake_mode), _flat_outputs(module):
+                with _maybe(fake_mode), _flat_outputs(module), full_user_stacks():
                     program = strategy.capture(module, args, kwargs, shapes)
             except Exception as e:  # each failure is recorded and the next strategy tried
                 attempt = CaptureAttempt(strategy.name, time.perf_counter() - start, e)
@@ -105,7 +107,6 @@ class FXGraphExtractor:
                     stack=user_frames_of(e),
                     exception=e,
                     strategy=strategy.name,
-                    seconds=round(attempt.seconds, 4),
                 )
                 continue
             attempt = CaptureAttempt(strategy.name, time.perf_counter() - start)
@@ -113,9 +114,8 @@ class FXGraphExtractor:
             ctx.report(
                 rules.GRAPH_CAPTURE,
                 Level.NONE,
-                f"Captured the model with {strategy.name} in {attempt.seconds:.3f} s.",
+                f"Captured the model with {strategy.name}.",
                 strategy=strategy.name,
-                seconds=round(attempt.seconds, 4),
             )
             return program
         location = next((user_frames_of(a.error) for a in self.attempts if user_frames_of(a.error)), [])
@@ -176,6 +176,38 @@ def user_frames_of(error: BaseException | None) -> list[Frame]:
 def _first_line(error: BaseException) -> str:
     text = str(error).strip()
     return text.splitlines()[0] if text else type(error).__name__
+
+
+@contextlib.contextmanager
+def full_user_stacks() -> Iterator[None]:
+    """Record every user frame in ``node.meta["stack_trace"]`` during non-strict capture.
+
+    torch.export's non-strict tracer keeps only frames named ``forward``, so an op called from a
+    helper function would be located at the helper's call site. This keeps the user's files'
+    frames (and ``forward`` frames for context); TorchDynamo (strict) records them anyway.
+    """
+    tracer = torch.fx.proxy.TracerBase
+    original = tracer._filter_traceback_frames
+
+    def keep_user_frames(self, summary: traceback.StackSummary) -> traceback.StackSummary:
+        frames = [f for f in summary if is_user_file(f.filename) or (f.name == "forward" and not _is_machinery(f.filename))]
+        return traceback.StackSummary.from_list(frames) if frames else original(self, summary)
+
+    tracer._filter_traceback_frames = keep_user_frames
+    try:
+        yield
+    finally:
+        tracer._filter_traceback_frames = original
+
+
+_MACHINERY = tuple(
+    os.path.join(os.path.dirname(torch.__file__), d) for d in ("fx", "export", "_export", "_dynamo")
+) + (os.path.dirname(os.path.abspath(__file__)),)
+
+
+def _is_machinery(path: str) -> bool:
+    """Frames of the tracing itself (torch.fx/export/dynamo, this package): never worth showing."""
+    return os.path.abspath(path).startswith(_MACHINERY)
 
 
 @contextlib.contextmanager

@@ -88,6 +88,9 @@ class GraphTranslator:
         self.on_node = on_node
         self.translated_nodes = 0
         self.dim_names: dict[str, str] = {}
+        # What each top-level FX node became (used by op-level debug).
+        self.values: dict[torch.fx.Node, Any] = {}
+        self.onnx_nodes: dict[torch.fx.Node, list[ir.Node]] = {}
 
     # -- top level ------------------------------------------------------------------------
 
@@ -97,7 +100,7 @@ class GraphTranslator:
         """The ONNX model of `program`: user inputs become graph inputs, weights initializers."""
         self.dim_names = dim_names
         graph = ir.Graph([], [], nodes=[], opset_imports={"": self.registry.opset_version}, name="main_graph")
-        env: dict[torch.fx.Node, Any] = {}
+        env = self.values
         specs = {spec.arg.name: spec for spec in program.graph_signature.input_specs if hasattr(spec.arg, "name")}
         weights = {**program.state_dict, **program.constants}
         for node in program.graph.nodes:
@@ -127,13 +130,15 @@ class GraphTranslator:
         for i in user_outputs:
             if isinstance(outputs[i], ir.Value):  # Python constants in the outputs are not graph outputs
                 graph.outputs.append(self._as_output(outputs[i], graph))
-        self.ctx.report(
-            rules.FX_GRAPH_TO_ONNX,
-            Level.NONE,
-            f"Translated FX graph with {self.translated_nodes} call_function nodes to {len(graph)} ONNX nodes.",
-            fxNodes=self.translated_nodes,
-            onnxNodes=len(graph),
-        )
+        if self.ctx.wants(Level.NONE):
+            self.ctx.report(
+                rules.FX_GRAPH_TO_ONNX,
+                Level.NONE,
+                f"Translated FX graph with {self.translated_nodes} call_function nodes to {len(graph)} ONNX nodes.",
+                fxNodes=self.translated_nodes,
+                onnxNodes=len(graph),
+                fxGraph=program.graph_module.print_readable(print_output=False, include_stride=False, include_device=False),
+            )
         model = ir.Model(graph, ir_version=10 if self.registry.opset_version <= 21 else 11, producer_name="onnxlens")
         for function in self.recorder.functions.values():
             model.functions[function.identifier()] = function
@@ -163,6 +168,7 @@ class GraphTranslator:
             self.recorder.nodes[start:] = []
             self._annotate(node, env[node], new_nodes)
             graph.extend(new_nodes)
+            self.onnx_nodes[node] = new_nodes
             if self.on_node is not None:
                 self.on_node(node, new_nodes)
         raise AssertionError("FX graph has no output node")

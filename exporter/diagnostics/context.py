@@ -13,6 +13,7 @@ from exporter.diagnostics.locations import Frame, stack_of
 from exporter.diagnostics.rules import ALL_RULES, Level, Rule
 
 logger = logging.getLogger("exporter")
+logger.addHandler(logging.NullHandler())
 
 
 @dataclasses.dataclass
@@ -52,6 +53,7 @@ class DiagnosticContext:
         self.options = options or DiagnosticOptions()
         self.diagnostics: list[Diagnostic] = []
         self.rules: tuple[Rule, ...] = ALL_RULES
+        self.timings: dict[str, float] = {}  # seconds per export stage (in the SARIF invocation)
 
     def wants(self, level: Level) -> bool:
         """Whether a result at `level` is recorded at the configured verbosity."""
@@ -107,10 +109,29 @@ class DiagnosticContext:
 
 def node_properties(node: torch.fx.Node) -> dict[str, Any]:
     """Names that identify an FX node: its name, target and nn.Module path."""
-    props: dict[str, Any] = {"fxNode": node.name, "fxTarget": str(node.target)}
+    props: dict[str, Any] = {"fxNode": node.name, "fxTarget": str(node.target), **io_properties(node)}
     module_stack = node.meta.get("nn_module_stack")
     if module_stack:
         path, cls = list(module_stack.values())[-1]
         props["modulePath"] = path
         props["moduleClass"] = cls if isinstance(cls, str) else getattr(cls, "__qualname__", str(cls))
     return props
+
+
+def io_properties(node: torch.fx.Node) -> dict[str, Any]:
+    """Shapes and dtypes of an FX node's tensor inputs and outputs."""
+
+    def describe(val: Any) -> tuple[list, str] | None:
+        if isinstance(val, torch.Tensor):
+            return [str(d) for d in val.shape], str(val.dtype).removeprefix("torch.")
+        return None
+
+    ins = [describe(a.meta.get("val")) for a in node.all_input_nodes]
+    val = node.meta.get("val")
+    outs = [describe(v) for v in (val if isinstance(val, (list, tuple)) else [val])]
+    return {
+        "inputShapes": [d[0] for d in ins if d],
+        "inputDtypes": [d[1] for d in ins if d],
+        "outputShapes": [d[0] for d in outs if d],
+        "outputDtypes": [d[1] for d in outs if d],
+    }

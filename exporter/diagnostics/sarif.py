@@ -48,6 +48,7 @@ def to_sarif_log(ctx: DiagnosticContext) -> sarif.SarifLog:
             sarif.Invocation(
                 execution_successful=not ctx.errors(),
                 end_time_utc=datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ"),
+                properties=_bag(stageSeconds={k: round(v, 4) for k, v in ctx.timings.items()}),
             )
         ],
         column_kind="unicodeCodePoints",
@@ -119,11 +120,16 @@ def _result(d: Diagnostic, rule_index: int, root: str) -> sarif.Result:
     if d.exception:
         properties["exception"] = d.exception
     if properties:
-        bag = sarif.PropertyBag()
-        for key, value in properties.items():
-            setattr(bag, key, value)
-        result.properties = bag
+        result.properties = _bag(**properties)
     return result
+
+
+def _bag(**properties: Any) -> sarif.PropertyBag:
+    """A property bag holding free-form properties (set as attributes, see `to_json_dict`)."""
+    bag = sarif.PropertyBag()
+    for key, value in properties.items():
+        setattr(bag, key, value)
+    return bag
 
 
 def _location(frame: Frame, root: str, *, message: bool = False, id: int | None = None) -> sarif.Location:

@@ -1,0 +1,612 @@
+"""Side-by-side benchmark: onnxlens vs torch.onnx.export (dynamo and TorchScript) on the corpus.
+
+For every corpus case and every exporter, a fresh worker process (``--worker CASE EXPORTER``)
+builds the case, exports it once to warm up (on a separate model instance), times a second
+export, then checks the ONNX model in onnxruntime against eager PyTorch and measures its
+latency. The parent process only schedules workers (sequentially, so timings do not compete
+for cores), collects their JSON lines and prints the table and summary.
+
+    python benchmarks/compare_exporters.py [--cases mlp,hf_bert] [--exporters onnxlens,torch-dynamo]
+                                           [--json results.json] [--timeout 600]
+
+See benchmarks/README.md for what each figure means.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+EXPORTERS = ("onnxlens", "torch-dynamo", "torchscript")
+BASELINE = "torch-dynamo"  # export-time ratios are relative to this exporter
+ORT_WARMUP_RUNS = 5
+ORT_MIN_RUNS = 10
+ORT_TARGET_SECONDS = 0.75  # latency runs per model take ~0.5-1 s in total
+
+Result = dict[str, Any]
+
+
+# ======================================================================================
+# Worker side (imports torch; runs in a fresh process per (case, exporter) pair)
+# ======================================================================================
+
+
+def _first_line(exc: BaseException) -> str:
+    """``Type: first line of the message`` of an exception."""
+    lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()]
+    return f"{type(exc).__name__}: {lines[0] if lines else ''}"
+
+
+def _root_cause(exc: BaseException) -> BaseException:
+    """The innermost ``__cause__`` of an exception chain."""
+    while exc.__cause__ is not None:
+        exc = exc.__cause__
+    return exc
+
+
+def _worker_setup() -> None:
+    """Make the project and the test helpers importable."""
+    for path in (ROOT, ROOT / "tests"):
+        if str(path) not in sys.path:
+            sys.path.insert(0, str(path))
+
+
+def _as_module(model: Any) -> Any:
+    """torch.onnx.export needs an ``nn.Module``: wrap plain callables (onnxlens takes them as is)."""
+    import torch
+
+    if isinstance(model, torch.nn.Module):
+        return model
+
+    class CallableModule(torch.nn.Module):
+        def __init__(self, fn: Callable[..., Any]) -> None:
+            super().__init__()
+            self.fn = fn
+
+        def forward(self, *args: Any, **kwargs: Any) -> Any:
+            return self.fn(*args, **kwargs)
+
+    return CallableModule(model)
+
+
+class ExporterRunner:
+    """How one exporter is called, and how its model is fed and compared with eager."""
+
+    name: str
+
+    def prepare(self, case: Any) -> tuple[Any, tuple, dict]:
+        """Build the case ready for ``export`` (untimed setup a user would also do)."""
+        return case.build()
+
+    def export(self, model: Any, args: tuple, kwargs: dict) -> Any:
+        """The export call that is timed; returns an exporter-specific handle."""
+        raise NotImplementedError
+
+    def model_proto(self, handle: Any) -> Any:
+        """The ``onnx.ModelProto`` of an export handle."""
+        raise NotImplementedError
+
+    def onnx_inputs(self, handle: Any, args: tuple, kwargs: dict) -> list[Any]:
+        """The model inputs as the flat list the ONNX graph takes."""
+        raise NotImplementedError
+
+    def onnx_expected(self, handle: Any, eager_out: Any) -> list[Any]:
+        """Eager outputs flattened the way the ONNX graph returns them."""
+        raise NotImplementedError
+
+
+class OnnxlensRunner(ExporterRunner):
+    """``exporter.dynamo_export`` with default options; it registers HF pytrees itself."""
+
+    name = "onnxlens"
+
+    def export(self, model: Any, args: tuple, kwargs: dict) -> Any:
+        import exporter
+
+        return exporter.dynamo_export(model, *args, export_options=exporter.ExportOptions(), **kwargs)
+
+    def model_proto(self, handle: Any) -> Any:
+        return handle.model_proto
+
+    def onnx_inputs(self, handle: Any, args: tuple, kwargs: dict) -> list[Any]:
+        return list(handle.adapt_torch_inputs_to_onnx(*args, **kwargs))
+
+    def onnx_expected(self, handle: Any, eager_out: Any) -> list[Any]:
+        return list(handle.adapt_torch_outputs_to_onnx(eager_out))
+
+
+class TorchRunner(ExporterRunner):
+    """Shared flattening for torch.onnx.export: tensor leaves, complex as real views."""
+
+    def prepare(self, case: Any) -> tuple[Any, tuple, dict]:
+        import corpus
+
+        model, args, kwargs = case.build()
+        model = _as_module(model)
+        if "hf" in case.tags:
+            corpus.register_hf_pytrees(model)
+        return model, args, kwargs
+
+    @staticmethod
+    def _tensor_leaves(tree: Any) -> list[Any]:
+        import torch
+        import torch.utils._pytree as pytree
+
+        leaves = [x for x in pytree.tree_leaves(tree) if isinstance(x, torch.Tensor)]
+        return [torch.view_as_real(x) if x.is_complex() else x for x in leaves]
+
+    def onnx_inputs(self, handle: Any, args: tuple, kwargs: dict) -> list[Any]:
+        return self._tensor_leaves((args, kwargs))
+
+    def onnx_expected(self, handle: Any, eager_out: Any) -> list[Any]:
+        return self._tensor_leaves(eager_out)
+
+
+class TorchDynamoRunner(TorchRunner):
+    """``torch.onnx.export(..., dynamo=True)`` with its defaults (optimize=True); proto kept in memory."""
+
+    name = "torch-dynamo"
+
+    def export(self, model: Any, args: tuple, kwargs: dict) -> Any:
+        import torch
+
+        return torch.onnx.export(model, args, kwargs=kwargs, dynamo=True)
+
+    def model_proto(self, handle: Any) -> Any:
+        return handle.model_proto
+
+
+class TorchScriptRunner(TorchRunner):
+    """The TorchScript exporter ``torch.onnx.export(..., dynamo=False)``, writing to a BytesIO."""
+
+    name = "torchscript"
+
+    def export(self, model: Any, args: tuple, kwargs: dict) -> Any:
+        import io
+
+        import torch
+
+        buffer = io.BytesIO()
+        torch.onnx.export(model, args, buffer, kwargs=kwargs, dynamo=False)
+        return buffer
+
+    def model_proto(self, handle: Any) -> Any:
+        import onnx
+
+        return onnx.load_from_string(handle.getvalue())
+
+
+RUNNERS: dict[str, Callable[[], ExporterRunner]] = {
+    "onnxlens": OnnxlensRunner,
+    "torch-dynamo": TorchDynamoRunner,
+    "torchscript": TorchScriptRunner,
+}
+
+
+def count_nodes(model: Any) -> int:
+    """Nodes of the main graph after inlining local functions, including subgraphs' nodes."""
+    import onnx
+    import onnx.inliner
+
+    def count(graph: onnx.GraphProto) -> int:
+        total = 0
+        for node in graph.node:
+            total += 1
+            for attr in node.attribute:
+                if attr.type == onnx.AttributeProto.GRAPH:
+                    total += count(attr.g)
+                elif attr.type == onnx.AttributeProto.GRAPHS:
+                    total += sum(count(g) for g in attr.graphs)
+        return total
+
+    return count(onnx.inliner.inline_local_functions(model).graph)
+
+
+def _opset(model: Any) -> int | None:
+    """The default-domain opset a model imports."""
+    return next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), None)
+
+
+def ort_session(model: Any) -> Any:
+    """A single-threaded CPU onnxruntime session."""
+    import onnxruntime as ort
+
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = 1
+    options.inter_op_num_threads = 1
+    options.log_severity_level = 3
+    return ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
+
+
+def ort_feeds(session: Any, inputs: Sequence[Any]) -> dict[str, Any]:
+    """Positional inputs as an onnxruntime feed; the count must match the graph's inputs."""
+    from helpers import _to_numpy
+
+    graph_inputs = session.get_inputs()
+    if len(inputs) != len(graph_inputs):
+        raise ValueError(f"{len(inputs)} flattened inputs vs {len(graph_inputs)} ONNX graph inputs")
+    return {i.name: _to_numpy(x) for i, x in zip(graph_inputs, inputs)}
+
+
+def ort_latency_ms(session: Any, feeds: dict[str, Any]) -> tuple[float, int]:
+    """Median latency (ms) of ``session.run`` after warm-up, over enough runs to take ~0.75 s."""
+    warm = []
+    for _ in range(ORT_WARMUP_RUNS):
+        start = time.perf_counter()
+        session.run(None, feeds)
+        warm.append(time.perf_counter() - start)
+    estimate = max(statistics.median(warm[1:]), 1e-6)
+    runs = max(ORT_MIN_RUNS, min(100_000, int(ORT_TARGET_SECONDS / estimate)))
+    times = []
+    for _ in range(runs):
+        start = time.perf_counter()
+        session.run(None, feeds)
+        times.append(time.perf_counter() - start)
+    return statistics.median(times) * 1e3, runs
+
+
+def compare_outputs(actual: Sequence[Any], expected: Sequence[Any], atol: float, rtol: float) -> tuple[float, bool]:
+    """Max abs error between ONNX and eager outputs, and whether all are within atol + rtol*|eager|.
+
+    Raises ``ValueError`` when output counts or shapes differ.
+    """
+    import numpy as np
+    from helpers import _to_numpy
+
+    if len(actual) != len(expected):
+        raise ValueError(f"{len(actual)} ONNX outputs vs {len(expected)} eager outputs")
+    max_err, close = 0.0, True
+    for i, (a, e) in enumerate(zip(actual, expected)):
+        a = np.asarray(a).astype(np.float64)
+        e = np.asarray(_to_numpy(e)).astype(np.float64)
+        if a.shape != e.shape:
+            raise ValueError(f"output {i}: ONNX shape {a.shape} vs eager {e.shape}")
+        if a.size == 0:
+            continue
+        diff = np.abs(a - e)
+        diff = np.where(np.isnan(a) & np.isnan(e), 0.0, diff)  # NaN where eager is NaN is a match
+        diff = np.where(np.isnan(diff), np.inf, diff)
+        max_err = max(max_err, float(diff.max()))
+        close &= bool((diff <= atol + rtol * np.abs(np.nan_to_num(e))).all())
+    return max_err, close
+
+
+def timed_export(runner: ExporterRunner, case: Any) -> tuple[Any, float]:
+    """Build the case (untimed) and time just the export call."""
+    import gc
+
+    model, args, kwargs = runner.prepare(case)
+    gc.collect()
+    start = time.perf_counter()
+    handle = runner.export(model, args, kwargs)
+    return handle, time.perf_counter() - start
+
+
+def run_pair(case_name: str, exporter_name: str) -> Result:
+    """Everything measured for one (case, exporter) pair; failures are recorded, not raised."""
+    import torch
+
+    import corpus
+
+    case = corpus.get(case_name)
+    runner = RUNNERS[exporter_name]()
+    result: Result = {
+        "case": case_name,
+        "exporter": exporter_name,
+        "atol": case.atol,
+        "rtol": case.rtol,
+        "ort_note": case.ort_note,
+        "export_ok": False,
+        "ort_ok": False,
+        "numeric_ok": False,
+        "success": False,
+        "error": None,
+        "failed_stage": None,
+    }
+
+    def fail(stage: str, exc: BaseException) -> Result:
+        result["failed_stage"] = stage
+        result["error"] = _first_line(exc)
+        cause = _root_cause(exc)
+        if cause is not exc:
+            result["root_cause"] = _first_line(cause)
+        return result
+
+    try:  # warm-up on its own model instance
+        _, result["warmup_export_s"] = timed_export(runner, case)
+    except Exception as e:  # noqa: BLE001 - the timed export below reports the failure
+        result["warmup_error"] = _first_line(e)
+    try:
+        handle, result["export_s"] = timed_export(runner, case)
+        start = time.perf_counter()
+        proto = runner.model_proto(handle)
+        result["model_proto_s"] = time.perf_counter() - start
+    except Exception as e:  # noqa: BLE001
+        return fail("export", e)
+    result["export_ok"] = True
+    result["opset"] = _opset(proto)
+    try:
+        result["nodes"] = count_nodes(proto)
+    except Exception as e:  # noqa: BLE001 - a count failure does not fail the pair
+        result["nodes_error"] = _first_line(e)
+
+    ref_model, ref_args, ref_kwargs = runner.prepare(case)  # fresh state for mutating models
+    try:
+        session = ort_session(proto)
+        feeds = ort_feeds(session, runner.onnx_inputs(handle, ref_args, ref_kwargs))
+        actual = session.run(None, feeds)
+    except Exception as e:  # noqa: BLE001
+        return fail("ort", e)
+    result["ort_ok"] = True
+    try:
+        result["ort_ms"], result["ort_runs"] = ort_latency_ms(session, feeds)
+    except Exception as e:  # noqa: BLE001
+        return fail("ort latency", e)
+
+    try:
+        with torch.no_grad():
+            eager_out = ref_model(*ref_args, **ref_kwargs)
+        expected = runner.onnx_expected(handle, eager_out)
+        result["max_abs_err"], result["within_atol_rtol"] = compare_outputs(actual, expected, case.atol, case.rtol)
+    except Exception as e:  # noqa: BLE001
+        return fail("numeric", e)
+    result["numeric_ok"] = result["max_abs_err"] <= case.atol
+    if not result["numeric_ok"]:
+        result["failed_stage"] = "numeric"
+        result["error"] = f"max abs err {result['max_abs_err']:.3g} > atol {case.atol:g}"
+    result["success"] = result["numeric_ok"]
+    return result
+
+
+def run_repeat(case_name: str, exporter_name: str, repeats: int) -> Result:
+    """In-process warm export time: one warm-up, then the median of ``repeats`` exports (fresh models)."""
+    import corpus
+
+    case = corpus.get(case_name)
+    runner = RUNNERS[exporter_name]()
+    result: Result = {"case": case_name, "exporter": exporter_name, "repeats": repeats}
+    try:
+        timed_export(runner, case)
+        times = [timed_export(runner, case)[1] for _ in range(repeats)]
+    except Exception as e:  # noqa: BLE001
+        result["error"] = _first_line(e)
+        return result
+    result.update(median_s=statistics.median(times), min_s=min(times), times_s=times)
+    return result
+
+
+def worker_main(mode: str, argv: list[str], repeats: int) -> None:
+    """Run one worker job; its stdout's last line is the JSON result (exporter chatter goes to stderr)."""
+    import contextlib
+
+    _worker_setup()
+    with contextlib.redirect_stdout(sys.stderr):
+        if mode == "list":
+            import corpus
+
+            payload: Any = [c.name for c in corpus.CASES]
+        elif mode == "pair":
+            payload = run_pair(*argv)
+        else:
+            payload = run_repeat(*argv, repeats)
+    print(json.dumps(payload), flush=True)
+
+
+# ======================================================================================
+# Parent side (no torch import: schedules workers sequentially and reports)
+# ======================================================================================
+
+
+def call_worker(worker_args: list[str], timeout: float) -> tuple[Any, str | None, float]:
+    """Run this script as a worker; returns (parsed JSON or None, error, wall seconds)."""
+    cmd = [sys.executable, str(Path(__file__).resolve()), *worker_args]
+    start = time.perf_counter()
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=ROOT)
+    except subprocess.TimeoutExpired:
+        return None, f"worker timed out after {timeout:g} s", time.perf_counter() - start
+    wall = time.perf_counter() - start
+    lines = [ln for ln in proc.stdout.splitlines() if ln.strip()]
+    try:
+        return json.loads(lines[-1]), None, wall
+    except (IndexError, json.JSONDecodeError):
+        tail = [ln for ln in proc.stderr.splitlines() if ln.strip()][-1:] or [""]
+        return None, f"worker crashed (rc={proc.returncode}): {tail[0][:200]}", wall
+
+
+def run_pair_in_worker(case: str, exporter: str, timeout: float) -> Result:
+    """One (case, exporter) pair in a fresh process; a crash or timeout is a failed export."""
+    payload, error, wall = call_worker(["--worker", case, exporter], timeout)
+    if payload is None:
+        payload = {
+            "case": case, "exporter": exporter, "export_ok": False, "ort_ok": False,
+            "numeric_ok": False, "success": False, "failed_stage": "worker", "error": error,
+        }  # fmt: skip
+    payload["worker_wall_s"] = wall
+    return payload
+
+
+def _fmt(value: float | None, spec: str) -> str:
+    return "-" if value is None else format(value, spec)
+
+
+def status(r: Result) -> str:
+    """``ok`` or which stage failed."""
+    return "ok" if r["success"] else f"FAIL({r.get('failed_stage') or '?'})"
+
+
+def export_ratio(r: Result, by_key: dict[tuple[str, str], Result]) -> float | None:
+    """This row's export time over the baseline exporter's for the same case (both exported)."""
+    base = by_key.get((r["case"], BASELINE))
+    if not (r["export_ok"] and base and base["export_ok"]):
+        return None
+    return r["export_s"] / base["export_s"]
+
+
+def print_table(results: list[Result]) -> None:
+    """One row per (case, exporter)."""
+    by_key = {(r["case"], r["exporter"]): r for r in results}
+    header = ("case", "exporter", "success", "export s", f"/ {BASELINE}", "max abs err", "nodes", "ORT ms")
+    rows = [
+        (
+            r["case"],
+            r["exporter"],
+            status(r),
+            _fmt(r.get("export_s"), ".3f"),
+            _fmt(export_ratio(r, by_key), ".2f"),
+            _fmt(r.get("max_abs_err"), ".2e"),
+            str(r.get("nodes", "-")),
+            _fmt(r.get("ort_ms"), ".4f"),
+        )
+        for r in results
+    ]
+    widths = [max(len(str(x)) for x in col) for col in zip(header, *rows)]
+    line = lambda cells: " | ".join(str(c).ljust(w) for c, w in zip(cells, widths))  # noqa: E731
+    print(line(header))
+    print("-+-".join("-" * w for w in widths))
+    for row in rows:
+        print(line(row))
+
+
+def geomean(values: Sequence[float]) -> float | None:
+    return math.exp(statistics.fmean(math.log(v) for v in values)) if values else None
+
+
+def paired(results: list[Result], a: str, b: str, key: str) -> dict[str, float]:
+    """Per case ``a[key] / b[key]`` over the cases both exporters fully succeed on."""
+    by_key = {(r["case"], r["exporter"]): r for r in results}
+    ratios = {}
+    for (case, exporter), ra in by_key.items():
+        rb = by_key.get((case, b))
+        if exporter == a and rb and ra["success"] and rb["success"] and rb[key] > 0:
+            ratios[case] = ra[key] / rb[key]
+    return ratios
+
+
+def print_summary(results: list[Result], cases: list[str], exporters: list[str]) -> None:
+    """Success counts, onnxlens regressions vs torch-dynamo, and the headline ratios."""
+    print(f"\nSummary over {len(cases)} cases")
+    by_key = {(r["case"], r["exporter"]): r for r in results}
+    for exporter in exporters:
+        rows = [by_key[(c, exporter)] for c in cases]
+        failed = [f"{r['case']} ({status(r)})" for r in rows if not r["success"]]
+        print(f"  {exporter:<13} succeeds on {len(rows) - len(failed)}/{len(rows)}; fails: {', '.join(failed) or 'none'}")
+    if {"onnxlens", BASELINE} <= set(exporters):
+        lens_fail = [c for c in cases if by_key[(c, BASELINE)]["success"] and not by_key[(c, "onnxlens")]["success"]]
+        print(f"  {BASELINE} succeeds but onnxlens fails: {len(lens_fail)}")
+        for c in lens_fail:
+            r = by_key[(c, "onnxlens")]
+            print(f"    - {c}: [{r.get('failed_stage')}] {r.get('error')}")
+        lens_only = [c for c in cases if by_key[(c, "onnxlens")]["success"] and not by_key[(c, BASELINE)]["success"]]
+        print(f"  onnxlens succeeds but {BASELINE} fails: {len(lens_only)}: {', '.join(lens_only) or 'none'}")
+        ratios = paired(results, "onnxlens", BASELINE, "export_s")
+        if ratios:
+            print(f"  export time onnxlens / {BASELINE}: median {statistics.median(ratios.values()):.2f} "
+                  f"(min {min(ratios.values()):.2f}, max {max(ratios.values()):.2f}) over {len(ratios)} cases both succeed")  # fmt: skip
+    for other in ("torchscript", BASELINE):
+        if {"onnxlens", other} <= set(exporters):
+            ratios = paired(results, "onnxlens", other, "ort_ms")
+            gm = geomean(list(ratios.values()))
+            print(f"  ORT latency onnxlens / {other}: geometric mean {_fmt(gm, '.3f')} over {len(ratios)} cases both succeed")
+
+
+def print_repeat_figure(case: str, exporters: list[str], repeats: int, timeout: float) -> list[Result]:
+    """The in-process warm export time of one case (one worker per exporter)."""
+    print(f"\nIn-process warm export time of '{case}' (1 warm-up, then median of {repeats} exports):")
+    figures = []
+    for exporter in exporters:
+        payload, error, _ = call_worker(["--worker-repeat", case, exporter, "--repeats", str(repeats)], timeout)
+        payload = payload or {"case": case, "exporter": exporter, "error": error}
+        figures.append(payload)
+        if payload.get("error"):
+            print(f"  {exporter:<13} FAILED: {payload['error']}")
+        else:
+            print(f"  {exporter:<13} median {payload['median_s'] * 1e3:.1f} ms (min {payload['min_s'] * 1e3:.1f} ms)")
+    return figures
+
+
+def _csv(text: str) -> list[str]:
+    return [x.strip() for x in text.split(",") if x.strip()]
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--cases", type=_csv, help="comma-separated corpus case names (default: all)")
+    parser.add_argument("--exporters", type=_csv, default=list(EXPORTERS), help=f"comma-separated subset of {','.join(EXPORTERS)}")
+    parser.add_argument("--json", metavar="OUT", type=Path, help="write all raw results to this JSON file")
+    parser.add_argument("--timeout", type=float, default=600.0, help="seconds per worker (default 600)")
+    parser.add_argument("--repeat-case", default="mlp", help="case of the in-process warm export figure (default mlp)")
+    parser.add_argument("--repeats", type=int, default=10, help="exports in that figure; 0 skips it (default 10)")
+    parser.add_argument("--worker", nargs=2, metavar=("CASE", "EXPORTER"), help=argparse.SUPPRESS)
+    parser.add_argument("--worker-repeat", nargs=2, metavar=("CASE", "EXPORTER"), help=argparse.SUPPRESS)
+    parser.add_argument("--worker-list", action="store_true", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    unknown = set(args.exporters) - set(EXPORTERS)
+    if unknown:
+        parser.error(f"unknown exporters {sorted(unknown)}; choose from {', '.join(EXPORTERS)}")
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    if args.worker_list:
+        worker_main("list", [], 0)
+        return 0
+    if args.worker or args.worker_repeat:
+        worker_main("pair" if args.worker else "repeat", args.worker or args.worker_repeat, args.repeats)
+        return 0
+
+    all_cases, error, _ = call_worker(["--worker-list"], args.timeout)
+    if all_cases is None:
+        sys.exit(f"could not list the corpus: {error}")
+    cases = args.cases or all_cases
+    missing = [c for c in cases if c not in all_cases]
+    if missing:
+        sys.exit(f"unknown cases: {', '.join(missing)}")
+    exporters = [e for e in EXPORTERS if e in args.exporters]
+
+    results = []
+    for i, case in enumerate(cases, 1):
+        for exporter in exporters:
+            r = run_pair_in_worker(case, exporter, args.timeout)
+            results.append(r)
+            print(f"[{i}/{len(cases)}] {case} / {exporter}: {status(r)} "
+                  f"({r['worker_wall_s']:.1f} s){'  ' + r['error'] if r.get('error') else ''}", file=sys.stderr, flush=True)  # fmt: skip
+
+    print_table(results)
+    print_summary(results, cases, exporters)
+    figures = []
+    if args.repeats > 0:
+        figures = print_repeat_figure(args.repeat_case, [e for e in exporters if e != "torchscript"], args.repeats, args.timeout)
+    if args.json:
+        args.json.write_text(json.dumps({"results": results, "repeat_figure": figures, "environment": environment()}, indent=1))
+    return 0
+
+
+def environment() -> dict[str, str]:
+    """Versions of the tools measured (asked from a worker-free ``pip``-less import in a subprocess)."""
+    code = (
+        "import json, platform, torch, onnx, onnxruntime, onnxscript\n"
+        "try:\n import transformers; tv = transformers.__version__\nexcept ImportError:\n tv = None\n"
+        "print(json.dumps({'python': platform.python_version(), 'torch': torch.__version__, 'onnx': onnx.__version__,"
+        " 'onnxruntime': onnxruntime.__version__, 'onnxscript': onnxscript.__version__, 'transformers': tv,"
+        " 'machine': platform.platform()}))"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
+    try:
+        return json.loads(proc.stdout.strip().splitlines()[-1])
+    except (IndexError, json.JSONDecodeError):
+        return {"error": proc.stderr.strip()[-200:]}
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,274 @@
+"""Op-level debugging (FXE0013): each translated FX node's ONNX nodes vs the PyTorch op.
+
+The example inputs are run through the FX graph to get every node's **real** input and output
+values; each node's ONNX nodes are cut out of the model (with the Constants they use) and run in
+onnxruntime on those inputs. Index ops therefore see valid indices. The numbers go into the
+results' properties, per node and aggregated per source line (what an editor shows inline).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import operator
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import onnx_ir as ir
+import torch
+from torch.export import graph_signature as gs
+
+from exporter.adapters import FlattenInputStep
+from exporter.diagnostics import Level
+from exporter.diagnostics import rules
+from exporter.diagnostics.context import io_properties
+from exporter.diagnostics.locations import Frame, stack_of
+
+if TYPE_CHECKING:
+    from exporter.api import Exporter
+    from exporter.translate import GraphTranslator
+
+# (atol, rtol) by dtype of the PyTorch output.
+TOLERANCES = {
+    torch.float64: (1e-7, 1e-6),
+    torch.float32: (1e-4, 1e-3),
+    torch.float16: (1e-2, 1e-2),
+    torch.bfloat16: (5e-2, 5e-2),
+}
+
+
+@dataclasses.dataclass
+class OpCheck:
+    """The comparison of one FX node."""
+
+    node: torch.fx.Node
+    onnx_op_types: list[str]
+    ok: bool
+    max_abs_error: float | None = None
+    max_rel_error: float | None = None
+    atol: float | None = None
+    rtol: float | None = None
+    skipped: str | None = None
+
+    def properties(self) -> dict[str, Any]:
+        props: dict[str, Any] = {
+            "fxNode": self.node.name,
+            "fxTarget": str(self.node.target),
+            "onnxOpTypes": self.onnx_op_types,
+            "ok": self.ok,
+            "maxAbsError": self.max_abs_error,
+            "maxRelError": self.max_rel_error,
+            "atol": self.atol,
+            "rtol": self.rtol,
+            "skipped": self.skipped,
+            **io_properties(self.node),
+        }
+        return {k: v for k, v in props.items() if v is not None}
+
+
+def validate_ops(exporter: Exporter, program: torch.export.ExportedProgram, translator: GraphTranslator, model: ir.Model) -> list[OpCheck]:
+    """Compare every translated node and report FXE0013 results."""
+    if exporter.options.fake_context is not None:
+        exporter.ctx.report(
+            rules.OP_LEVEL_DEBUGGING,
+            Level.WARNING,
+            "Op-level debug needs real example inputs; it is not available under fake mode yet.",
+        )
+        return []
+    values = intermediate_values(program, exporter.model_args, exporter.model_kwargs)
+    initializers = {**program.state_dict, **program.constants}
+    functions = dict(model.functions)
+    checks = []
+    for node, onnx_nodes in translator.onnx_nodes.items():
+        check = _check_node(node, onnx_nodes, translator, values, initializers, model.graph, functions)
+        checks.append(check)
+        if not check.ok:
+            exporter.ctx.report(
+                rules.OP_LEVEL_DEBUGGING,
+                Level.WARNING,
+                f"{node.target} ({node.name}) → {'/'.join(check.onnx_op_types)}: ONNX differs from PyTorch, "
+                f"max abs error {check.max_abs_error:.3g} (atol {check.atol:g}, rtol {check.rtol:g}).",
+                node=node,
+                **check.properties(),
+            )
+    _report_per_line(exporter, checks)
+    return checks
+
+
+def intermediate_values(program: torch.export.ExportedProgram, args: tuple, kwargs: dict) -> dict[torch.fx.Node, Any]:
+    """Every node's value when the example inputs run through the (decomposed) FX graph."""
+    user_inputs, _ = FlattenInputStep(program.call_spec.in_spec).apply(args, kwargs)
+    user_inputs = iter(user_inputs)
+    weights = {**program.state_dict, **program.constants}
+    specs = {spec.arg.name: spec for spec in program.graph_signature.input_specs if hasattr(spec.arg, "name")}
+    feeds = []
+    for node in program.graph.nodes:
+        if node.op != "placeholder":
+            continue
+        spec = specs.get(node.name)
+        feeds.append(next(user_inputs) if spec is None or spec.kind == gs.InputKind.USER_INPUT else weights[spec.target])
+    recorder = _Recorder(program.graph_module)
+    with torch.no_grad():
+        recorder.run(*feeds)
+    return recorder.values
+
+
+class _Recorder(torch.fx.Interpreter):
+    def __init__(self, module: torch.fx.GraphModule) -> None:
+        super().__init__(module)
+        self.values: dict[torch.fx.Node, Any] = {}
+
+    def run_node(self, n: torch.fx.Node) -> Any:
+        self.values[n] = result = super().run_node(n)
+        return result
+
+
+def _check_node(node, onnx_nodes, translator, values, initializers, graph, functions) -> OpCheck:
+    op_types = [n.op_type for n in onnx_nodes]
+    check = OpCheck(node, op_types, ok=True)
+    if not onnx_nodes or node.target is operator.getitem:
+        check.skipped = "no ONNX nodes of its own"
+        return check
+    if any(attr.type in (ir.AttributeType.GRAPH, ir.AttributeType.GRAPHS) for n in onnx_nodes for attr in n.attributes.values()):
+        check.skipped = "control flow (subgraphs) is checked through its branches"
+        return check
+    produced = {v for n in onnx_nodes for v in n.outputs}
+    outputs = [v for v in _flat(translator.values.get(node)) if isinstance(v, ir.Value) and v in produced]
+    expected = [_to_numpy(v) for v in _flat(values.get(node)) if isinstance(v, (torch.Tensor, int, float, bool))]
+    if not outputs or len(outputs) != len(expected):
+        check.skipped = "outputs could not be matched to PyTorch's"
+        return check
+    sources = _value_sources(translator.values)
+    feeds: dict[str, np.ndarray] = {}
+    inputs: list[ir.Value] = []
+    for value in _external_inputs(onnx_nodes):
+        producer = value.producer()
+        if producer is not None and producer.op_type == "Constant" and not producer.inputs:
+            continue  # extracted along with the node
+        if value.name in initializers:
+            feeds[value.name] = _to_numpy(initializers[value.name])
+        elif value in sources:
+            fx_node, index = sources[value]
+            feeds[value.name] = _to_numpy(_flat(values[fx_node])[index])
+        else:
+            check.skipped = f"input {value.name} has no PyTorch value"
+            return check
+        inputs.append(value)
+    try:
+        actual = _run(graph, inputs, outputs, feeds, functions)
+    except Exception as e:  # a node that cannot run alone is reported, not fatal
+        check.ok = False
+        check.skipped = f"ONNX nodes failed to run: {type(e).__name__}: {str(e).splitlines()[0]}"
+        return check
+    dtype = next((v.dtype for v in _flat(values.get(node)) if isinstance(v, torch.Tensor)), torch.float32)
+    check.atol, check.rtol = TOLERANCES.get(dtype, (0.0, 0.0))
+    abs_err = rel_err = 0.0
+    for a, e in zip(actual, expected):
+        if a.shape != e.shape:
+            check.ok = False
+            check.skipped = f"shape {a.shape} vs PyTorch {e.shape}"
+            return check
+        a64, e64 = a.astype(np.float64), e.astype(np.float64)
+        diff = np.abs(a64 - e64)
+        finite = np.isfinite(e64) & np.isfinite(a64)
+        if diff.size:
+            same_nonfinite = np.array_equal(np.isnan(a64), np.isnan(e64)) and np.array_equal(a64[np.isinf(e64)], e64[np.isinf(e64)])
+            if not same_nonfinite:
+                check.ok = False
+            d = diff[finite]
+            if d.size:
+                abs_err = max(abs_err, float(d.max()))
+                rel_err = max(rel_err, float((d / np.maximum(np.abs(e64[finite]), 1e-12)).max()))
+                if not np.all(d <= check.atol + check.rtol * np.abs(e64[finite])):
+                    check.ok = False
+    check.max_abs_error, check.max_rel_error = abs_err, rel_err
+    return check
+
+
+def _run(graph: ir.Graph, inputs: list[ir.Value], outputs: list[ir.Value], feeds: dict[str, np.ndarray], functions) -> list[np.ndarray]:
+    import onnxruntime as ort
+
+    sub = ir.convenience.extract(graph, inputs, outputs)
+    model = ir.Model(sub, ir_version=10, functions=list(functions.values()))
+    for n in ir.traversal.RecursiveGraphIterator(sub):
+        if n.domain:
+            sub.opset_imports.setdefault(n.domain, 1)
+    options = ort.SessionOptions()
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    options.intra_op_num_threads = 1
+    options.log_severity_level = 3  # the extracted graphs take weights as inputs; ORT warns about it
+    session = ort.InferenceSession(ir.serde.serialize_model(model).SerializeToString(), options, providers=["CPUExecutionProvider"])
+    names = {i.name for i in session.get_inputs()}
+    return session.run(None, {k: v for k, v in feeds.items() if k in names})
+
+
+def _report_per_line(exporter: Exporter, checks: list[OpCheck]) -> None:
+    """One FXE0013 note per source line: what the line's ops became and their worst error."""
+    lines: dict[tuple[str, int] | None, list[tuple[OpCheck, list[Frame]]]] = {}
+    for check in checks:
+        if check.skipped and check.ok:
+            continue
+        stack = stack_of(check.node)
+        key = (stack[0].path, stack[0].line) if stack and stack[0].is_user_code else None
+        lines.setdefault(key, []).append((check, stack))
+    for key, entries in lines.items():
+        failed = [c for c, _ in entries if not c.ok]
+        errors = [c.max_abs_error for c, _ in entries if c.max_abs_error is not None]
+        op_types = sorted({t for c, _ in entries for t in c.onnx_op_types})
+        worst = max(errors) if errors else 0.0
+        message = (
+            f"{len(entries)} ops → {', '.join(op_types)}; max abs error {worst:.3g}"
+            + (f"; {len(failed)} mismatch{'es' if len(failed) > 1 else ''}" if failed else "")
+        )
+        exporter.ctx.report(
+            rules.OP_LEVEL_DEBUGGING,
+            Level.NOTE,
+            message,
+            stack=entries[0][1] if key else [],
+            aggregate="sourceLine",
+            checkedOps=len(entries),
+            mismatches=len(failed),
+            maxAbsError=worst,
+            onnxOpTypes=op_types,
+            ops=[c.properties() for c, _ in entries],
+        )
+
+
+def _external_inputs(nodes: list[ir.Node]) -> Iterator[ir.Value]:
+    produced = {v for n in nodes for v in n.outputs}
+    seen: set[ir.Value] = set()
+    for n in nodes:
+        for v in n.inputs:
+            if v is not None and v not in produced and v not in seen:
+                seen.add(v)
+                yield v
+
+
+def _value_sources(env: dict[torch.fx.Node, Any]) -> dict[ir.Value, tuple[torch.fx.Node, int]]:
+    sources = {}
+    for fx_node, result in env.items():
+        for i, v in enumerate(_flat(result)):
+            if isinstance(v, ir.Value):
+                sources.setdefault(v, (fx_node, i))
+    return sources
+
+
+def _flat(value: Any) -> list[Any]:
+    return list(value) if isinstance(value, (list, tuple)) else [value]
+
+
+def _to_numpy(value: Any) -> np.ndarray:
+    if isinstance(value, torch.Tensor):
+        value = value.detach()
+        if value.is_complex():
+            value = torch.view_as_real(value)
+        if value.dtype == torch.bfloat16:
+            import ml_dtypes
+
+            return value.view(torch.int16).numpy().view(ml_dtypes.bfloat16)
+        return value.numpy()
+    if isinstance(value, bool):
+        return np.array(value)
+    if isinstance(value, int):
+        return np.array(value, dtype=np.int64)
+    return np.array(value, dtype=np.float32)
