@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import statistics
 import subprocess
 import sys
@@ -31,6 +32,7 @@ BASELINE = "torch-dynamo"  # export-time ratios are relative to this exporter
 ORT_WARMUP_RUNS = 5
 ORT_MIN_RUNS = 10
 ORT_TARGET_SECONDS = 0.75  # latency runs per model take ~0.5-1 s in total
+LOAD_WARNING = 0.2  # cores kept busy by other processes above which timings are flagged
 
 Result = dict[str, Any]
 
@@ -406,6 +408,21 @@ def worker_main(mode: str, argv: list[str], repeats: int) -> None:
 # ======================================================================================
 
 
+def _busy_cpu_seconds() -> float | None:
+    """CPU seconds all processes of the machine spent busy so far (Linux ``/proc/stat``)."""
+    try:
+        fields = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    except (OSError, ValueError):
+        return None
+    idle = fields[3] + (fields[4] if len(fields) > 4 else 0)  # idle + iowait
+    return (sum(fields[:8]) - idle) / os.sysconf("SC_CLK_TCK")
+
+
+def _children_cpu_seconds() -> float:
+    times = os.times()
+    return times.children_user + times.children_system
+
+
 def call_worker(worker_args: list[str], timeout: float) -> tuple[Any, str | None, float]:
     """Run this script as a worker; returns (parsed JSON or None, error, wall seconds)."""
     cmd = [sys.executable, str(Path(__file__).resolve()), *worker_args]
@@ -424,14 +441,22 @@ def call_worker(worker_args: list[str], timeout: float) -> tuple[Any, str | None
 
 
 def run_pair_in_worker(case: str, exporter: str, timeout: float) -> Result:
-    """One (case, exporter) pair in a fresh process; a crash or timeout is a failed export."""
+    """One (case, exporter) pair in a fresh process; a crash or timeout is a failed export.
+
+    Also records ``other_load``: the CPU cores that *other* processes kept busy meanwhile
+    (machine-wide busy time minus the worker's own), a warning sign for the timings.
+    """
+    busy, own = _busy_cpu_seconds(), _children_cpu_seconds()
     payload, error, wall = call_worker(["--worker", case, exporter], timeout)
+    busy_after = _busy_cpu_seconds()
+    other = None if busy is None or busy_after is None else (busy_after - busy) - (_children_cpu_seconds() - own)
     if payload is None:
         payload = {
             "case": case, "exporter": exporter, "export_ok": False, "ort_ok": False,
             "numeric_ok": False, "success": False, "failed_stage": "worker", "error": error,
         }  # fmt: skip
     payload["worker_wall_s"] = wall
+    payload["other_load"] = None if other is None else max(0.0, other / wall)
     return payload
 
 
@@ -512,6 +537,11 @@ def print_summary(results: list[Result], cases: list[str], exporters: list[str])
         if ratios:
             print(f"  export time onnxlens / {BASELINE}: median {statistics.median(ratios.values()):.2f} "
                   f"(min {min(ratios.values()):.2f}, max {max(ratios.values()):.2f}) over {len(ratios)} cases both succeed")  # fmt: skip
+    loads = [r["other_load"] for r in results if r.get("other_load") is not None]
+    if loads:
+        busy = max(loads) > LOAD_WARNING
+        print(f"  other processes' CPU load during the workers: median {statistics.median(loads):.2f}, "
+              f"max {max(loads):.2f} cores{'  << WARNING: machine not idle, timings are unreliable' if busy else ''}")  # fmt: skip
     for other in ("torchscript", BASELINE):
         if {"onnxlens", other} <= set(exporters):
             ratios = paired(results, "onnxlens", other, "ort_ms")
@@ -587,13 +617,15 @@ def main(argv: list[str] | None = None) -> int:
     figures = []
     if args.repeats > 0:
         figures = print_repeat_figure(args.repeat_case, [e for e in exporters if e != "torchscript"], args.repeats, args.timeout)
+    env = environment()
+    print("\nEnvironment: " + ", ".join(f"{k} {v}" for k, v in env.items()))
     if args.json:
-        args.json.write_text(json.dumps({"results": results, "repeat_figure": figures, "environment": environment()}, indent=1))
+        args.json.write_text(json.dumps({"results": results, "repeat_figure": figures, "environment": env}, indent=1))
     return 0
 
 
 def environment() -> dict[str, str]:
-    """Versions of the tools measured (asked from a worker-free ``pip``-less import in a subprocess)."""
+    """Versions of the tools measured (imported in a subprocess: the parent stays torch-free)."""
     code = (
         "import json, platform, torch, onnx, onnxruntime, onnxscript\n"
         "try:\n import transformers; tv = transformers.__version__\nexcept ImportError:\n tv = None\n"

@@ -11,5 +11,11 @@ fi
 .venv/bin/python -m pip install --quiet torch==2.13.0
 .venv/bin/python -m pip install --quiet -e ".[server,test]"
 
+# The official SARIF validator (a self-contained .NET tool on npm) for the diagnostics tests.
+if [ ! -x .tools/node_modules/.bin/sarif-multitool ]; then
+  npm install --prefix .tools --no-audit --no-fund --loglevel=error @microsoft/sarif-multitool@5.7.0
+fi
+chmod u+x .tools/node_modules/@microsoft/sarif-multitool-linux/Sarif.Multitool  # its postinstall does this
+
 mkdir -p out
 .venv/bin/onnxlens-export examples/mlp.py:mlp -o out/mlp.onnx --sarif out/mlp.sarif

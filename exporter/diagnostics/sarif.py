@@ -56,6 +56,10 @@ def to_sarif_log(ctx: DiagnosticContext) -> sarif.SarifLog:
     return sarif.SarifLog(version=SARIF_VERSION, schema_uri=SARIF_SCHEMA, runs=[run])
 
 
+# Fields written even when they hold their default, so readers need not know SARIF's defaults.
+_ALWAYS_WRITTEN = {"version", "level", "kind"}
+
+
 def to_json_dict(obj: Any) -> Any:
     """A `sarif-om` object as SARIF JSON (schema property names, unset fields left out)."""
     if attr.has(type(obj)):
@@ -65,7 +69,7 @@ def to_json_dict(obj: Any) -> Any:
             names.add(field.name)
             value = getattr(obj, field.name)
             default = field.default.factory() if isinstance(field.default, attr.Factory) else field.default
-            if value is None or (value == default and field.name != "version"):
+            if value is None or (value == default and field.name not in _ALWAYS_WRITTEN):
                 continue
             out[field.metadata.get("schema_property_name", field.name)] = to_json_dict(value)
         if isinstance(obj, sarif.PropertyBag):  # free-form properties ride along as attributes
