@@ -50,6 +50,11 @@ class OpCheck:
     rtol: float | None = None
     skipped: str | None = None
 
+    def problem(self) -> str:
+        if self.max_abs_error is None:
+            return self.skipped or "not compared"
+        return f"ONNX differs from PyTorch, max abs error {self.max_abs_error:.3g} (atol {self.atol:g}, rtol {self.rtol:g})"
+
     def properties(self) -> dict[str, Any]:
         props: dict[str, Any] = {
             "fxNode": self.node.name,
@@ -86,8 +91,7 @@ def validate_ops(exporter: Exporter, program: torch.export.ExportedProgram, tran
             exporter.ctx.report(
                 rules.OP_LEVEL_DEBUGGING,
                 Level.WARNING,
-                f"{node.target} ({node.name}) → {'/'.join(check.onnx_op_types)}: ONNX differs from PyTorch, "
-                f"max abs error {check.max_abs_error:.3g} (atol {check.atol:g}, rtol {check.rtol:g}).",
+                f"{node.target} ({node.name}) → {'/'.join(check.onnx_op_types)}: {check.problem()}.",
                 node=node,
                 **check.properties(),
             )
@@ -133,11 +137,15 @@ def _check_node(node, onnx_nodes, translator, values, initializers, graph, funct
         check.skipped = "control flow (subgraphs) is checked through its branches"
         return check
     produced = {v for n in onnx_nodes for v in n.outputs}
-    outputs = [v for v in _flat(translator.values.get(node)) if isinstance(v, ir.Value) and v in produced]
-    expected = [_to_numpy(v) for v in _flat(values.get(node)) if isinstance(v, (torch.Tensor, int, float, bool))]
-    if not outputs or len(outputs) != len(expected):
+    pairs = [
+        (v, _to_numpy(t))
+        for i, (v, t) in enumerate(zip(_flat(translator.values.get(node)), _flat(values.get(node))))
+        if i in _used_outputs(node) and isinstance(v, ir.Value) and v in produced and isinstance(t, (torch.Tensor, int, float, bool))
+    ]
+    if not pairs:
         check.skipped = "outputs could not be matched to PyTorch's"
         return check
+    outputs, expected = [v for v, _ in pairs], [t for _, t in pairs]
     sources = _value_sources(translator.values)
     feeds: dict[str, np.ndarray] = {}
     inputs: list[ir.Value] = []
@@ -232,6 +240,13 @@ def _report_per_line(exporter: Exporter, checks: list[OpCheck]) -> None:
             onnxOpTypes=op_types,
             ops=[c.properties() for c, _ in entries],
         )
+
+
+def _used_outputs(node: torch.fx.Node) -> set[int]:
+    """Indices of a node's outputs the graph uses (ATen's unused outputs may differ, e.g. batch norm's)."""
+    if not isinstance(node.meta.get("val"), (list, tuple)):
+        return {0}
+    return {user.args[1] for user in node.users if user.target is operator.getitem}
 
 
 def _external_inputs(nodes: list[ir.Node]) -> Iterator[ir.Value]:

@@ -40,6 +40,7 @@ def _library_roots() -> tuple[str, ...]:
     return tuple(os.path.realpath(r) + os.sep for r in roots)
 
 
+@functools.lru_cache(maxsize=4096)
 def is_user_file(path: str) -> bool:
     """True for the model author's files: not torch, not site-packages, not the exporter."""
     if path.startswith("<"):
