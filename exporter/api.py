@@ -15,6 +15,7 @@ from exporter import adapters, analysis, capture
 from exporter.diagnostics import DiagnosticContext, DiagnosticOptions, Level
 from exporter.diagnostics import rules
 from exporter.errors import OnnxExporterError
+from exporter.fake import check_fake_consistency
 from exporter.output import ExportOutput
 from exporter.passes import decompose, finalize, type_promotion
 from exporter.registry import DEFAULT_OPSET_VERSION, OnnxRegistry
@@ -129,6 +130,7 @@ class Exporter:
             self.timings[name] = self.ctx.timings[name] = time.perf_counter() - start
 
     def _capture(self) -> torch.export.ExportedProgram:
+        check_fake_consistency(self.model, self.model_args, self.model_kwargs, self.options.fake_context)
         extractor = capture.FXGraphExtractor()
         fake_mode = self.options.fake_context.fake_mode if self.options.fake_context is not None else None
         try:
@@ -182,11 +184,7 @@ class Exporter:
         self._translated = 0
         self._total = sum(1 for n in program.graph.nodes if n.op == "call_function")
         try:
-            return translator.translate_program(
-                program,
-                lazy_weights=self.options.fake_context is not None,
-                dim_names=dim_names(program),
-            )
+            return translator.translate_program(program, dim_names=dim_names(program))
         except TranslationError as e:
             self.ctx.report(
                 rules.FX_NODE_TO_ONNX, Level.ERROR, str(e), node=e.node, exception=e.__cause__, onnxFunction=e.function_name

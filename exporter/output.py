@@ -91,7 +91,14 @@ class ExportOutput:
         model_state_dict: dict[str, Any] | str | os.PathLike | None = None,
         serializer: ExportOutputSerializer | None = None,
     ) -> None:
-        """Write the model to a path (atomically) or a binary stream."""
+        """Write the model to a path (atomically) or a binary stream.
+
+        With `model_state_dict` (a dict, or a ``.safetensors``/``torch.save`` checkpoint path), the
+        weights are written as external data in ``<stem>_initializers/`` beside the model. Under fake
+        mode, the checkpoints loaded inside `enable_fake_mode` are used when none is given.
+        """
+        if model_state_dict is None and self._fake_context is not None and self._fake_context.state_dict_paths:
+            model_state_dict = list(self._fake_context.state_dict_paths)
         if model_state_dict is not None:
             from exporter.external_data import save_with_state_dict
 

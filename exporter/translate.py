@@ -17,6 +17,7 @@ from exporter import dispatch
 from exporter.diagnostics import DiagnosticContext, Level
 from exporter.diagnostics import rules
 from exporter.diagnostics.locations import stack_of
+from exporter.external_data import WEIGHT_META
 from exporter.recorder import OpRecorder, SymbolicValue
 from exporter.registry import OnnxRegistry
 
@@ -94,15 +95,14 @@ class GraphTranslator:
 
     # -- top level ------------------------------------------------------------------------
 
-    def translate_program(
-        self, program: torch.export.ExportedProgram, *, lazy_weights: bool, dim_names: dict[str, str]
-    ) -> ir.Model:
+    def translate_program(self, program: torch.export.ExportedProgram, *, dim_names: dict[str, str]) -> ir.Model:
         """The ONNX model of `program`: user inputs become graph inputs, weights initializers."""
         self.dim_names = dim_names
         graph = ir.Graph([], [], nodes=[], opset_imports={"": self.registry.opset_version}, name="main_graph")
         env = self.values
         specs = {spec.arg.name: spec for spec in program.graph_signature.input_specs if hasattr(spec.arg, "name")}
         weights = {**program.state_dict, **program.constants}
+        weight_inputs: list[ir.Value] = []
         for node in program.graph.nodes:
             if node.op != "placeholder":
                 continue
@@ -112,9 +112,13 @@ class GraphTranslator:
                 value = ir.Value(name=spec.target)
                 _set_info(value, val, self.dim_names)
                 tensor = weights.get(spec.target)
-                if tensor is not None and not lazy_weights and not _is_fake(tensor):
+                if tensor is None or _is_fake(tensor):
+                    # No data (fake mode): the weight is a graph input until saved with a state dict.
+                    value.meta[WEIGHT_META] = True
+                    weight_inputs.append(value)
+                else:
                     value.const_value = _weight_tensor(tensor, spec.target)
-                graph.register_initializer(value) if value.const_value is not None else graph.initializers.add(value)
+                    graph.register_initializer(value)
                 env[node] = value
             elif isinstance(val, (torch.Tensor, torch.SymInt, torch.SymFloat, torch.SymBool)):
                 value = SymbolicValue(self.opset, name=node.name)
@@ -123,6 +127,7 @@ class GraphTranslator:
                 env[node] = value
             else:
                 env[node] = val  # a Python constant baked into the graph
+        graph.inputs.extend(weight_inputs)
         user_outputs = [
             i for i, spec in enumerate(program.graph_signature.output_specs) if spec.kind == gs.OutputKind.USER_OUTPUT
         ]

@@ -172,12 +172,6 @@ def test_options_from_settings_validates():
         exporter.ExportOptions.from_settings({"verbosity": "loud"})
 
 
-def test_fake_mode_says_what_is_missing():
-    with pytest.raises(NotImplementedError, match="enable_fake_mode is not implemented yet"):
-        with exporter.enable_fake_mode():
-            pass
-
-
 MODEL_FILE = textwrap.dedent(
     """
     import torch
