@@ -7,7 +7,7 @@ The API follows PyTorch 2.1's ``torch.onnx.dynamo_export``::
     export_output.save("model.onnx")
 """
 
-from exporter.api import Exporter, ExportOptions, dynamo_export
+from exporter.api import Exporter, ExportOptions, default_registry, dynamo_export
 from exporter.capture import FXGraphExtractor
 from exporter.diagnostics import DiagnosticContext, DiagnosticOptions
 from exporter.errors import OnnxExporterError
@@ -28,6 +28,7 @@ __all__ = [
     "ONNXProgram",
     "OnnxExporterError",
     "OnnxRegistry",
+    "default_registry",
     "dynamo_export",
     "enable_fake_mode",
     "export_target",

@@ -10,6 +10,7 @@ import torch
 from exporter import dispatch
 from exporter.diagnostics import DiagnosticContext, Level
 from exporter.diagnostics import rules
+from exporter.diagnostics.locations import stack_of
 from exporter.registry import OnnxRegistry
 from exporter.translate import STRUCTURAL_TARGETS
 
@@ -35,14 +36,15 @@ def find_unsupported(module: torch.fx.GraphModule, registry: OnnxRegistry, ctx: 
             dispatch.find_functions(node, registry, _Silent())
         except dispatch.UnsupportedOperatorError as e:
             unsupported.append(node)
-            ctx.report(rules.NO_SYMBOLIC_FUNCTION, Level.ERROR, str(e), node=node)
+            schema = getattr(node.target, "_schema", None)
+            ctx.report(rules.NO_SYMBOLIC_FUNCTION, Level.ERROR, str(e), node=node, **({"schema": str(schema)} if schema else {}))
     if unsupported:
         targets = sorted({str(n.target) for n in unsupported})
         ctx.report(
             rules.UNSUPPORTED_FX_NODE_ANALYSIS,
             Level.ERROR,
             f"Unsupported FX nodes: {', '.join(targets)}.",
-            stack=[],
+            stack=stack_of(unsupported[0]),  # located at the first one; FXE0011 locates each
             unsupportedTargets=targets,
             unsupportedNodes={str(n.target): [m.name for m in unsupported if m.target == n.target] for n in unsupported},
         )

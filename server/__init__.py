@@ -1,0 +1,1 @@
+"""onnxlens language server: exports on request from the editor, SARIF results as editor problems."""

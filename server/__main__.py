@@ -1,0 +1,21 @@
+"""``onnxlens-server``: the language server over stdio."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+
+def main() -> None:
+    # JSON-RPC gets a private copy of the real stdout; fd 1 (print, C/C++ output of torch and of
+    # user code, inherited by worker processes) goes to stderr, which the editor logs.
+    rpc_out = os.fdopen(os.dup(1), "wb")
+    os.dup2(2, 1)
+    sys.stdout = sys.stderr
+    from server.server import server
+
+    server.start_io(sys.stdin.buffer, rpc_out)
+
+
+if __name__ == "__main__":
+    main()

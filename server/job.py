@@ -1,0 +1,116 @@
+"""One export, run inside a forked worker process; it reports back over a pipe.
+
+Messages sent (tuples): ``("progress", stage, info)`` while exporting, then exactly one
+``("result", dict)``. If the process dies without a result (crash, ``os._exit``, kill), the
+server knows from the missing result and the exit code.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import linecache
+import os
+import sys
+import time
+import traceback
+from multiprocessing.connection import Connection
+from typing import Any
+
+
+@dataclasses.dataclass(frozen=True)
+class ExportRequest:
+    job_id: str
+    path: str  # the model file (absolute)
+    target: str  # an @exporter.export_target function in it
+    settings: dict[str, Any]  # ExportOptions.from_settings keys
+    output_dir: str
+    source: str | None = None  # the editor's text of `path` (may be unsaved); None: read the file
+
+    @property
+    def stem(self) -> str:
+        return f"{os.path.splitext(os.path.basename(self.path))[0]}.{self.target}"
+
+    @property
+    def onnx_path(self) -> str:
+        return os.path.join(self.output_dir, self.stem + ".onnx")
+
+    @property
+    def sarif_path(self) -> str:
+        return os.path.join(self.output_dir, self.stem + ".sarif")
+
+
+def run(request: ExportRequest, conn: Connection) -> None:
+    """Process entry point: export `request.target`, writing .onnx and .sarif atomically."""
+    start = time.perf_counter()
+    try:
+        result = _export(request, lambda stage, info: conn.send(("progress", stage, info)))
+    except BaseException as e:  # anything user code raises is a result, not a crash
+        result = {"status": "failed", "message": f"{type(e).__name__}: {e}", "frames": _user_frames(e, request.path)}
+    result["seconds"] = time.perf_counter() - start
+    conn.send(("result", result))
+    conn.close()
+
+
+def _export(request: ExportRequest, progress) -> dict[str, Any]:
+    import exporter
+    from exporter.targets import build_target, target_options
+
+    progress("load", {})
+    module = _load(request)
+    fn = getattr(module, request.target, None)
+    if fn is None or not callable(fn):
+        return {"status": "failed", "message": f"{os.path.basename(request.path)} has no export target {request.target!r}", "frames": []}
+    progress("build target", {})
+    model, args, kwargs = build_target(fn)
+    options = exporter.ExportOptions.from_settings({**target_options(fn), **request.settings})
+    job = exporter.Exporter(options, model, args, kwargs, progress=progress)
+    os.makedirs(request.output_dir, exist_ok=True)
+    try:
+        output = job.export()
+    except exporter.OnnxExporterError as e:
+        e.export_output.save_diagnostics(request.sarif_path)
+        return {"status": "failed", "message": str(e), "sarif": request.sarif_path, "stages": job.timings}
+    progress("save", {})
+    output.save(request.onnx_path)
+    output.save_diagnostics(request.sarif_path)
+    graph = output.model.graph
+    return {
+        "status": "ok",
+        "onnx": request.onnx_path,
+        "sarif": request.sarif_path,
+        "stages": job.timings,
+        "summary": {
+            "inputs": len(graph.inputs),
+            "outputs": len(graph.outputs),
+            "nodes": len(graph),
+            "functions": len(output.model.functions),
+            "opset": graph.opset_imports.get(""),
+            "warnings": sum(1 for d in job.ctx.diagnostics if d.level.name == "WARNING"),
+        },
+    }
+
+
+def _load(request: ExportRequest):
+    """Import the model file from the editor's text (so unsaved edits count) under its real path."""
+    import types
+
+    path = request.path
+    source = request.source if request.source is not None else open(path, encoding="utf-8").read()
+    lines = source.splitlines(keepends=True)
+    linecache.cache[path] = (len(source), None, lines, path)  # tracebacks and stacks show this text
+    module = types.ModuleType(os.path.splitext(os.path.basename(path))[0])
+    module.__file__ = path
+    sys.modules[module.__name__] = module
+    sys.path.insert(0, os.path.dirname(path))
+    exec(compile(source, path, "exec"), module.__dict__)
+    return module
+
+
+def _user_frames(error: BaseException, path: str) -> list[dict[str, Any]]:
+    """Frames of the traceback in the user's files (innermost first)."""
+    from exporter.diagnostics.locations import is_user_file
+
+    frames = [f for f in traceback.extract_tb(error.__traceback__) if is_user_file(f.filename) and not f.filename.startswith(os.path.dirname(__file__))]
+    if isinstance(error, SyntaxError) and error.filename and error.lineno:
+        frames.append(traceback.FrameSummary(error.filename, error.lineno, "<module>"))
+    return [{"path": f.filename, "line": f.lineno, "function": f.name} for f in reversed(frames)]

@@ -1,0 +1,104 @@
+"""SARIF results → LSP diagnostics, by the file each result points into."""
+
+from __future__ import annotations
+
+import pathlib
+import urllib.parse
+from typing import Any
+
+from lsprotocol import types
+
+SOURCE = "onnxlens"
+
+_SEVERITY = {
+    "error": types.DiagnosticSeverity.Error,
+    "warning": types.DiagnosticSeverity.Warning,
+    "note": types.DiagnosticSeverity.Information,
+}
+
+
+def artifact_path(location: dict[str, Any], run: dict[str, Any]) -> str | None:
+    """The absolute file path of a SARIF location (resolving ``uriBaseId``)."""
+    artifact = location.get("physicalLocation", {}).get("artifactLocation", {})
+    uri = artifact.get("uri")
+    if not uri:
+        return None
+    base_id = artifact.get("uriBaseId")
+    if base_id:
+        base = run.get("originalUriBaseIds", {}).get(base_id, {}).get("uri", "")
+        uri = urllib.parse.urljoin(base, uri)
+    parsed = urllib.parse.urlparse(uri)
+    if parsed.scheme not in ("file", ""):
+        return None
+    return str(pathlib.Path(urllib.parse.unquote(parsed.path)))
+
+
+def line_of(location: dict[str, Any]) -> int:
+    """0-based line of a SARIF location."""
+    return location.get("physicalLocation", {}).get("region", {}).get("startLine", 1) - 1
+
+
+def to_range(line: int, text_line: str | None = None) -> types.Range:
+    """The range of a whole source line (from its first non-blank character)."""
+    start = len(text_line) - len(text_line.lstrip()) if text_line else 0
+    end = len(text_line.rstrip("\r\n")) if text_line else 0
+    return types.Range(types.Position(line, start), types.Position(line, max(end, start)))
+
+
+def diagnostics_by_path(log: dict[str, Any], read_line=None) -> dict[str, list[types.Diagnostic]]:
+    """Problems for every file the log's results point into.
+
+    Results at level none (the DEBUG trail) and op-level-debug line summaries (shown inline
+    instead) are left out. `read_line(path, line)` gives a line's text for a precise range.
+    """
+    found: dict[str, list[types.Diagnostic]] = {}
+    for run in log.get("runs", []):
+        rules = {r["id"]: r for r in run.get("tool", {}).get("driver", {}).get("rules", [])}
+        for result in run.get("results", []):
+            level = result.get("level", "warning")
+            if level not in _SEVERITY or not result.get("locations"):
+                continue
+            if result.get("properties", {}).get("aggregate") == "sourceLine":
+                continue
+            path = artifact_path(result["locations"][0], run)
+            if path is None:
+                continue
+            line = line_of(result["locations"][0])
+            rule = rules.get(result["ruleId"], {})
+            found.setdefault(path, []).append(
+                types.Diagnostic(
+                    range=to_range(line, read_line(path, line) if read_line else None),
+                    message=result["message"]["text"],
+                    severity=_SEVERITY[level],
+                    code=result["ruleId"],
+                    code_description=types.CodeDescription(href=rule["helpUri"]) if rule.get("helpUri") else None,
+                    source=SOURCE,
+                    related_information=_related(result, run, read_line),
+                    data={"ruleId": result["ruleId"], "properties": _small(result.get("properties", {}))},
+                )
+            )
+    return found
+
+
+def _related(result: dict[str, Any], run: dict[str, Any], read_line) -> list[types.DiagnosticRelatedInformation] | None:
+    related = []
+    for location in result.get("relatedLocations", []):
+        path = artifact_path(location, run)
+        if path is None:
+            continue
+        line = line_of(location)
+        related.append(
+            types.DiagnosticRelatedInformation(
+                location=types.Location(pathlib.Path(path).as_uri(), to_range(line, read_line(path, line) if read_line else None)),
+                message=location.get("message", {}).get("text", "called from here"),
+            )
+        )
+    module = result.get("properties", {}).get("modulePath")
+    if module and related:
+        related[0].message += f" — in module {module}"
+    return related or None
+
+
+def _small(properties: dict[str, Any]) -> dict[str, Any]:
+    """The properties a code action needs (not the large dumps)."""
+    return {k: v for k, v in properties.items() if k in ("fxTarget", "fxNode", "modulePath", "onnxOpTypes", "schema")}

@@ -1,0 +1,162 @@
+"""Find export targets and ``nn.Module`` classes in Python source, statically (user code never runs).
+
+A target is a function decorated with ``exporter.export_target`` in any import style::
+
+    import exporter                          @exporter.export_target / @exporter.export_target(...)
+    import exporter as ex                    @ex.export_target
+    from exporter import export_target as t  @t / @t(...)
+"""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+
+
+@dataclasses.dataclass(frozen=True)
+class Target:
+    name: str
+    line: int  # 0-based line of the ``def``
+    end_line: int  # 0-based last line of the function
+    decorator_line: int  # 0-based line of the decorator
+
+
+@dataclasses.dataclass(frozen=True)
+class ModuleClass:
+    name: str
+    line: int
+    end_line: int
+    example_input: str  # Python expression for an example input, derived from the first layer
+
+
+@dataclasses.dataclass(frozen=True)
+class Discovery:
+    targets: list[Target]
+    modules: list[ModuleClass]
+    imports_torch: bool
+    imports_exporter: bool
+    last_import_line: int  # 0-based line after which new imports go (-1: top of file)
+
+
+def discover(source: str) -> Discovery:
+    """Targets and module classes of `source`; a file with syntax errors has none."""
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return Discovery([], [], False, False, -1)
+    aliases = _ImportAliases(tree)
+    targets = [
+        Target(node.name, node.lineno - 1, (node.end_lineno or node.lineno) - 1, decorator.lineno - 1)
+        for node in ast.walk(tree)
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
+        for decorator in node.decorator_list
+        if aliases.is_export_target(decorator)
+    ]
+    import_ends = [(n.end_lineno or n.lineno) - 1 for n in tree.body if isinstance(n, (ast.Import, ast.ImportFrom))]
+    return Discovery(
+        sorted(targets, key=lambda t: t.line),
+        _module_classes(tree, aliases),
+        imports_torch=bool(aliases.torch_names),
+        imports_exporter=bool(aliases.exporter_modules or aliases.target_names),
+        last_import_line=max(import_ends, default=-1),
+    )
+
+
+def target_at(targets: list[Target], line: int) -> Target | None:
+    """The target whose function encloses `line`, else the nearest one above it, else the first."""
+    for target in targets:
+        if target.decorator_line <= line <= target.end_line:
+            return target
+    above = [t for t in targets if t.line <= line]
+    return above[-1] if above else (targets[0] if targets else None)
+
+
+class _ImportAliases:
+    """How the file can refer to ``exporter.export_target``, ``torch`` and ``torch.nn.Module``."""
+
+    def __init__(self, tree: ast.Module) -> None:
+        self.exporter_modules: set[str] = set()  # names bound to the exporter package
+        self.target_names: set[str] = set()
+        self.module_names: set[str] = set()  # names bound to torch.nn.Module
+        self.nn_names: set[str] = set()  # names bound to torch.nn
+        self.torch_names: set[str] = set()
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                for alias in node.names:
+                    bound = alias.asname or alias.name.split(".")[0]
+                    if alias.name in ("exporter", "exporter.targets"):
+                        self.exporter_modules.add(alias.asname or alias.name)
+                    if alias.name == "torch" or alias.name.startswith("torch."):
+                        self.torch_names.add(bound)
+                    if alias.name == "torch.nn" and alias.asname:
+                        self.nn_names.add(alias.asname)
+            elif isinstance(node, ast.ImportFrom) and node.module:
+                for alias in node.names:
+                    bound = alias.asname or alias.name
+                    if node.module in ("exporter", "exporter.targets") and alias.name == "export_target":
+                        self.target_names.add(bound)
+                    if node.module == "torch" and alias.name == "nn":
+                        self.nn_names.add(bound)
+                    if node.module == "torch.nn" and alias.name == "Module":
+                        self.module_names.add(bound)
+
+    def is_export_target(self, decorator: ast.expr) -> bool:
+        if isinstance(decorator, ast.Call):
+            decorator = decorator.func
+        if isinstance(decorator, ast.Name):
+            return decorator.id in self.target_names
+        return isinstance(decorator, ast.Attribute) and decorator.attr == "export_target" and _dotted(decorator.value) in self.exporter_modules
+
+    def is_module_base(self, base: ast.expr) -> bool:
+        dotted = _dotted(base)
+        if dotted is None:
+            return False
+        if dotted in self.module_names:
+            return True
+        head, _, tail = dotted.rpartition(".")
+        return tail == "Module" and (head in self.nn_names or head in {f"{t}.nn" for t in self.torch_names})
+
+
+def _module_classes(tree: ast.Module, aliases: _ImportAliases) -> list[ModuleClass]:
+    examples: dict[str, str] = {}  # module class name -> example input
+    found = []
+    for cls in (n for n in tree.body if isinstance(n, ast.ClassDef)):  # file order: subclasses follow bases
+        local_bases = [examples[name] for b in cls.bases if (name := _dotted(b)) in examples]
+        if not local_bases and not any(aliases.is_module_base(b) for b in cls.bases):
+            continue
+        has_init = any(isinstance(n, ast.FunctionDef) and n.name == "__init__" for n in cls.body)
+        examples[cls.name] = _example_input(cls) if has_init or not local_bases else local_bases[0]
+        found.append(ModuleClass(cls.name, cls.lineno - 1, (cls.end_lineno or cls.lineno) - 1, examples[cls.name]))
+    return found
+
+
+def _example_input(cls: ast.ClassDef) -> str:
+    """An example input guessed from the first layer built in ``__init__`` (a TODO if unknown)."""
+    init = next((n for n in cls.body if isinstance(n, ast.FunctionDef) and n.name == "__init__"), None)
+    for node in ast.walk(init) if init else ():
+        if not isinstance(node, ast.Call) or not node.args:
+            continue
+        layer = (_dotted(node.func) or "").rsplit(".", 1)[-1]
+        first = ast.unparse(node.args[0])
+        if layer == "Linear":
+            return f"torch.randn(2, {first})"
+        if layer in ("Conv1d", "ConvTranspose1d"):
+            return f"torch.randn(1, {first}, 64)"
+        if layer in ("Conv2d", "ConvTranspose2d"):
+            return f"torch.randn(1, {first}, 32, 32)"
+        if layer in ("Conv3d", "ConvTranspose3d"):
+            return f"torch.randn(1, {first}, 8, 16, 16)"
+        if layer == "Embedding":
+            return f"torch.randint(0, {first}, (1, 16))"
+        if layer in ("LSTM", "GRU", "RNN"):
+            return f"torch.randn(1, 16, {first})"
+    return "torch.randn(1, 8)  # TODO: an example input of the right shape"
+
+
+def _dotted(node: ast.expr) -> str | None:
+    if isinstance(node, ast.Name):
+        return node.id
+    if isinstance(node, ast.Attribute):
+        head = _dotted(node.value)
+        return f"{head}.{node.attr}" if head else None
+    return None

@@ -1,0 +1,69 @@
+"""Op-level debug traces inline: inlay hints at the end of source lines, and hovers with the details.
+
+They come from the FXE0013 per-line summaries of SARIF logs (``properties.aggregate ==
+"sourceLine"``), which list every checked op of the line with its numbers.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from lsprotocol import types
+
+from server.sarif_to_lsp import artifact_path, line_of
+
+
+@dataclasses.dataclass(frozen=True)
+class LineTrace:
+    path: str
+    line: int  # 0-based
+    ops: list[dict[str, Any]]
+    op_types: list[str]
+    max_abs_error: float
+    mismatches: int
+
+
+def line_traces(log: dict[str, Any]) -> list[LineTrace]:
+    traces = []
+    for run in log.get("runs", []):
+        for result in run.get("results", []):
+            props = result.get("properties", {})
+            if result.get("ruleId") != "FXE0013" or props.get("aggregate") != "sourceLine" or not result.get("locations"):
+                continue
+            path = artifact_path(result["locations"][0], run)
+            if path is not None:
+                traces.append(
+                    LineTrace(path, line_of(result["locations"][0]), props.get("ops", []), props.get("onnxOpTypes", []),
+                              props.get("maxAbsError", 0.0), props.get("mismatches", 0))
+                )
+    return traces
+
+
+def inlay_hint(trace: LineTrace, line_text: str) -> types.InlayHint:
+    marker = f"⚠ {trace.mismatches} mismatch{'es' if trace.mismatches > 1 else ''} · " if trace.mismatches else ""
+    label = f"{marker}→ {', '.join(trace.op_types)} · max|Δ| {trace.max_abs_error:.2g}"
+    return types.InlayHint(
+        position=types.Position(trace.line, len(line_text.rstrip("\r\n"))),
+        label=label,
+        kind=types.InlayHintKind.Type,
+        padding_left=True,
+        tooltip=types.MarkupContent(types.MarkupKind.Markdown, hover_markdown(trace)),
+    )
+
+
+def hover_markdown(trace: LineTrace) -> str:
+    rows = ["| PyTorch op | ONNX | shapes | dtype | max abs err | tolerance | |", "|---|---|---|---|---|---|---|"]
+    for op in trace.ops:
+        shapes = " → ".join(
+            ", ".join("×".join(s) or "scalar" for s in op.get(key, [])) for key in ("inputShapes", "outputShapes")
+        )
+        err = op.get("maxAbsError")
+        tol = f"{op['atol']:g} + {op['rtol']:g}·\\|x\\|" if op.get("atol") is not None else ""
+        verdict = "✅" if op.get("ok") else f"❌ {op.get('skipped', 'mismatch')}"
+        rows.append(
+            f"| `{op.get('fxTarget', '?')}` | {', '.join(op.get('onnxOpTypes', []))} | {shapes} | "
+            f"{', '.join(op.get('outputDtypes', []))} | {'' if err is None else f'{err:.3g}'} | {tol} | {verdict} |"
+        )
+    title = "**onnxlens op-level debug**" + (f" — {trace.mismatches} mismatch(es)" if trace.mismatches else "")
+    return "\n".join([title, "", *rows])
