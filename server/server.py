@@ -134,7 +134,7 @@ class OnnxlensServer(LanguageServer):
         if result.status != "ok" and not any(d.severity == types.DiagnosticSeverity.Error for ds in state.diagnostics.values() for d in ds):
             self._add_failure(state, result)
         self.states[key] = state
-        for path in set(old.diagnostics) | set(state.diagnostics):
+        for path in set(old.diagnostics) | set(state.diagnostics) | {request.path}:  # the target's file always
             self._publish(path)
         workspace = getattr(self.client_capabilities, "workspace", None)
         if getattr(getattr(workspace, "inlay_hint", None), "refresh_support", False):

@@ -1,10 +1,15 @@
 """Imported once by the worker fork server, so every export starts warm.
 
-torch, onnxscript's torchlib and the exporter's default registry are loaded here; each export is
-then a fork of this process, which picks up the user's current code and dies with it.
+torch, onnxscript's torchlib and the exporter's default registry are loaded here, and one tiny
+model is exported so that torch.export's lazy initialization is done too (it costs about a second
+on the first export of every process). Each export is then a fork of this process, which picks
+up the user's current code and dies with it.
 """
 
-import exporter  # noqa: F401  (torch, onnx, onnxscript come with it)
+import torch
+
+import exporter
 from exporter.api import default_registry
 
 default_registry().supported_targets()  # builds torchlib's table and its operator lookup
+exporter.dynamo_export(torch.nn.Sequential(torch.nn.Linear(2, 2), torch.nn.ReLU()), torch.zeros(1, 2))
