@@ -6,7 +6,8 @@ Commands (``workspace/executeCommand``), each taking one JSON object:
 - ``onnxlens.server.listTargets`` ``{uri}`` → ``{targets: [{name, line}], modules: [...]}``
 - ``onnxlens.server.cancel`` ``{jobId}`` → ``{cancelled}``
 
-Notification to the client when an export ends: ``onnxlens/exportFinished`` (one job's result).
+Notifications to the client: ``onnxlens/exportProgress`` (stage by stage) and
+``onnxlens/exportFinished`` (one job's result), besides standard work-done progress.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ from server.worker import JobResult, WorkerPool
 VERSION = "0.1.0"
 EXPORT, LIST_TARGETS, CANCEL = "onnxlens.server.export", "onnxlens.server.listTargets", "onnxlens.server.cancel"
 EXPORT_FINISHED = "onnxlens/exportFinished"
+EXPORT_PROGRESS = "onnxlens/exportProgress"  # {jobId, target, stage, detail}, for clients that show their own progress
 OPEN_SARIF = "onnxlens.openSarifLog"  # a client command (the VS Code extension implements it)
 
 # Editor settings (section "onnxlens") and request options → ExportOptions.from_settings keys.
@@ -109,8 +111,9 @@ class OnnxlensServer(LanguageServer):
             progress.begin(token, types.WorkDoneProgressBegin(title=f"Exporting {request.target}", cancellable=True, percentage=0))
 
         def report(stage: str, info: dict[str, Any]) -> None:
+            detail = f" {info['done']}/{info['total']} nodes" if "done" in info else ""
+            self.protocol.notify(EXPORT_PROGRESS, {"jobId": request.job_id, "target": request.target, "stage": stage, "detail": detail})
             if token in progress.tokens:
-                detail = f" {info['done']}/{info['total']} nodes" if "done" in info else ""
                 progress.report(token, types.WorkDoneProgressReport(message=f"{stage}{detail}", percentage=_STAGE_PERCENT.get(stage, 50)))
 
         result = await self.pool.export(request, report, timeout)
