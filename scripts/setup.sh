@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Set up onnxlens in .venv (CPU torch pinned), then run the main job: export the seed's MLP.
+# Set up onnxlens: the Python packages in .venv (CPU torch), the VS Code extension (.vsix), the
+# SARIF validator; then run the main job: export the seed's MLP and print the summary.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -16,6 +17,9 @@ if [ ! -x .tools/node_modules/.bin/sarif-multitool ]; then
   npm install --prefix .tools --no-audit --no-fund --loglevel=error @microsoft/sarif-multitool@5.7.0
 fi
 chmod u+x .tools/node_modules/@microsoft/sarif-multitool-linux/Sarif.Multitool  # its postinstall does this
+
+# The VS Code extension, packaged as vscode-extension/dist/onnxlens.vsix.
+(cd vscode-extension && npm ci --no-audit --no-fund --loglevel=error && npm run -s package >/dev/null)
 
 mkdir -p out
 .venv/bin/onnxlens-export examples/mlp.py:mlp -o out/mlp.onnx --sarif out/mlp.sarif

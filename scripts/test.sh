@@ -1,5 +1,11 @@
 #!/usr/bin/env bash
-# Run every test (after scripts/setup.sh).
+# Run every test (after scripts/setup.sh): Python (exporter, SARIF, language server), then the
+# extension's unit tests and its end-to-end tests in a real VS Code (code-server, installed on demand).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 .venv/bin/python -m pytest -q "$@"
+bash scripts/setup-e2e.sh
+cd vscode-extension
+npm run -s typecheck
+npm run -s test:unit
+ONNXLENS_PYTHON="$PWD/../.venv/bin/python" npm run -s test:e2e
