@@ -18,6 +18,7 @@ import argparse
 import json
 import math
 import os
+import re
 import statistics
 import subprocess
 import sys
@@ -33,6 +34,7 @@ ORT_WARMUP_RUNS = 5
 ORT_MIN_RUNS = 10
 ORT_TARGET_SECONDS = 0.75  # latency runs per model take ~0.5-1 s in total
 LOAD_WARNING = 0.2  # cores kept busy by other processes above which timings are flagged
+ANSI_ESCAPE = re.compile(r"\x1b\[[0-9;]*m")
 
 Result = dict[str, Any]
 
@@ -43,8 +45,8 @@ Result = dict[str, Any]
 
 
 def _first_line(exc: BaseException) -> str:
-    """``Type: first line of the message`` of an exception."""
-    lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()]
+    """``Type: first line of the message`` of an exception (terminal colors removed)."""
+    lines = [ln.strip() for ln in ANSI_ESCAPE.sub("", str(exc)).splitlines() if ln.strip()]
     return f"{type(exc).__name__}: {lines[0] if lines else ''}"
 
 
@@ -469,6 +471,14 @@ def status(r: Result) -> str:
     return "ok" if r["success"] else f"FAIL({r.get('failed_stage') or '?'})"
 
 
+def describe_error(r: Result) -> str:
+    """The recorded error, with its root cause when that differs (empty if none)."""
+    text = r.get("error") or ""
+    if r.get("root_cause"):
+        text += f" (cause: {r['root_cause']})"
+    return text
+
+
 def export_ratio(r: Result, by_key: dict[tuple[str, str], Result]) -> float | None:
     """This row's export time over the baseline exporter's for the same case (both exported)."""
     base = by_key.get((r["case"], BASELINE))
@@ -530,7 +540,7 @@ def print_summary(results: list[Result], cases: list[str], exporters: list[str])
         print(f"  {BASELINE} succeeds but onnxlens fails: {len(lens_fail)}")
         for c in lens_fail:
             r = by_key[(c, "onnxlens")]
-            print(f"    - {c}: [{r.get('failed_stage')}] {r.get('error')}")
+            print(f"    - {c}: [{r.get('failed_stage')}] {describe_error(r)}")
         lens_only = [c for c in cases if by_key[(c, "onnxlens")]["success"] and not by_key[(c, BASELINE)]["success"]]
         print(f"  onnxlens succeeds but {BASELINE} fails: {len(lens_only)}: {', '.join(lens_only) or 'none'}")
         ratios = paired(results, "onnxlens", BASELINE, "export_s")
@@ -609,8 +619,8 @@ def main(argv: list[str] | None = None) -> int:
         for exporter in exporters:
             r = run_pair_in_worker(case, exporter, args.timeout)
             results.append(r)
-            print(f"[{i}/{len(cases)}] {case} / {exporter}: {status(r)} "
-                  f"({r['worker_wall_s']:.1f} s){'  ' + r['error'] if r.get('error') else ''}", file=sys.stderr, flush=True)  # fmt: skip
+            print(f"[{i}/{len(cases)}] {case} / {exporter}: {status(r)} ({r['worker_wall_s']:.1f} s)  {describe_error(r)}",
+                  file=sys.stderr, flush=True)  # fmt: skip
 
     print_table(results)
     print_summary(results, cases, exporters)
