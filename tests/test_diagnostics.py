@@ -217,3 +217,13 @@ def test_official_sarif_multitool_validates_our_log(tmp_path):
     report = json.loads(out.read_text())
     problems = [r for r in report["runs"][0].get("results", []) if r.get("level") == "error"]
     assert problems == [], problems
+
+
+def test_rules_reference_page_is_current():
+    from exporter.diagnostics.rules import ALL_RULES, rules_markdown
+
+    page = (REPO / "docs" / "rules.md").read_text()
+    assert page == rules_markdown(), "regenerate with: python -m exporter.diagnostics.rules > docs/rules.md"
+    for rule in ALL_RULES:  # each helpUri anchor is a heading of the page (GitHub's anchor rules)
+        anchor = rule.help_uri.split("#")[1]
+        assert f"{rule.id} {rule.name}".lower().replace(" ", "-") == anchor

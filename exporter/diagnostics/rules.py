@@ -151,3 +151,24 @@ ALL_RULES: tuple[Rule, ...] = (
     INPUT_OUTPUT_ADAPTATION,
     ONNX_MODEL_CHECK,
 )
+
+
+def rules_markdown() -> str:
+    """The rules reference page (docs/rules.md), which each rule's helpUri points into."""
+    lines = ["# onnxlens diagnostic rules", "", "Every SARIF result of an export is reported under one of these rules.", ""]
+    for rule in ALL_RULES:
+        lines += [
+            f"## {rule.id} {rule.name}",
+            "",
+            f"**{rule.short_description}**",
+            "",
+            rule.full_description,
+            "",
+            f"*How to fix:* {rule.help}",
+            "",
+        ]
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":  # python -m exporter.diagnostics.rules > docs/rules.md
+    print(rules_markdown(), end="")

@@ -1,0 +1,460 @@
+// End-to-end tests of the onnxlens extension in a real VS Code (code-server + Chromium, offline).
+//
+// Needs: `npm run package` (→ dist/onnxlens.vsix) and `bash scripts/setup-e2e.sh` (→ .tools/).
+// Run from vscode-extension/: `npm run test:e2e` (node 20: `node --test test/e2e/`;
+// node ≥ 22 wants the file itself: `node --test test/e2e/e2e.test.mjs`).
+// Env: ONNXLENS_PYTHON (interpreter with onnxlens installed; default <repo>/.venv/bin/python, else python3),
+// CHROMIUM (default /usr/lib/chromium/chromium), E2E_KEEP=1 keeps the temp dir.
+import assert from 'node:assert/strict';
+import { execFileSync, spawn } from 'node:child_process';
+import { appendFileSync, cpSync, existsSync, mkdirSync, mkdtempSync, readFileSync, readdirSync, rmSync, statSync, writeFileSync } from 'node:fs';
+import { createRequire } from 'node:module';
+import { tmpdir } from 'node:os';
+import { dirname, join, resolve } from 'node:path';
+import { after, before, test } from 'node:test';
+import { fileURLToPath, pathToFileURL } from 'node:url';
+
+const HERE = dirname(fileURLToPath(import.meta.url));
+const EXTENSION_DIR = resolve(HERE, '../..');
+const REPO = resolve(EXTENSION_DIR, '..');
+const TOOLS = join(REPO, '.tools');
+const NODE24 = join(TOOLS, 'node24/bin/node');
+const CODE_SERVER = join(TOOLS, 'code-server/node_modules/code-server/out/node/entry.js');
+const PLAYWRIGHT = join(TOOLS, 'e2e/node_modules/playwright-core');
+const CHROMIUM = process.env.CHROMIUM || '/usr/lib/chromium/chromium';
+const VSIX = join(EXTENSION_DIR, 'dist/onnxlens.vsix');
+const VSCE = join(EXTENSION_DIR, 'node_modules/.bin/vsce');
+const ARTIFACTS = join(HERE, 'artifacts');
+
+const SECOND = 1000;
+const STARTUP_TIMEOUT = 90 * SECOND; // code-server ~5 s, the workbench a few more on 2 slow cores
+const EXPORT_TIMEOUT = 120 * SECOND; // the first export waits for the worker fork server to import torch
+const UI_TIMEOUT = 20 * SECOND;
+const SCENARIO_TIMEOUT = 5 * 60 * SECOND;
+
+/** Everything the suite shares: temp dirs, the code-server process, the one browser page. */
+const env = { tmp: '', workspace: '', userData: '', stubLog: '', python: '', codeServer: null, browser: null, page: null, failed: false };
+
+// ---------------------------------------------------------------------------------------------
+// Set-up and tear-down
+// ---------------------------------------------------------------------------------------------
+
+before(async () => {
+  checkPrerequisites();
+  mkdirSync(ARTIFACTS, { recursive: true });
+  env.python = resolvePython();
+  env.tmp = mkdtempSync(join(tmpdir(), 'onnxlens-e2e-'));
+  env.workspace = join(env.tmp, 'workspace');
+  env.userData = join(env.tmp, 'user-data');
+  env.stubLog = join(env.tmp, 'sarif-viewer-stub.jsonl');
+  const extensions = join(env.tmp, 'extensions');
+  const config = join(env.tmp, 'config.yaml');
+  cpSync(join(HERE, 'workspace'), env.workspace, { recursive: true, filter: (src) => !/__pycache__|onnxlens-out/.test(src) });
+  mkdirSync(join(env.userData, 'User'), { recursive: true });
+  writeFileSync(config, 'bind-addr: 127.0.0.1:0\nauth: none\ncert: false\n');
+  writeFileSync(join(env.userData, 'User/settings.json'), JSON.stringify(userSettings(), null, 2));
+
+  const stubVsix = join(env.tmp, 'sarif-viewer-stub.vsix');
+  execFileSync(VSCE, ['package', '--skip-license', '--no-dependencies', '-o', stubVsix], { cwd: join(HERE, 'sarif-viewer-stub'), stdio: 'pipe' });
+  const common = ['--config', config, '--user-data-dir', env.userData, '--extensions-dir', extensions];
+  const installed = execFileSync(NODE24, [CODE_SERVER, ...common, '--install-extension', VSIX, '--install-extension', stubVsix], {
+    env: codeServerEnv(), encoding: 'utf8', timeout: 120 * SECOND,
+  });
+  assert.equal((installed.match(/was successfully installed/g) ?? []).length, 2, `code-server --install-extension:\n${installed}`);
+
+  const url = await startCodeServer([...common, '--auth', 'none', '--bind-addr', '127.0.0.1:0', '--disable-telemetry', '--disable-update-check',
+    '--disable-workspace-trust', '--disable-getting-started-override', env.workspace]);
+  const { chromium } = createRequire(import.meta.url)(PLAYWRIGHT);
+  env.browser = await chromium.launch({ executablePath: CHROMIUM, args: ['--no-sandbox', '--disable-gpu'] });
+  env.page = await env.browser.newPage({ viewport: { width: 1600, height: 1000 } });
+  await env.page.goto(`${url}?folder=${encodeURIComponent(env.workspace)}`, { waitUntil: 'domcontentloaded' });
+  await env.page.waitForSelector('.monaco-workbench', { timeout: STARTUP_TIMEOUT });
+  await env.page.locator('.statusbar').waitFor({ timeout: STARTUP_TIMEOUT });
+}, { timeout: 5 * 60 * SECOND });
+
+after(async () => {
+  await env.browser?.close().catch(() => {});
+  await stopCodeServer();
+  if (env.tmp && !env.failed && !process.env.E2E_KEEP) {
+    rmSync(env.tmp, { recursive: true, force: true });
+  } else if (env.tmp) {
+    console.log(`Kept the test's temp dir: ${env.tmp}`);
+  }
+}, { timeout: 60 * SECOND });
+
+function checkPrerequisites() {
+  const missing = [
+    [VSIX, 'run `npm run package` in vscode-extension/ first'],
+    [VSCE, 'run `npm ci` in vscode-extension/ first'],
+    [NODE24, 'run `bash scripts/setup-e2e.sh` first'],
+    [CODE_SERVER, 'run `bash scripts/setup-e2e.sh` first'],
+    [PLAYWRIGHT, 'run `bash scripts/setup-e2e.sh` first'],
+    [CHROMIUM, 'install Debian chromium (scripts/setup-e2e.sh) or set CHROMIUM'],
+  ].filter(([path]) => !existsSync(path));
+  if (missing.length) {
+    throw new Error(`E2E prerequisites missing:\n${missing.map(([path, fix]) => `  ${path}: ${fix}`).join('\n')}`);
+  }
+}
+
+/** ONNXLENS_PYTHON, else <repo>/.venv/bin/python, else python3 — as an absolute path, checked to import onnxlens. */
+function resolvePython() {
+  const venv = join(REPO, '.venv/bin/python');
+  const python = process.env.ONNXLENS_PYTHON || (existsSync(venv) ? venv : 'python3');
+  try {
+    return execFileSync(python, ['-c', 'import sys, exporter, server, pygls, torch; print(sys.executable)'], { encoding: 'utf8' }).trim();
+  } catch (error) {
+    throw new Error(`${python} cannot import onnxlens (exporter, server, pygls, torch): set ONNXLENS_PYTHON. ${error.message}`);
+  }
+}
+
+function userSettings() {
+  return {
+    'workbench.startupEditor': 'none',
+    'workbench.tips.enabled': false,
+    'workbench.enableExperiments': false,
+    'workbench.editor.enablePreview': false,
+    'security.workspace.trust.enabled': false,
+    'telemetry.telemetryLevel': 'off',
+    'chat.disableAIFeatures': true,
+    'update.mode': 'none',
+    'extensions.autoCheckUpdates': false,
+    'extensions.autoUpdate': false,
+    'extensions.ignoreRecommendations': true,
+    'git.enabled': false,
+    'editor.minimap.enabled': false,
+    'editor.inlayHints.enabled': 'on',
+    'sarif-viewer.connectToGithubCodeScanning': 'off',
+    'sarifViewerStub.logFile': env.stubLog,
+    'onnxlens.interpreter': env.python,
+    'onnxlens.timeoutSeconds': 300,
+  };
+}
+
+function codeServerEnv() {
+  const clean = Object.fromEntries(Object.entries(process.env).filter(([key]) => !key.startsWith('VSCODE_')));
+  return {
+    ...clean,
+    XDG_DATA_HOME: join(env.tmp, 'xdg-data'),
+    XDG_CONFIG_HOME: join(env.tmp, 'xdg-config'),
+    SARIF_VIEWER_STUB_LOG: env.stubLog,
+  };
+}
+
+/** Starts code-server (Node 24) in its own process group; resolves with its URL. */
+function startCodeServer(args) {
+  const logFile = join(ARTIFACTS, 'code-server.log');
+  writeFileSync(logFile, '');
+  const child = spawn(NODE24, [CODE_SERVER, ...args], { env: codeServerEnv(), detached: true, stdio: ['ignore', 'pipe', 'pipe'] });
+  env.codeServer = child;
+  process.on('exit', killCodeServerGroup); // even if the runner dies before after()
+  return new Promise((resolveUrl, reject) => {
+    const timer = setTimeout(() => reject(new Error(`code-server did not start in ${STARTUP_TIMEOUT} ms (see ${logFile})`)), STARTUP_TIMEOUT);
+    const onData = (data) => {
+      appendFileSync(logFile, data);
+      const match = /HTTP server listening on (http:\/\/127\.0\.0\.1:\d+\/)/.exec(data.toString());
+      if (match) {
+        clearTimeout(timer);
+        resolveUrl(match[1]);
+      }
+    };
+    child.stdout.on('data', onData);
+    child.stderr.on('data', onData);
+    child.on('exit', (code) => reject(new Error(`code-server exited with ${code} (see ${logFile})`)));
+  });
+}
+
+function killCodeServerGroup(signal = 'SIGKILL') {
+  try {
+    if (env.codeServer?.pid) {
+      process.kill(-env.codeServer.pid, signal);
+    }
+  } catch {
+    // the group is gone
+  }
+}
+
+/** SIGTERM to the whole group (code-server, extension hosts, the language server, export workers), then SIGKILL. */
+async function stopCodeServer() {
+  const child = env.codeServer;
+  if (!child) {
+    return;
+  }
+  const exited = child.exitCode !== null ? Promise.resolve() : new Promise((done) => child.once('exit', done));
+  killCodeServerGroup('SIGTERM');
+  await Promise.race([exited, sleep(5 * SECOND)]);
+  await sleep(500);
+  killCodeServerGroup('SIGKILL'); // stragglers (file watcher, python workers)
+  process.off('exit', killCodeServerGroup);
+}
+
+// ---------------------------------------------------------------------------------------------
+// UI helpers
+// ---------------------------------------------------------------------------------------------
+
+const sleep = (ms) => new Promise((done) => setTimeout(done, ms));
+const page = () => env.page;
+
+/** One test: a screenshot into artifacts/ afterwards, whether it passed or not. */
+function scenario(name, fn) {
+  test(name, { timeout: SCENARIO_TIMEOUT }, async () => {
+    try {
+      await fn();
+    } catch (error) {
+      env.failed = true;
+      throw error;
+    } finally {
+      const file = `${name.replace(/[^a-z0-9]+/gi, '-').replace(/^-|-$/g, '').toLowerCase()}.png`;
+      await page()?.screenshot({ path: join(ARTIFACTS, file) }).catch(() => {});
+    }
+  });
+}
+
+/** 1-based line of `# MARK: <marker>` (or of the first line containing `text`) in a workspace file. */
+function lineOf(file, { marker, text }) {
+  const lines = readFileSync(join(env.workspace, file), 'utf8').split('\n');
+  const index = lines.findIndex((line) => (marker ? line.trimEnd().endsWith(`# MARK: ${marker}`) : line.includes(text)));
+  assert.ok(index >= 0, `${marker ?? text} not found in ${file}`);
+  return { line: index + 1, column: lines[index].length - lines[index].trimStart().length + 1 };
+}
+
+async function focusEditorArea() {
+  const editor = page().locator('.editor-group-container.active .monaco-editor .view-lines').first();
+  if (await editor.isVisible()) {
+    await editor.click({ position: { x: 5, y: 5 } });
+  } else {
+    await page().locator('.monaco-workbench').click({ position: { x: 800, y: 400 } });
+  }
+}
+
+async function openFile(name) {
+  await focusEditorArea();
+  await page().keyboard.press('Control+P');
+  const input = page().locator('.quick-input-widget input');
+  await input.waitFor({ state: 'visible', timeout: UI_TIMEOUT });
+  await input.fill(name);
+  await page().locator('.quick-input-list .monaco-list-row', { hasText: name }).first().waitFor({ timeout: UI_TIMEOUT });
+  await page().keyboard.press('Enter');
+  await activeEditor(name).waitFor({ timeout: UI_TIMEOUT });
+  return activeEditor(name);
+}
+
+/** The editor of the active group showing `name`. */
+function activeEditor(name) {
+  return page().locator(`.editor-group-container.active .monaco-editor[data-uri$="/${name}"]`).first();
+}
+
+async function runPaletteCommand(title) {
+  await page().keyboard.press('F1');
+  const input = page().locator('.quick-input-widget input');
+  await input.waitFor({ state: 'visible', timeout: UI_TIMEOUT });
+  await input.fill(`>${title}`);
+  const row = page().locator('.quick-input-list .monaco-list-row', { hasText: title }).first();
+  await row.waitFor({ timeout: UI_TIMEOUT });
+  await row.click();
+  await input.waitFor({ state: 'hidden', timeout: UI_TIMEOUT });
+}
+
+/** Ctrl+G to a 1-based line:column of the active editor. */
+async function goTo(line, column = 1) {
+  await page().keyboard.press('Control+G');
+  const input = page().locator('.quick-input-widget input');
+  await input.waitFor({ state: 'visible', timeout: UI_TIMEOUT });
+  await input.fill(`:${line}:${column}`);
+  await page().keyboard.press('Enter');
+  await assertCursorAt(line, column);
+}
+
+/** The status bar's "Ln X, Col Y". */
+async function cursorPosition() {
+  const text = await page().locator('[id="status.editor.selection"]').innerText({ timeout: UI_TIMEOUT });
+  const match = /Ln (\d+), Col (\d+)/.exec(text);
+  return match ? { line: Number(match[1]), column: Number(match[2]) } : null;
+}
+
+async function assertCursorAt(line, column) {
+  await waitUntil(async () => {
+    const at = await cursorPosition();
+    return at?.line === line && (column === undefined || at.column === column);
+  }, `cursor at Ln ${line}${column ? `, Col ${column}` : ''} (status bar: ${JSON.stringify(await cursorPosition())})`);
+}
+
+async function waitUntil(predicate, what, timeout = UI_TIMEOUT) {
+  const deadline = Date.now() + timeout;
+  while (Date.now() < deadline) {
+    if (await predicate()) {
+      return;
+    }
+    await sleep(200);
+  }
+  assert.fail(`Timed out after ${timeout} ms waiting for ${what}`);
+}
+
+function notification(text) {
+  return page().locator('.notifications-toasts .notification-list-item', { hasText: text }).first();
+}
+
+async function waitForNotification(text, timeout = EXPORT_TIMEOUT) {
+  const toast = notification(text);
+  await toast.waitFor({ timeout });
+  return (await toast.innerText()).trim();
+}
+
+async function clearNotifications() {
+  await runPaletteCommand('Notifications: Clear All Notifications');
+}
+
+/** The green "onnxlens" status bar item: the language server is running. */
+async function waitForServerRunning() {
+  await page().locator('.statusbar-item', { hasText: 'onnxlens', has: page().locator('.codicon-check') }).first().waitFor({ timeout: STARTUP_TIMEOUT });
+}
+
+/** Right-click a line of the editor and choose "Export to ONNX" from the context menu. */
+async function exportFromContextMenu(editor, lineText) {
+  await editor.locator('.view-line', { hasText: lineText }).first().click({ button: 'right' });
+  const item = page().locator('.context-view .action-label', { hasText: 'Export to ONNX' }).first();
+  await item.waitFor({ timeout: UI_TIMEOUT });
+  await item.click();
+}
+
+async function showProblems() {
+  if (!(await page().locator('.markers-panel').isVisible())) {
+    await page().keyboard.press('Control+Shift+M');
+  }
+  await page().locator('.markers-panel').waitFor({ timeout: UI_TIMEOUT });
+}
+
+/** Rows of the Problems panel whose text contains `text`. */
+function problemsRows(text) {
+  return page().locator('.markers-panel .monaco-list-row', { hasText: text });
+}
+
+/** The rendered text of the editor's visible lines (inlay hints included). */
+async function visibleText(editor) {
+  return (await editor.locator('.view-lines').innerText()).replace(/\u00a0/g, ' ');
+}
+
+function outputFiles(extension) {
+  const dir = join(env.workspace, 'onnxlens-out');
+  return existsSync(dir) ? readdirSync(dir).filter((f) => f.endsWith(extension)).map((f) => join(dir, f)) : [];
+}
+
+function stubCalls() {
+  return existsSync(env.stubLog) ? readFileSync(env.stubLog, 'utf8').trim().split('\n').filter(Boolean).map((line) => JSON.parse(line)) : [];
+}
+
+/** "onnxlens activated in N ms", from the extension's log output channel as written under the user-data dir's logs. */
+function activationMs() {
+  const files = [];
+  const walk = (dir) => {
+    for (const entry of readdirSync(dir, { withFileTypes: true })) {
+      const path = join(dir, entry.name);
+      entry.isDirectory() ? walk(path) : entry.name.endsWith('.log') && files.push(path);
+    }
+  };
+  walk(join(env.userData, 'logs'));
+  for (const file of files) {
+    const match = /onnxlens activated in (\d+) ms/.exec(readFileSync(file, 'utf8'));
+    if (match) {
+      return { ms: Number(match[1]), file };
+    }
+  }
+  return null;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Scenarios (they run in order and share the page)
+// ---------------------------------------------------------------------------------------------
+
+scenario('1 export the MLP from the editor context menu', async () => {
+  const editor = await openFile('mlp.py');
+  await waitForServerRunning();
+  await exportFromContextMenu(editor, 'def mlp');
+  const text = await waitForNotification('Exported');
+  assert.match(text, /Exported mlp → \S+\.onnx \(\d+ nodes/);
+  const onnx = outputFiles('.onnx');
+  assert.ok(onnx.some((f) => /mlp[^/]*\.onnx$/.test(f)), `no mlp .onnx in onnxlens-out: ${onnx}`);
+  assert.ok(statSync(onnx[0]).size > 0);
+
+  let activation = null;
+  await waitUntil(async () => (activation = activationMs()) !== null, '"onnxlens activated in N ms" in the logs');
+  console.log(`FIGURE: extension activation time: ${activation.ms} ms (from "${activation.file.slice(env.userData.length + 1)}")`);
+  await clearNotifications();
+});
+
+scenario('2 FXE0011 for an unregistered custom op shows in Problems and navigates to its line', async () => {
+  const call = lineOf('custom_model.py', { marker: 'custom-op-call' });
+  const editor = await openFile('custom_model.py');
+  await showProblems();
+  await exportFromContextMenu(editor, 'def custom_op');
+  const clicked = Date.now();
+  const row = problemsRows('FXE0011').first();
+  await row.waitFor({ timeout: EXPORT_TIMEOUT });
+  console.log(`FIGURE: context-menu click → FXE0011 in the Problems panel: ${Date.now() - clicked} ms`);
+  const text = await row.innerText();
+  assert.match(text, /onnxlens_e2e::scaled_tanh/);
+  assert.ok(text.includes(`[Ln ${call.line}, Col ${call.column}]`), `FXE0011 row: ${JSON.stringify(text)}; expected Ln ${call.line}, Col ${call.column}`);
+  assert.match(await waitForNotification('Export of custom_op failed'), /Export of custom_op failed/);
+
+  await editor.locator('.view-lines').click({ position: { x: 5, y: 5 } });
+  await page().keyboard.press('Control+Home');
+  await assertCursorAt(1, 1);
+  await row.click();
+  await assertCursorAt(call.line, call.column);
+  assert.ok(await activeEditor('custom_model.py').isVisible(), 'custom_model.py is not the active editor');
+  await clearNotifications();
+});
+
+scenario('3 op-level debug shows inline traces and hovers', async () => {
+  const fc0 = lineOf('mlp.py', { text: 'self.fc0(tensor_x)' });
+  const editor = await openFile('mlp.py');
+  await goTo(lineOf('mlp.py', { text: 'def mlp' }).line);
+  await runPaletteCommand('onnxlens: Export with Op-Level Debug');
+  await waitForNotification('Exported mlp');
+  await waitUntil(async () => (await visibleText(editor)).includes('max|Δ|'), 'op-level debug inlay hints (max|Δ|)', EXPORT_TIMEOUT);
+  const hintLine = await editor.locator('.view-line', { hasText: 'self.fc0(tensor_x)' }).first().innerText();
+  assert.match(hintLine.replace(/\u00a0/g, ' '), /Gemm · max\|Δ\| /, `the fc0 line: ${hintLine}`);
+
+  await goTo(fc0.line, fc0.column);
+  await page().keyboard.press('Control+K');
+  await page().keyboard.press('Control+I');
+  const hover = page().locator('.monaco-hover-content', { hasText: 'op-level debug' }).first();
+  await hover.waitFor({ timeout: UI_TIMEOUT });
+  const content = await hover.innerText();
+  assert.match(content, /aten\.linear/);
+  assert.match(content, /Gemm/);
+  await page().keyboard.press('Escape');
+  await clearNotifications();
+});
+
+scenario('4 Open SARIF Log hands the log to the SARIF Viewer', async () => {
+  const before = stubCalls().length;
+  await runPaletteCommand('onnxlens: Open SARIF Log');
+  await waitUntil(async () => stubCalls().slice(before).some((c) => c.method === 'openLogs'), 'openLogs in the SARIF Viewer stub log');
+  const calls = stubCalls().slice(before).filter((c) => c.method !== 'activate');
+  const [sarif] = outputFiles('.sarif').sort((a, b) => statSync(b).mtimeMs - statSync(a).mtimeMs); // the last export's log
+  const uri = pathToFileURL(sarif).href;
+  assert.deepEqual(calls.map((c) => [c.method, c.uris]), [['closeLogs', [uri]], ['openLogs', [uri]]]);
+});
+
+scenario('5 the FXE0011 quick fix inserts an ONNX function stub', async () => {
+  const call = lineOf('custom_model.py', { marker: 'custom-op-call' });
+  const editor = await openFile('custom_model.py');
+  await showProblems();
+  await problemsRows('FXE0011').first().waitFor({ timeout: UI_TIMEOUT });
+  await focusEditorArea();
+  await goTo(call.line, call.column);
+  await page().keyboard.press('Control+.');
+  const action = page().locator('.action-widget .monaco-list-row', { hasText: 'Add an ONNX function stub' }).first();
+  await action.waitFor({ timeout: UI_TIMEOUT });
+  assert.match(await action.innerText(), /Add an ONNX function stub for onnxlens_e2e::scaled_tanh and register it/);
+  await action.click();
+
+  await page().keyboard.press('Control+End');
+  await waitUntil(async () => (await visibleText(editor)).includes('register_op('), 'register_op( in the editor');
+  assert.match(await visibleText(editor), /exporter\.default_registry\(\)\.register_op\(onnxlens_e2e_scaled_tanh, "onnxlens_e2e", "scaled_tanh", "default"\)/);
+  await page().keyboard.press('Control+S');
+  await waitUntil(async () => readFileSync(join(env.workspace, 'custom_model.py'), 'utf8').includes('register_op('), 'the saved file');
+  const saved = readFileSync(join(env.workspace, 'custom_model.py'), 'utf8');
+  assert.match(saved, /^import onnxscript$/m);
+  assert.match(saved, /def onnxlens_e2e_scaled_tanh\(x, scale: float\):/);
+});
