@@ -33,7 +33,7 @@ def find_unsupported(module: torch.fx.GraphModule, registry: OnnxRegistry, ctx: 
         if node.target in STRUCTURAL_TARGETS or node.target is operator.getitem:
             continue
         try:
-            dispatch.find_functions(node, registry, _Silent())
+            dispatch.candidate_functions(node, registry)
         except dispatch.UnsupportedOperatorError as e:
             unsupported.append(node)
             schema = getattr(node.target, "_schema", None)
@@ -49,10 +49,3 @@ def find_unsupported(module: torch.fx.GraphModule, registry: OnnxRegistry, ctx: 
             unsupportedNodes={str(n.target): [m.name for m in unsupported if m.target == n.target] for n in unsupported},
         )
     return unsupported
-
-
-class _Silent(DiagnosticContext):
-    """A context that drops everything (the analysis only wants the verdict)."""
-
-    def report(self, *args, **kwargs):
-        return None

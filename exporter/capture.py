@@ -19,7 +19,7 @@ import torch.utils._pytree as pytree
 from exporter.adapters import flatten_outputs
 from exporter.diagnostics import DiagnosticContext, Level
 from exporter.diagnostics import rules
-from exporter.diagnostics.locations import Frame, is_user_file
+from exporter.diagnostics.locations import Frame, is_user_file, parse_stack_trace
 
 
 class _CallableModule(torch.nn.Module):
@@ -157,8 +157,6 @@ def user_frames_of(error: BaseException | None) -> list[Frame]:
     """
     if error is None:
         return []
-    from exporter.diagnostics.locations import parse_stack_trace
-
     frames = [f for f in parse_stack_trace(str(error)) if f.is_user_code]
     if frames:
         return frames

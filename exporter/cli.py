@@ -33,7 +33,7 @@ def main(argv: list[str] | None = None) -> int:
     progress = _Progress(sys.stderr)
     progress("import", {})
     import exporter
-    from exporter.targets import TargetError, build_target, find_targets, load_module, target_options
+    from exporter.targets import TargetError, find_targets, load_module, target_options
 
     try:
         module = load_module(path)

@@ -28,30 +28,35 @@ def op_name(node: torch.fx.Node) -> OpName:
     return name
 
 
-def find_functions(node: torch.fx.Node, registry: OnnxRegistry, ctx: DiagnosticContext) -> list[ONNXFunction]:
-    """The candidate functions for `node` (FXE0016), complex or real as its inputs require."""
+def candidate_functions(node: torch.fx.Node, registry: OnnxRegistry) -> tuple[list[ONNXFunction], bool]:
+    """The functions that can translate `node` (complex or real as its inputs require), and whether
+    they were found only under the operator's default overload. Raises `UnsupportedOperatorError`."""
     name = op_name(node)
     functions, fell_back = registry.lookup(name)
     if not functions:
         raise UnsupportedOperatorError(
             node, f"No ONNX function is registered for {name} (called as {node.target})."
         )
-    if fell_back:
-        ctx.report(
-            rules.FIND_OPERATOR_OVERLOADS_IN_ONNX_REGISTRY,
-            Level.WARNING,
-            f"Operator overload {name} is not in the ONNX registry; using its default overload.",
-            node=node,
-            requestedOverload=name.qualified_name(),
-        )
     complex_inputs = any(_is_complex(arg) for arg in node.args)
     matching = [f for f in functions if f.is_complex == complex_inputs]
     if not matching:
         kind = "complex" if complex_inputs else "real"
-        raise UnsupportedOperatorError(
-            node, f"{name} has ONNX functions, but none for {kind} inputs."
+        raise UnsupportedOperatorError(node, f"{name} has ONNX functions, but none for {kind} inputs.")
+    return matching, fell_back
+
+
+def find_functions(node: torch.fx.Node, registry: OnnxRegistry, ctx: DiagnosticContext) -> list[ONNXFunction]:
+    """`candidate_functions`, reporting a fallback to the default overload (FXE0016)."""
+    functions, fell_back = candidate_functions(node, registry)
+    if fell_back:
+        ctx.report(
+            rules.FIND_OPERATOR_OVERLOADS_IN_ONNX_REGISTRY,
+            Level.WARNING,
+            f"Operator overload {op_name(node)} is not in the ONNX registry; using its default overload.",
+            node=node,
+            requestedOverload=op_name(node).qualified_name(),
         )
-    return matching
+    return functions
 
 
 def select_function(

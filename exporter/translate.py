@@ -16,7 +16,6 @@ from torch.export import graph_signature as gs
 from exporter import dispatch
 from exporter.diagnostics import DiagnosticContext, Level
 from exporter.diagnostics import rules
-from exporter.diagnostics.locations import stack_of
 from exporter.external_data import WEIGHT_META
 from exporter.recorder import OpRecorder, SymbolicValue
 from exporter.registry import OnnxRegistry

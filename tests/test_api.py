@@ -150,7 +150,7 @@ def test_capture_failure_is_an_exporter_error_with_partial_output():
     partial = info.value.export_output
     assert partial.model is None
     with pytest.raises(RuntimeError, match="failed before an ONNX model was built"):
-        partial.model_proto
+        _ = partial.model_proto
     assert partial.diagnostic_context.errors()
 
 

@@ -13,7 +13,6 @@ import safetensors.torch
 import torch
 
 import exporter
-from helpers import assert_matches_eager
 
 
 class MyModel(torch.nn.Module):
