@@ -38,6 +38,7 @@ class WorkerPool:
         self._context = multiprocessing.get_context("forkserver")
         self._context.set_forkserver_preload(["server.warm"])
         self._running: dict[str, tuple[multiprocessing.Process, ExportRequest]] = {}
+        self._queued: set[str] = set()  # job ids waiting for the slot
         self._cancelled: set[str] = set()
         self._slot = asyncio.Semaphore(1)
 
@@ -51,22 +52,29 @@ class WorkerPool:
         key = _key(request)
         if key in self._running:  # the newer request wins
             self.cancel(self._running[key][1].job_id)
-        async with self._slot:
-            if request.job_id in self._cancelled:
-                return JobResult("cancelled", request, "Cancelled before it started.")
-            return await self._run(request, progress, timeout)
+        self._queued.add(request.job_id)
+        try:
+            async with self._slot:
+                self._queued.discard(request.job_id)
+                if request.job_id in self._cancelled:
+                    return JobResult("cancelled", request, "Cancelled before it started.")
+                return await self._run(request, progress, timeout)
+        finally:
+            self._queued.discard(request.job_id)
+            self._cancelled.discard(request.job_id)
 
     def cancel(self, job_id: str) -> bool:
-        """Kill the job's process (within milliseconds); False if no such job is running."""
-        self._cancelled.add(job_id)
+        """Kill the job's process (within milliseconds), or drop it if it is still queued;
+        False if there is no such job."""
+        if job_id in self._queued:
+            self._cancelled.add(job_id)
+            return True
         for process, request in self._running.values():
             if request.job_id == job_id:
+                self._cancelled.add(job_id)
                 process.kill()
                 return True
         return False
-
-    def running(self) -> list[ExportRequest]:
-        return [request for _, request in self._running.values()]
 
     async def _run(self, request: ExportRequest, progress: Progress, timeout: float) -> JobResult:
         loop = asyncio.get_running_loop()

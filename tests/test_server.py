@@ -232,3 +232,15 @@ async def test_bad_requests_get_clear_errors(client: LanguageClient, workspace: 
             await export(client, **args)
     listed = await client.workspace_execute_command_async(types.ExecuteCommandParams(command="onnxlens.server.listTargets", arguments=[{"uri": uri}]))
     assert [t["name"] for t in listed["targets"]] == ["custom_op", "mlp", "slow", "segfault", "broken"]
+
+
+async def test_a_newer_request_for_the_same_target_wins(client: LanguageClient, workspace: pathlib.Path):
+    uri = open_document(client, workspace / "models.py")
+    older = asyncio.ensure_future(export(client, uri=uri, target="slow", jobId="older"))
+    await asyncio.sleep(2)
+    newer = asyncio.ensure_future(export(client, uri=uri, target="slow", jobId="newer"))
+    (job,) = (await asyncio.wait_for(older, timeout=10))["jobs"]
+    assert job["status"] == "cancelled"
+    await client.workspace_execute_command_async(types.ExecuteCommandParams(command="onnxlens.server.cancel", arguments=[{"jobId": "newer"}]))
+    (job,) = (await asyncio.wait_for(newer, timeout=10))["jobs"]
+    assert job["status"] == "cancelled"

@@ -122,6 +122,7 @@ function userSettings() {
     'extensions.ignoreRecommendations': true,
     'git.enabled': false,
     'editor.minimap.enabled': false,
+    'workbench.secondarySideBar.defaultVisibility': 'hidden',
     'editor.inlayHints.enabled': 'on',
     'sarif-viewer.connectToGithubCodeScanning': 'off',
     'sarifViewerStub.logFile': env.stubLog,
@@ -198,6 +199,8 @@ const page = () => env.page;
 function scenario(name, fn) {
   test(name, { timeout: SCENARIO_TIMEOUT }, async () => {
     try {
+      await page().keyboard.press('Escape'); // whatever widget the previous scenario left open
+      await clearNotifications();
       await fn();
     } catch (error) {
       env.failed = true;
@@ -232,8 +235,9 @@ async function openFile(name) {
   const input = page().locator('.quick-input-widget input');
   await input.waitFor({ state: 'visible', timeout: UI_TIMEOUT });
   await input.fill(name);
-  await page().locator('.quick-input-list .monaco-list-row', { hasText: name }).first().waitFor({ timeout: UI_TIMEOUT });
-  await page().keyboard.press('Enter');
+  const row = page().locator('.quick-input-list .monaco-list-row', { hasText: name }).first();
+  await row.waitFor({ timeout: UI_TIMEOUT });
+  await row.click();
   await activeEditor(name).waitFor({ timeout: UI_TIMEOUT });
   return activeEditor(name);
 }
@@ -264,20 +268,21 @@ async function goTo(line, column = 1) {
   await assertCursorAt(line, column);
 }
 
-/** The status bar's "Ln X, Col Y". */
+/** The status bar's "Ln X, Col Y (N selected)". */
 async function cursorPosition() {
   const text = await page().locator('[id="status.editor.selection"]').innerText({ timeout: UI_TIMEOUT });
-  const match = /Ln (\d+), Col (\d+)/.exec(text);
-  return match ? { line: Number(match[1]), column: Number(match[2]) } : null;
+  const match = /Ln (\d+), Col (\d+)(?: \((\d+) selected\))?/.exec(text);
+  return match ? { line: Number(match[1]), column: Number(match[2]), selected: Number(match[3] ?? 0) } : null;
 }
 
 async function assertCursorAt(line, column) {
   await waitUntil(async () => {
     const at = await cursorPosition();
     return at?.line === line && (column === undefined || at.column === column);
-  }, `cursor at Ln ${line}${column ? `, Col ${column}` : ''} (status bar: ${JSON.stringify(await cursorPosition())})`);
+  }, async () => `cursor at Ln ${line}${column ? `, Col ${column}` : ''} (status bar: ${JSON.stringify(await cursorPosition())})`);
 }
 
+/** Polls `predicate`; `what` (a string or an async function, evaluated on failure) says what was awaited. */
 async function waitUntil(predicate, what, timeout = UI_TIMEOUT) {
   const deadline = Date.now() + timeout;
   while (Date.now() < deadline) {
@@ -286,7 +291,7 @@ async function waitUntil(predicate, what, timeout = UI_TIMEOUT) {
     }
     await sleep(200);
   }
-  assert.fail(`Timed out after ${timeout} ms waiting for ${what}`);
+  assert.fail(`Timed out after ${timeout} ms waiting for ${typeof what === 'function' ? await what() : what}`);
 }
 
 function notification(text) {
@@ -378,7 +383,6 @@ scenario('1 export the MLP from the editor context menu', async () => {
   let activation = null;
   await waitUntil(async () => (activation = activationMs()) !== null, '"onnxlens activated in N ms" in the logs');
   console.log(`FIGURE: extension activation time: ${activation.ms} ms (from "${activation.file.slice(env.userData.length + 1)}")`);
-  await clearNotifications();
 });
 
 scenario('2 FXE0011 for an unregistered custom op shows in Problems and navigates to its line', async () => {
@@ -399,9 +403,12 @@ scenario('2 FXE0011 for an unregistered custom op shows in Problems and navigate
   await page().keyboard.press('Control+Home');
   await assertCursorAt(1, 1);
   await row.click();
-  await assertCursorAt(call.line, call.column);
+  // VS Code selects the problem's range: from the call's first character to the end of the line.
+  const lineText = readFileSync(join(env.workspace, 'custom_model.py'), 'utf8').split('\n')[call.line - 1];
+  const range = { line: call.line, column: lineText.length + 1, selected: lineText.length + 1 - call.column };
+  await waitUntil(async () => JSON.stringify(await cursorPosition()) === JSON.stringify(range),
+    async () => `the selection of Ln ${call.line}, Col ${call.column}–${range.column} (status bar: ${JSON.stringify(await cursorPosition())})`);
   assert.ok(await activeEditor('custom_model.py').isVisible(), 'custom_model.py is not the active editor');
-  await clearNotifications();
 });
 
 scenario('3 op-level debug shows inline traces and hovers', async () => {
@@ -423,7 +430,6 @@ scenario('3 op-level debug shows inline traces and hovers', async () => {
   assert.match(content, /aten\.linear/);
   assert.match(content, /Gemm/);
   await page().keyboard.press('Escape');
-  await clearNotifications();
 });
 
 scenario('4 Open SARIF Log hands the log to the SARIF Viewer', async () => {
