@@ -147,7 +147,10 @@ function startCodeServer(args) {
   writeFileSync(logFile, '');
   const child = spawn(NODE24, [CODE_SERVER, ...args], { env: codeServerEnv(), detached: true, stdio: ['ignore', 'pipe', 'pipe'] });
   env.codeServer = child;
-  process.on('exit', killCodeServerGroup); // even if the runner dies before after()
+  // Even if the runner exits or is interrupted before after() runs:
+  process.on('exit', onExit);
+  process.once('SIGINT', onSignal);
+  process.once('SIGTERM', onSignal);
   return new Promise((resolveUrl, reject) => {
     const timer = setTimeout(() => reject(new Error(`code-server did not start in ${STARTUP_TIMEOUT} ms (see ${logFile})`)), STARTUP_TIMEOUT);
     const onData = (data) => {
@@ -162,6 +165,15 @@ function startCodeServer(args) {
     child.stderr.on('data', onData);
     child.on('exit', (code) => reject(new Error(`code-server exited with ${code} (see ${logFile})`)));
   });
+}
+
+function onExit() {
+  killCodeServerGroup();
+}
+
+function onSignal(signal) {
+  killCodeServerGroup();
+  process.exit(signal === 'SIGINT' ? 130 : 143);
 }
 
 function killCodeServerGroup(signal = 'SIGKILL') {
@@ -185,15 +197,20 @@ async function stopCodeServer() {
   await Promise.race([exited, sleep(5 * SECOND)]);
   await sleep(500);
   killCodeServerGroup('SIGKILL'); // stragglers (file watcher, python workers)
-  process.off('exit', killCodeServerGroup);
+  process.off('exit', onExit).off('SIGINT', onSignal).off('SIGTERM', onSignal);
 }
 
 // ---------------------------------------------------------------------------------------------
 // UI helpers
 // ---------------------------------------------------------------------------------------------
 
-const sleep = (ms) => new Promise((done) => setTimeout(done, ms));
-const page = () => env.page;
+function sleep(ms) {
+  return new Promise((done) => setTimeout(done, ms));
+}
+
+function page() {
+  return env.page;
+}
 
 /** One test: a screenshot into artifacts/ afterwards, whether it passed or not. */
 function scenario(name, fn) {
@@ -220,17 +237,12 @@ function lineOf(file, { marker, text }) {
   return { line: index + 1, column: lines[index].length - lines[index].trimStart().length + 1 };
 }
 
-async function focusEditorArea() {
-  const editor = page().locator('.editor-group-container.active .monaco-editor .view-lines').first();
-  if (await editor.isVisible()) {
-    await editor.click({ position: { x: 5, y: 5 } });
-  } else {
-    await page().locator('.monaco-workbench').click({ position: { x: 800, y: 400 } });
-  }
+/** Keyboard focus into the active editor (clicking would move the cursor, or miss when scrolled). */
+async function focusActiveEditor() {
+  await runPaletteCommand('View: Focus Active Editor Group');
 }
 
 async function openFile(name) {
-  await focusEditorArea();
   await page().keyboard.press('Control+P');
   const input = page().locator('.quick-input-widget input');
   await input.waitFor({ state: 'visible', timeout: UI_TIMEOUT });
@@ -375,10 +387,9 @@ scenario('1 export the MLP from the editor context menu', async () => {
   await waitForServerRunning();
   await exportFromContextMenu(editor, 'def mlp');
   const text = await waitForNotification('Exported');
-  assert.match(text, /Exported mlp → \S+\.onnx \(\d+ nodes/);
-  const onnx = outputFiles('.onnx');
-  assert.ok(onnx.some((f) => /mlp[^/]*\.onnx$/.test(f)), `no mlp .onnx in onnxlens-out: ${onnx}`);
-  assert.ok(statSync(onnx[0]).size > 0);
+  assert.match(text, /Exported mlp → mlp\.mlp\.onnx \(\d+ nodes/);
+  const onnx = join(env.workspace, 'onnxlens-out/mlp.mlp.onnx'); // <file stem>.<target>.onnx
+  assert.ok(existsSync(onnx) && statSync(onnx).size > 0, `${onnx} missing or empty; onnxlens-out has: ${outputFiles('')}`);
 
   let activation = null;
   await waitUntil(async () => (activation = activationMs()) !== null, '"onnxlens activated in N ms" in the logs');
@@ -399,7 +410,7 @@ scenario('2 FXE0011 for an unregistered custom op shows in Problems and navigate
   assert.ok(text.includes(`[Ln ${call.line}, Col ${call.column}]`), `FXE0011 row: ${JSON.stringify(text)}; expected Ln ${call.line}, Col ${call.column}`);
   assert.match(await waitForNotification('Export of custom_op failed'), /Export of custom_op failed/);
 
-  await editor.locator('.view-lines').click({ position: { x: 5, y: 5 } });
+  await focusActiveEditor();
   await page().keyboard.press('Control+Home');
   await assertCursorAt(1, 1);
   await row.click();
@@ -428,8 +439,7 @@ scenario('3 op-level debug shows inline traces and hovers', async () => {
   await hover.waitFor({ timeout: UI_TIMEOUT });
   const content = await hover.innerText();
   assert.match(content, /aten\.linear/);
-  assert.match(content, /Gemm/);
-  await page().keyboard.press('Escape');
+  assert.match(content, /Gemm/); // left open for the screenshot
 });
 
 scenario('4 Open SARIF Log hands the log to the SARIF Viewer', async () => {
@@ -437,7 +447,8 @@ scenario('4 Open SARIF Log hands the log to the SARIF Viewer', async () => {
   await runPaletteCommand('onnxlens: Open SARIF Log');
   await waitUntil(async () => stubCalls().slice(before).some((c) => c.method === 'openLogs'), 'openLogs in the SARIF Viewer stub log');
   const calls = stubCalls().slice(before).filter((c) => c.method !== 'activate');
-  const [sarif] = outputFiles('.sarif').sort((a, b) => statSync(b).mtimeMs - statSync(a).mtimeMs); // the last export's log
+  const sarif = join(env.workspace, 'onnxlens-out/mlp.mlp.sarif'); // the last export's log (scenario 3)
+  assert.ok(existsSync(sarif), `${sarif} missing; onnxlens-out has: ${outputFiles('')}`);
   const uri = pathToFileURL(sarif).href;
   assert.deepEqual(calls.map((c) => [c.method, c.uris]), [['closeLogs', [uri]], ['openLogs', [uri]]]);
 });
@@ -447,7 +458,7 @@ scenario('5 the FXE0011 quick fix inserts an ONNX function stub', async () => {
   const editor = await openFile('custom_model.py');
   await showProblems();
   await problemsRows('FXE0011').first().waitFor({ timeout: UI_TIMEOUT });
-  await focusEditorArea();
+  await focusActiveEditor();
   await goTo(call.line, call.column);
   await page().keyboard.press('Control+.');
   const action = page().locator('.action-widget .monaco-list-row', { hasText: 'Add an ONNX function stub' }).first();
