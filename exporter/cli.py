@@ -67,6 +67,7 @@ def main(argv: list[str] | None = None) -> int:
 def export_one(exporter, name: str, fn, settings: dict[str, Any], output: str, sarif: str | None, progress) -> bool:
     """Export one target, print its summary and diagnostics; True on success."""
     from exporter.diagnostics.report import format_results
+    from exporter.output import count_nodes
     from exporter.targets import build_target
 
     start = time.perf_counter()
@@ -99,19 +100,11 @@ def export_one(exporter, name: str, fn, settings: dict[str, Any], output: str, s
     stages = ", ".join(f"{stage} {seconds:.2f}s" for stage, seconds in job.timings.items())
     print(
         f"exported {name} -> {output}\n"
-        f"  {len(graph.inputs)} inputs, {len(graph.outputs)} outputs, {sum(1 for _ in _all_nodes(result.model))} ONNX nodes, "
+        f"  {len(graph.inputs)} inputs, {len(graph.outputs)} outputs, {count_nodes(result.model)} ONNX nodes, "
         f"{len(result.model.functions)} local functions, opset {graph.opset_imports.get('', '?')}\n"
         f"  {time.perf_counter() - start:.2f}s ({stages})"
     )
     return True
-
-
-def _all_nodes(model):
-    import onnx_ir as ir
-
-    yield from ir.traversal.RecursiveGraphIterator(model.graph)
-    for function in model.functions.values():
-        yield from ir.traversal.RecursiveGraphIterator(function)
 
 
 class _Progress:

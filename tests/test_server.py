@@ -244,3 +244,21 @@ async def test_a_newer_request_for_the_same_target_wins(client: LanguageClient, 
     await client.workspace_execute_command_async(types.ExecuteCommandParams(command="onnxlens.server.cancel", arguments=[{"jobId": "newer"}]))
     (job,) = (await asyncio.wait_for(newer, timeout=10))["jobs"]
     assert job["status"] == "cancelled"
+
+
+async def test_problems_follow_edits_above_them(client: LanguageClient, workspace: pathlib.Path):
+    path = workspace / "models.py"
+    uri = open_document(client, path)
+    text = path.read_text()
+    await export(client, uri=uri, target="custom_op")
+    line = line_of(text, "custom-op-call")
+    assert [d.range.start.line for d in client.diagnostics[uri] if d.code == "FXE0011"] == [line]
+    waiter = client.protocol.wait_for_notification_async(types.TEXT_DOCUMENT_PUBLISH_DIAGNOSTICS)
+    client.text_document_did_change(types.DidChangeTextDocumentParams(
+        types.VersionedTextDocumentIdentifier(uri=uri, version=10),
+        [types.TextDocumentContentChangePartial(range=types.Range(types.Position(0, 0), types.Position(0, 0)), text="import os\nimport sys\n")]))
+    await asyncio.wait_for(waiter, timeout=10)
+    assert [d.range.start.line for d in client.diagnostics[uri] if d.code == "FXE0011"] == [line + 2]
+    client.text_document_did_change(types.DidChangeTextDocumentParams(
+        types.VersionedTextDocumentIdentifier(uri=uri, version=11),
+        [types.TextDocumentContentChangeWholeDocument(text=text)]))

@@ -28,16 +28,22 @@ class Frame:
         return f"{self.path}:{self.line} in {self.function}"
 
 
-@functools.cache
-def _library_roots() -> tuple[str, ...]:
-    roots = {
+_library_roots: set[str] = {
+    os.path.realpath(p) + os.sep
+    for p in (
         os.path.dirname(torch.__file__),
         os.path.dirname(os.path.dirname(__file__)),  # the exporter package itself
         sysconfig.get_paths()["stdlib"],
         sysconfig.get_paths()["purelib"],
         sysconfig.get_paths()["platlib"],
-    }
-    return tuple(os.path.realpath(r) + os.sep for r in roots)
+    )
+}
+
+
+def add_library_root(path: str) -> None:
+    """Treat files under `path` as tooling, not user code (e.g. a server that runs exports)."""
+    _library_roots.add(os.path.realpath(path) + os.sep)
+    is_user_file.cache_clear()
 
 
 @functools.lru_cache(maxsize=4096)
@@ -46,7 +52,7 @@ def is_user_file(path: str) -> bool:
     if path.startswith("<"):
         return False
     real = os.path.realpath(path)
-    return not real.startswith(_library_roots()) and "site-packages" not in real
+    return not real.startswith(tuple(_library_roots)) and "site-packages" not in real
 
 
 def parse_stack_trace(text: str) -> list[Frame]:
