@@ -161,12 +161,12 @@ class OnnxlensServer(LanguageServer):
             )
         )
 
-    def follow_edits(self, path: str, changes: list[tuple[int, int, int]]) -> bool:
+    def follow_edits(self, path: str, changes: list[tuple[int, int]]) -> bool:
         """Move this file's problems and traces with edits above them: `changes` are
-        (first line, last line, lines added) of each edit. True if anything moved."""
+        (last line replaced, lines added) of each edit, in order. True if anything moved."""
 
         def moved(line: int) -> int:
-            for first, last, added in changes:
+            for last, added in changes:
                 if line > last:
                     line += added
             return line
@@ -273,7 +273,7 @@ def did_change(ls: OnnxlensServer, params: types.DidChangeTextDocumentParams) ->
     """Keep problems and inline traces on their lines while the file is edited (until the next export)."""
     path = to_fs_path(params.text_document.uri)
     changes = [
-        (c.range.start.line, c.range.end.line, c.text.count("\n") - (c.range.end.line - c.range.start.line))
+        (c.range.end.line, c.text.count("\n") - (c.range.end.line - c.range.start.line))
         for c in params.content_changes
         if isinstance(c, types.TextDocumentContentChangePartial)
     ]
