@@ -1,7 +1,7 @@
 """`OnnxRegistry`: which ONNX (onnxscript) function translates which PyTorch operator.
 
 The defaults come from onnxscript's torchlib (``onnxscript.function_libs.torch_lib``) through its
-stable framework API. Building that table imports and indexes several hundred functions, so it is
+stable framework API, plus `exporter.ops` for the few complex variants torchlib lacks. Building that table imports and indexes several hundred functions, so it is
 done once per process and shared; each `OnnxRegistry` only copies the small lookup lists.
 """
 
@@ -72,11 +72,16 @@ def _torchlib_table() -> dict[OpName, tuple[ONNXFunction, ...]]:
     """torchlib's functions keyed by operator name (built once per process)."""
     from onnxscript._framework_apis.torch_2_9 import get_torchlib_ops
 
+    from exporter.ops import complex as complex_ops
+
     table: dict[OpName, list[ONNXFunction]] = {}
     for meta in get_torchlib_ops():
         name = OpName.from_qualified_name(meta.qualified_name)
         fn = ONNXFunction(meta.function, meta.qualified_name, is_complex=meta.is_complex)
         table.setdefault(name, []).append(fn)
+    for name, function in complex_ops.FUNCTIONS.items():  # gaps torchlib leaves for complex inputs
+        if not any(f.is_complex for f in table.get(name, [])):
+            table.setdefault(name, []).append(ONNXFunction(function, name.qualified_name(), is_complex=True))
     return {name: tuple(fns) for name, fns in table.items()}
 
 

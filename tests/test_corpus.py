@@ -10,10 +10,7 @@ import exporter
 from helpers import assert_matches_eager
 
 # Known gaps, each a strict xfail: the day it passes, the test says so.
-KNOWN_FAILURES = {
-    "spectral_conv": "complex einsum decomposes to bmm/unsqueeze on complex tensors, which torchlib "
-    "has no complex functions for (torch.onnx.export fails on it too)",
-}
+KNOWN_FAILURES: dict[str, str] = {}
 
 
 def _params(dynamic: bool):
