@@ -73,15 +73,19 @@ class OpCheck:
 
 def validate_ops(exporter: Exporter, program: torch.export.ExportedProgram, translator: GraphTranslator, model: ir.Model) -> list[OpCheck]:
     """Compare every translated node and report FXE0013 results."""
+    args, kwargs = exporter.model_args, exporter.model_kwargs
+    initializers = {**program.state_dict, **program.constants}
     if exporter.options.fake_context is not None:
+        # No real values under fake mode: random inputs and weights that are valid for index ops
+        # (integer inputs in [0, 2), so any index into a dimension of size >= 2 is in range).
+        args, kwargs = torch.utils._pytree.tree_map(_random_like, (args, kwargs))
+        initializers = {name: _random_like(t) for name, t in initializers.items()}
         exporter.ctx.report(
             rules.OP_LEVEL_DEBUGGING,
-            Level.WARNING,
-            "Op-level debug needs real example inputs; it is not available under fake mode yet.",
+            Level.NOTE,
+            "Fake mode: op-level debug compared the ops on random inputs and weights (integer inputs in [0, 2)).",
         )
-        return []
-    values = intermediate_values(program, exporter.model_args, exporter.model_kwargs)
-    initializers = {**program.state_dict, **program.constants}
+    values = intermediate_values(program, args, kwargs, initializers)
     functions = dict(model.functions)
     checks = []
     for node, onnx_nodes in translator.onnx_nodes.items():
@@ -99,11 +103,12 @@ def validate_ops(exporter: Exporter, program: torch.export.ExportedProgram, tran
     return checks
 
 
-def intermediate_values(program: torch.export.ExportedProgram, args: tuple, kwargs: dict) -> dict[torch.fx.Node, Any]:
+def intermediate_values(
+    program: torch.export.ExportedProgram, args: tuple, kwargs: dict, weights: dict[str, torch.Tensor]
+) -> dict[torch.fx.Node, Any]:
     """Every node's value when the example inputs run through the (decomposed) FX graph."""
     user_inputs, _ = FlattenInputStep(program.call_spec.in_spec).apply(args, kwargs)
     user_inputs = iter(user_inputs)
-    weights = {**program.state_dict, **program.constants}
     specs = {spec.arg.name: spec for spec in program.graph_signature.input_specs if hasattr(spec.arg, "name")}
     feeds = []
     for node in program.graph.nodes:
@@ -270,6 +275,20 @@ def _value_sources(env: dict[torch.fx.Node, Any]) -> dict[ir.Value, tuple[torch.
 
 def _flat(value: Any) -> list[Any]:
     return list(value) if isinstance(value, (list, tuple)) else [value]
+
+
+def _random_like(value: Any) -> Any:
+    """A real random tensor with a fake tensor's shape and dtype (other values unchanged)."""
+    if not isinstance(value, torch.Tensor):
+        return value
+    shape = [int(d) for d in value.shape]
+    if value.dtype.is_floating_point:
+        return torch.randn(shape, dtype=value.dtype) * 0.5
+    if value.dtype.is_complex:
+        return torch.randn(shape, dtype=value.dtype)
+    if value.dtype == torch.bool:
+        return torch.rand(shape) > 0.5
+    return torch.randint(0, 2, shape, dtype=value.dtype)
 
 
 def _to_numpy(value: Any) -> np.ndarray:

@@ -180,3 +180,25 @@ def test_hugging_face_decoder_under_fake_mode(tmp_path):
     assert len(outputs) == len(expected)
     for actual, want in zip(outputs, expected):
         np.testing.assert_allclose(actual, want.numpy(), atol=1e-4, rtol=1e-3)
+
+
+class Tagger(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.embedding = torch.nn.Embedding(30, 8)
+        self.head = torch.nn.Linear(8, 4)
+
+    def forward(self, tokens):
+        return torch.softmax(self.head(self.embedding(tokens)), dim=-1)
+
+
+def test_op_level_debug_under_fake_mode_uses_valid_random_inputs():
+    with exporter.enable_fake_mode() as ctx:
+        model, tokens = Tagger(), torch.randint(0, 30, (2, 5))
+    options = exporter.ExportOptions(fake_context=ctx, op_level_debug=True)
+    diagnostics = exporter.dynamo_export(model, tokens, export_options=options).diagnostic_context.diagnostics
+    checks = [d for d in diagnostics if d.rule.id == "FXE0013"]
+    assert any("random inputs" in d.message for d in checks)
+    ops = {o["fxTarget"]: o for d in checks for o in d.properties.get("ops", [])}
+    assert {"aten.embedding.default", "aten.linear.default", "aten.softmax.int"} <= set(ops)
+    assert all(o["ok"] and "skipped" not in o for o in ops.values()), ops
