@@ -1,8 +1,7 @@
 // End-to-end tests of the onnxlens extension in a real VS Code (code-server + Chromium, offline).
 //
 // Needs: `npm run package` (→ dist/onnxlens.vsix) and `bash scripts/setup-e2e.sh` (→ .tools/).
-// Run from vscode-extension/: `npm run test:e2e` (node 20: `node --test test/e2e/`;
-// node ≥ 22 wants the file itself: `node --test test/e2e/e2e.test.mjs`).
+// Run from vscode-extension/: `npm run test:e2e` (= `node --test test/e2e/*.test.mjs`).
 // Env: ONNXLENS_PYTHON (interpreter with onnxlens installed; default <repo>/.venv/bin/python, else python3),
 // CHROMIUM (default /usr/lib/chromium/chromium), E2E_KEEP=1 keeps the temp dir.
 import assert from 'node:assert/strict';
