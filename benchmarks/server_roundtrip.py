@@ -72,7 +72,8 @@ class Client:
 
     def rss_mib(self) -> dict[str, float]:
         pids = {"server": self.process.pid}
-        children = pathlib.Path(f"/proc/{self.process.pid}/task/{self.process.pid}/children").read_text().split()
+        tasks = pathlib.Path(f"/proc/{self.process.pid}/task").iterdir()  # children of any of its threads
+        children = [pid for task in tasks for pid in (task / "children").read_text().split()]
         for pid in children:  # the fork server (the resource tracker is the other child)
             if "forkserver" in pathlib.Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace"):
                 pids["fork server"] = int(pid)
