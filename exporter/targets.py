@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import importlib.util
+import linecache
 import os
 import sys
 import types
@@ -52,23 +52,27 @@ def target_options(fn: Callable[..., Any]) -> dict[str, Any]:
 
 
 
-def load_module(path: str) -> types.ModuleType:
-    """Import a Python file as a fresh module (its directory goes first on sys.path)."""
+def load_module(path: str, source: str | None = None) -> types.ModuleType:
+    """Import a Python file as a fresh module (its directory goes first on sys.path).
+
+    `source`, when given, is run instead of the file's text (an editor's unsaved buffer); stack
+    traces and diagnostics then quote that text under the file's path.
+    """
     path = os.path.abspath(path)
-    if not os.path.isfile(path):
-        raise TargetError(f"no such file: {path}")
+    if source is None:
+        if not os.path.isfile(path):
+            raise TargetError(f"no such file: {path}")
+        with open(path, encoding="utf-8") as f:
+            source = f.read()
+    linecache.cache[path] = (len(source), None, source.splitlines(keepends=True), path)
     stem = os.path.splitext(os.path.basename(path))[0]
     name = stem if stem.isidentifier() and stem not in sys.modules else f"onnxlens_user_{abs(hash(path)):x}"
-    spec = importlib.util.spec_from_file_location(name, path)
-    if spec is None or spec.loader is None:
-        raise TargetError(f"cannot import {path}")
-    module = importlib.util.module_from_spec(spec)
-    sys.path.insert(0, os.path.dirname(path))
+    module = types.ModuleType(name)
+    module.__file__ = path
     sys.modules[name] = module
-    try:
-        spec.loader.exec_module(module)
-    finally:
-        sys.path.remove(os.path.dirname(path))
+    if os.path.dirname(path) not in sys.path:  # as `python file.py` does; lazy imports need it too
+        sys.path.insert(0, os.path.dirname(path))
+    exec(compile(source, path, "exec"), module.__dict__)
     return module
 
 

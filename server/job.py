@@ -8,9 +8,7 @@ server knows from the missing result and the exit code.
 from __future__ import annotations
 
 import dataclasses
-import linecache
 import os
-import sys
 import time
 import traceback
 from multiprocessing.connection import Connection
@@ -57,10 +55,10 @@ def run(request: ExportRequest, conn: Connection) -> None:
 def _export(request: ExportRequest, progress) -> dict[str, Any]:
     import exporter
     from exporter.output import count_nodes
-    from exporter.targets import build_target, target_options
+    from exporter.targets import build_target, load_module, target_options
 
     progress("load", {})
-    module = _load(request)
+    module = load_module(request.path, request.source)
     fn = getattr(module, request.target, None)
     if fn is None or not callable(fn):
         return {"status": "failed", "message": f"{os.path.basename(request.path)} has no export target {request.target!r}", "frames": []}
@@ -92,22 +90,6 @@ def _export(request: ExportRequest, progress) -> dict[str, Any]:
             "warnings": sum(1 for d in job.ctx.diagnostics if d.level.name == "WARNING"),
         },
     }
-
-
-def _load(request: ExportRequest):
-    """Import the model file from the editor's text (so unsaved edits count) under its real path."""
-    import types
-
-    path = request.path
-    source = request.source if request.source is not None else open(path, encoding="utf-8").read()
-    lines = source.splitlines(keepends=True)
-    linecache.cache[path] = (len(source), None, lines, path)  # tracebacks and stacks show this text
-    module = types.ModuleType(os.path.splitext(os.path.basename(path))[0])
-    module.__file__ = path
-    sys.modules[module.__name__] = module
-    sys.path.insert(0, os.path.dirname(path))
-    exec(compile(source, path, "exec"), module.__dict__)
-    return module
 
 
 def _user_frames(error: BaseException, path: str) -> list[dict[str, Any]]:
