@@ -30,6 +30,7 @@ def workspace(tmp_path_factory) -> pathlib.Path:
     root = tmp_path_factory.mktemp("ws")
     for f in SOURCE.glob("*.py"):
         shutil.copy(f, root / f.name)
+    shutil.copy(HERE / "fixtures" / "custom_ops.py", root / "custom_ops.py")  # the op models.py calls
     return root
 
 

@@ -329,7 +329,18 @@ async function exportFromContextMenu(editor, lineText) {
   await editor.locator('.view-line', { hasText: lineText }).first().click({ button: 'right' });
   const item = page().locator('.context-view .action-label', { hasText: 'Export to ONNX' }).first();
   await item.waitFor({ timeout: UI_TIMEOUT });
+  // VS Code ignores a click that comes too soon after the menu opened (seen on a loaded machine):
+  // let the menu settle, and if it is still open after the click, choose the focused item by key.
+  await page().waitForTimeout(300);
   await item.click();
+  const menu = page().locator('.context-view .monaco-menu');
+  try {
+    await menu.waitFor({ state: 'hidden', timeout: 3 * SECOND });
+  } catch {
+    await item.hover();
+    await page().keyboard.press('Enter');
+    await menu.waitFor({ state: 'hidden', timeout: UI_TIMEOUT });
+  }
 }
 
 async function showProblems() {
