@@ -109,8 +109,10 @@ class Exporter:
                 raise OnnxExporterErrorWithin(_errors_message(self.ctx))
         except OnnxExporterErrorWithin as e:
             raise OnnxExporterError(self._partial(e), str(e)) from e.__cause__
-        except Exception as e:
-            raise OnnxExporterError(self._partial(e), f"Failed to export the model to ONNX: {type(e).__name__}: {e}") from e
+        except Exception as e:  # an unexpected failure still leaves a located result in the log
+            message = f"Failed to export the model to ONNX: {type(e).__name__}: {e}"
+            self.ctx.report(rules.FX_GRAPH_TO_ONNX, Level.ERROR, message, stack=capture.user_frames_of(e), exception=e)
+            raise OnnxExporterError(self._partial(e), message) from e
         return ExportOutput(
             model,
             self.input_adapter,

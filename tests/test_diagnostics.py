@@ -227,3 +227,12 @@ def test_rules_reference_page_is_current():
     for rule in ALL_RULES:  # each helpUri anchor is a heading of the page (GitHub's anchor rules)
         anchor = rule.help_uri.split("#")[1]
         assert f"{rule.id} {rule.name}".lower().replace(" ", "-") == anchor
+
+
+def test_an_unexpected_failure_is_still_a_located_error(tmp_path):
+    # Capture works on fake values; running the real values (op-level debug) hits the bad index.
+    failed = export_failure(models.OutOfRangeIndex(), torch.randn(3, 4), torch.tensor([5]), op_level_debug=True)
+    log = save(failed, tmp_path)
+    (error,) = [r for r in log["runs"][0]["results"] if r["level"] == "error"]
+    assert "IndexError" in error["message"]["text"]
+    assert primary(error) == ("located_models.py", line_of("out-of-range"))
