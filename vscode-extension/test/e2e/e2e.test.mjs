@@ -49,6 +49,7 @@ before(async () => {
   const extensions = join(env.tmp, 'extensions');
   const config = join(env.tmp, 'config.yaml');
   cpSync(join(HERE, 'workspace'), env.workspace, { recursive: true, filter: (src) => !/__pycache__|onnxlens-out/.test(src) });
+  cpSync(join(REPO, 'examples/mlp.py'), join(env.workspace, 'mlp.py')); // the seed MLP (a good export; op-level traces)
   mkdirSync(join(env.userData, 'User'), { recursive: true });
   writeFileSync(config, 'bind-addr: 127.0.0.1:0\nauth: none\ncert: false\n');
   writeFileSync(join(env.userData, 'User/settings.json'), JSON.stringify(userSettings(), null, 2));
