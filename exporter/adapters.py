@@ -6,12 +6,17 @@ and `ExportOutput.adapt_torch_outputs_to_onnx`.
 
 from __future__ import annotations
 
+import ast
 import dataclasses
-from collections.abc import Sequence
+import inspect
+import textwrap
+from collections.abc import Callable, Sequence
 from typing import Any, Protocol, runtime_checkable
 
 import torch
 import torch.utils._pytree as pytree
+
+from exporter.diagnostics.locations import Frame
 
 
 @runtime_checkable
@@ -129,6 +134,62 @@ def flatten_outputs(outputs: Any) -> list[Any]:
     if len(children) == 1 and children[0] is outputs:
         return [outputs]
     return [leaf for child in children for leaf in flatten_outputs(child)]
+
+
+class UnsupportedOutputError(TypeError):
+    """The model returns something that is neither a tensor nor a number (e.g. a string)."""
+
+    def __init__(self, message: str, stack: list[Frame]) -> None:
+        super().__init__(message)
+        self.stack = stack
+
+
+def check_outputs(program: torch.export.ExportedProgram, model: Callable[..., Any]) -> None:
+    """Raise `UnsupportedOutputError` (located at the model's return) for outputs ONNX cannot hold.
+
+    Tensors and Python numbers (graph constants) are fine; anything else — a string, a dtype —
+    would silently vanish from the ONNX model's outputs.
+    """
+    output_node = next(n for n in program.graph.nodes if n.op == "output")
+    specs = program.graph_signature.output_specs
+    user_outputs = [a for a, s in zip(output_node.args[0], specs) if s.kind == torch.export.graph_signature.OutputKind.USER_OUTPUT]
+    for i, value in enumerate(user_outputs):
+        if not isinstance(value, (torch.fx.Node, int, float, bool)):
+            raise UnsupportedOutputError(
+                f"The model returns a {type(value).__name__} ({value!r:.60}) as output {i}: an ONNX model can only "
+                "return tensors and numbers (in tuples, lists, dicts or dataclasses). Return it outside "
+                "forward, or as a tensor.",
+                return_frames(model, value),
+            )
+
+
+def return_frames(model: Callable[..., Any], value: Any = None) -> list[Frame]:
+    """Where `model`'s forward returns `value`: its only ``return`` statement (or the only one that
+    spells `value` literally), else its ``def`` line."""
+    forward = model.forward if isinstance(model, torch.nn.Module) else model
+    forward = inspect.unwrap(getattr(forward, "__func__", forward))
+    try:
+        lines, start = inspect.getsourcelines(forward)
+        path = inspect.getsourcefile(forward)
+    except (OSError, TypeError):
+        return []
+    if path is None:
+        return []
+    tree = ast.parse(textwrap.dedent("".join(lines)))
+    function = tree.body[0]
+    returns = [n for n in _own_nodes(function) if isinstance(n, ast.Return)]
+    literal = [r for r in returns if any(isinstance(c, ast.Constant) and c.value == value for c in ast.walk(r))]
+    returns = literal if len(literal) == 1 else returns
+    line = start + (returns[0].lineno if len(returns) == 1 else function.lineno) - 1
+    return [Frame(path, line, forward.__name__, lines[line - start].strip())]
+
+
+def _own_nodes(function: ast.AST):
+    """The nodes of `function`'s body, not those of functions or classes nested in it."""
+    for child in ast.iter_child_nodes(function):
+        yield child
+        if not isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)):
+            yield from _own_nodes(child)
 
 
 def is_graph_io(value: Any) -> bool:

@@ -14,6 +14,7 @@ import torch
 from exporter import adapters, analysis, capture
 from exporter.diagnostics import DiagnosticContext, DiagnosticOptions, Level
 from exporter.diagnostics import rules
+from exporter.diagnostics.torch_logs import captured_logs
 from exporter.errors import OnnxExporterError
 from exporter.fake import check_fake_consistency
 from exporter.output import ExportOutput
@@ -93,9 +94,14 @@ class Exporter:
         self.output_adapter = adapters.OutputAdapter()
 
     def export(self) -> ExportOutput:
+        with captured_logs(self.ctx.logs):
+            return self._export()
+
+    def _export(self) -> ExportOutput:
         try:
             _check_opset(self.opset_version)
             program = self._stage("capture", self._capture)
+            self._check_outputs(program)
             program = self._stage("passes", self._run_passes, program)
             self._stage("analysis", self._analyze, program)
             model = self._stage("translation", self._translate, program)
@@ -155,6 +161,13 @@ class Exporter:
                 strategies=[a.strategy for a in e.attempts],
             )
             raise OnnxExporterErrorWithin(str(e)) from first
+
+    def _check_outputs(self, program: torch.export.ExportedProgram) -> None:
+        try:
+            adapters.check_outputs(program, self.model)
+        except adapters.UnsupportedOutputError as e:
+            self.ctx.report(rules.INPUT_OUTPUT_ADAPTATION, Level.ERROR, str(e), stack=e.stack)
+            raise OnnxExporterErrorWithin(str(e)) from e
 
     def _run_passes(self, program: torch.export.ExportedProgram) -> torch.export.ExportedProgram:
         """Decomposition (with functionalization), then explicit type promotion (FXE0010/FXE0015)."""

@@ -6,6 +6,7 @@ import argparse
 import os
 import sys
 import time
+import traceback
 from typing import Any
 
 DESCRIPTION = """Export PyTorch models to ONNX. A target is a function decorated with
@@ -24,6 +25,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--sarif", help="write the SARIF diagnostics log here (.sarif)")
     parser.add_argument("--verbosity", choices=["debug", "info", "warning", "error"], help="diagnostics detail (default info)")
     parser.add_argument("--warnings-as-errors", action="store_true", default=None, help="fail the export on any warning")
+    parser.add_argument("-v", "--verbose", action="store_true", help="also print torch's log output and the warnings raised during export")
     return parser.parse_args(argv)
 
 
@@ -36,6 +38,10 @@ def main(argv: list[str] | None = None) -> int:
     from exporter.targets import TargetError, find_targets, load_module, target_options
 
     try:
+        if args.sarif:
+            check_output_path(args.sarif, ".sarif")
+        if args.output:
+            check_output_path(args.output, ".onnx")
         module = load_module(path)
         targets = find_targets(module)
         if name:
@@ -46,9 +52,15 @@ def main(argv: list[str] | None = None) -> int:
             raise TargetError(f"{path} has no function decorated with @exporter.export_target")
         if args.output and len(targets) > 1:
             raise TargetError("-o/--output needs a single target: use FILE.py:TARGET")
+        if args.sarif and len(targets) > 1:
+            raise TargetError("--sarif needs a single target: use FILE.py:TARGET")
     except TargetError as e:
         progress.done()
         print(f"onnxlens-export: error: {e}", file=sys.stderr)
+        return 2
+    except Exception as e:  # the model file itself failed to run
+        progress.done()
+        print(f"{_where(e, path)}error: {type(e).__name__}: {_first_line(e)}", file=sys.stderr)
         return 2
 
     cli_settings = {
@@ -60,11 +72,29 @@ def main(argv: list[str] | None = None) -> int:
     failures = 0
     for target_name, fn in targets.items():
         output = args.output or os.path.join(os.path.dirname(os.path.abspath(path)), f"{os.path.splitext(os.path.basename(path))[0]}.{target_name}.onnx")
-        failures += not export_one(exporter, target_name, fn, {**target_options(fn), **cli_settings}, output, args.sarif, progress)
+        failures += not export_one(exporter, target_name, fn, {**target_options(fn), **cli_settings}, output, args.sarif, progress, args.verbose)
     return 1 if failures else 0
 
 
-def export_one(exporter, name: str, fn, settings: dict[str, Any], output: str, sarif: str | None, progress) -> bool:
+def check_output_path(path: str, suffix: str) -> None:
+    """Fail before exporting if `path` cannot be written as a `suffix` file."""
+    from exporter.targets import TargetError
+
+    if os.path.isdir(path):
+        raise TargetError(f"{path} is a directory; give a file name ending in {suffix}")
+    if not path.endswith(suffix):
+        raise TargetError(f"{path}: the file name must end in {suffix}")
+    parent = os.path.dirname(os.path.abspath(path))
+    existing = parent
+    while not os.path.exists(existing):
+        existing = os.path.dirname(existing)
+    if not os.path.isdir(existing):
+        raise TargetError(f"{path}: {existing} is not a directory")
+    if not os.access(existing, os.W_OK | os.X_OK) or (os.path.exists(path) and not os.access(path, os.W_OK)):
+        raise TargetError(f"{path}: permission denied")
+
+
+def export_one(exporter, name: str, fn, settings: dict[str, Any], output: str, sarif: str | None, progress, verbose: bool) -> bool:
     """Export one target, print its summary and diagnostics; True on success."""
     from exporter.diagnostics.report import format_results
     from exporter.output import count_nodes
@@ -77,23 +107,30 @@ def export_one(exporter, name: str, fn, settings: dict[str, Any], output: str, s
         options = exporter.ExportOptions.from_settings(settings)
     except Exception as e:
         progress.done()
-        print(f"onnxlens-export: error: target {name}: {type(e).__name__}: {e}", file=sys.stderr)
+        print(f"{_where(e, fn.__code__.co_filename)}error: target {name}: {type(e).__name__}: {_first_line(e)}", file=sys.stderr)
         return False
     job = exporter.Exporter(options, model, model_args, model_kwargs, progress=lambda stage, info: progress(f"{name}: {stage}", info))
     try:
         result = job.export()
     except exporter.OnnxExporterError as e:
         progress.done()
+        _print_logs(job.ctx, verbose)
         print("\n".join(format_results(job.ctx)), file=sys.stderr)
         if sarif:
             e.export_output.save_diagnostics(sarif)
-        print(f"FAILED {name}: {e}", file=sys.stderr)
+        print(f"FAILED {name}: {_first_line(e)}", file=sys.stderr)
         return False
     progress(f"{name}: save", {})
-    result.save(output)
-    if sarif:
-        result.save_diagnostics(sarif)
+    try:
+        result.save(output)
+        if sarif:
+            result.save_diagnostics(sarif)
+    except OSError as e:
+        progress.done()
+        print(f"onnxlens-export: error: cannot write {e.filename or output}: {e.strerror or e}", file=sys.stderr)
+        return False
     progress.done()
+    _print_logs(job.ctx, verbose)
     for line in format_results(job.ctx):
         print(line, file=sys.stderr)
     graph = result.model.graph
@@ -105,6 +142,29 @@ def export_one(exporter, name: str, fn, settings: dict[str, Any], output: str, s
         f"  {time.perf_counter() - start:.2f}s ({stages})"
     )
     return True
+
+
+def _print_logs(ctx, verbose: bool) -> None:
+    if verbose:
+        for record in ctx.logs:
+            print(f"[{record.source}] {record.message}", file=sys.stderr)
+
+
+def _where(error: BaseException, path: str) -> str:
+    """``file:line: `` of the innermost frame of the user's files in `error` (or of its syntax error)."""
+    from exporter.diagnostics.locations import is_user_file
+
+    if isinstance(error, SyntaxError) and error.filename:
+        return f"{error.filename}:{error.lineno}:{error.offset}: " if error.offset else f"{error.filename}:{error.lineno}: "
+    frames = [f for f in traceback.extract_tb(error.__traceback__) if is_user_file(f.filename)]
+    return f"{frames[-1].filename}:{frames[-1].lineno}: " if frames else f"{path}: "
+
+
+def _first_line(error: BaseException) -> str:
+    if isinstance(error, SyntaxError):
+        return error.msg
+    lines = str(error).strip().splitlines()
+    return lines[0] if lines else type(error).__name__
 
 
 class _Progress:

@@ -26,6 +26,7 @@ if TYPE_CHECKING:
     from exporter.output import ExportOutput
 
 WEIGHT_META = "onnxlens.weight"  # ir.Value.meta key marking graph inputs that stand for weights
+WEIGHT_NAMES_META = "onnxlens.weight_names"  # ir.Model.meta key: every parameter/buffer name of the captured model
 
 _SAFETENSORS_DTYPES = {
     "F64": torch.float64, "F32": torch.float32, "F16": torch.float16, "BF16": torch.bfloat16,
@@ -88,17 +89,26 @@ def weight_sources(state: Any) -> Iterator[WeightSource]:
     yield from weight_sources(checkpoint)
 
 
-def save_with_state_dict(export_output: ExportOutput, destination: str, state: dict[str, Any] | str | os.PathLike) -> None:
-    """Write the model with `state`'s tensors as external data in ``<stem>_initializers/``."""
+def save_with_state_dict(
+    export_output: ExportOutput, destination: str, state: dict[str, Any] | str | os.PathLike, *, strict: bool = True
+) -> None:
+    """Write the model with `state`'s tensors as external data in ``<stem>_initializers/``.
+
+    With `strict`, every weight of the model must come from `state` and every tensor of `state`
+    must be a weight of the exported model (as `nn.Module.load_state_dict` checks). Otherwise
+    weights missing from `state` keep the model's own values, and unknown tensors are ignored.
+    """
     from exporter.output import atomic_path
 
     model = export_output.model
     if model is None:
         raise RuntimeError("The export failed; there is no model to save.")
     weights = {v.name: v for v in model.graph.inputs if v.meta.get(WEIGHT_META)} | dict(model.graph.initializers)
+    known_names = set(model.meta.get(WEIGHT_NAMES_META, ()))  # the captured model's parameters and buffers
     directory, filename = os.path.split(os.path.abspath(destination))
-    folder = filename.split(".")[0] + "_initializers"
+    folder = os.path.splitext(filename)[0] + "_initializers"
     os.makedirs(directory, exist_ok=True)
+    _check_folder_is_ours(directory, folder, filename)
     model_proto = onnx.ModelProto()
     model_proto.CopyFrom(export_output.model_proto)
     kept_initializers = {t.name: t for t in model_proto.graph.initializer}
@@ -107,22 +117,34 @@ def save_with_state_dict(export_output: ExportOutput, destination: str, state: d
     staging = tempfile.mkdtemp(dir=directory, prefix=f".tmp-{folder}-")
     try:
         written: dict[str, onnx.TensorProto] = {}
+        unknown: list[str] = []
         files: set[str] = set()
         for source in weight_sources(state):
             target = match_name(source.name, weights, written)
             if target is None:
+                if match_name(source.name, dict.fromkeys(known_names | set(weights)), {}) is None:
+                    unknown.append(source.name)
                 continue
             _check_compatible(source, weights[target])
             file_name = _file_name(target, files)
             with open(os.path.join(staging, file_name), "wb") as f:
                 length = source.write(f)
             written[target] = _external_tensor(target, source, f"{folder}/{file_name}", length)
-        missing = [name for name in weights if name not in written and name not in kept_initializers]
+        model_weights = {name for name in weights if name not in kept_initializers or name in known_names}
+        missing = [
+            name for name in model_weights if name not in written and (strict or name not in kept_initializers)
+        ]
         if missing:
             raise ValueError(
-                f"The state dict has no tensor for {len(missing)} weights of the model: {', '.join(missing[:8])}"
-                f"{' …' if len(missing) > 8 else ''}. (Non-persistent buffers are not in `model.state_dict()`; "
-                "pass `{**model.state_dict(), **dict(model.named_buffers())}`.)"
+                f"The state dict has no tensor for {len(missing)} weights of the model: {_names(missing)}. "
+                "(Non-persistent buffers are not in `model.state_dict()`; pass "
+                "`{**model.state_dict(), **dict(model.named_buffers())}`."
+                + (" To keep the model's own values for the others, pass strict=False.)" if strict else ")")
+            )
+        if unknown and strict:
+            raise ValueError(
+                f"The state dict has {len(unknown)} tensors that are not weights of the exported model: "
+                f"{_names(unknown)}. Pass strict=False to ignore them."
             )
         graph = model_proto.graph
         remaining_inputs = [i for i in graph.input if i.name not in written]
@@ -139,6 +161,32 @@ def save_with_state_dict(export_output: ExportOutput, destination: str, state: d
     finally:
         if os.path.exists(staging):
             shutil.rmtree(staging)
+
+
+def _check_folder_is_ours(directory: str, folder: str, filename: str) -> None:
+    """Refuse to replace a weights folder that another model file in `directory` reads from."""
+    if not os.path.isdir(os.path.join(directory, folder)):
+        return
+    for other in sorted(os.listdir(directory)):
+        if other == filename or not other.endswith(".onnx"):
+            continue
+        try:
+            proto = onnx.load(os.path.join(directory, other), load_external_data=False)
+        except Exception:
+            continue  # not a readable model: it cannot reference the folder
+        if any(
+            entry.key == "location" and entry.value.startswith(folder + "/")
+            for tensor in proto.graph.initializer
+            for entry in tensor.external_data
+        ):
+            raise FileExistsError(
+                f"{os.path.join(directory, folder)} holds the weights of {other}; saving {filename} there "
+                f"would change what {other} computes. Save to another folder or name."
+            )
+
+
+def _names(names: list[str]) -> str:
+    return ", ".join(names[:8]) + (" …" if len(names) > 8 else "")
 
 
 def match_name(name: str, weights: dict[str, Any], taken: dict[str, Any]) -> str | None:

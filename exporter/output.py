@@ -90,12 +90,14 @@ class ExportOutput:
         *,
         model_state_dict: dict[str, Any] | str | os.PathLike | None = None,
         serializer: ExportOutputSerializer | None = None,
+        strict: bool = True,
     ) -> None:
         """Write the model to a path (atomically) or a binary stream.
 
         With `model_state_dict` (a dict, or a ``.safetensors``/``torch.save`` checkpoint path), the
         weights are written as external data in ``<stem>_initializers/`` beside the model. Under fake
-        mode, the checkpoints loaded inside `enable_fake_mode` are used when none is given.
+        mode, the checkpoints loaded inside `enable_fake_mode` are used when none is given. With
+        `strict` (the default), the state dict must hold every weight of the model and nothing else.
         """
         if model_state_dict is None and self._fake_context is not None and self._fake_context.state_dict_paths:
             model_state_dict = list(self._fake_context.state_dict_paths)
@@ -104,7 +106,7 @@ class ExportOutput:
 
             if not isinstance(destination, (str, os.PathLike)):
                 raise ValueError("model_state_dict needs a file path destination: the weights go beside the model.")
-            save_with_state_dict(self, os.fspath(destination), model_state_dict)
+            save_with_state_dict(self, os.fspath(destination), model_state_dict, strict=strict)
             return
         serializer = serializer or ProtobufExportOutputSerializer()
         if not isinstance(destination, (str, os.PathLike)):
@@ -140,10 +142,12 @@ class atomic_path:
         return self.tmp
 
     def __exit__(self, exc_type, exc, tb) -> None:
-        if exc_type is None:
-            os.replace(self.tmp, self.path)
-        elif os.path.exists(self.tmp):
-            os.remove(self.tmp)
+        try:
+            if exc_type is None:
+                os.replace(self.tmp, self.path)
+        finally:
+            if os.path.exists(self.tmp):
+                os.remove(self.tmp)
 
 
 def count_nodes(model: ir.Model) -> int:

@@ -73,12 +73,15 @@ def _torchlib_table() -> dict[OpName, tuple[ONNXFunction, ...]]:
     from onnxscript._framework_apis.torch_2_9 import get_torchlib_ops
 
     from exporter.ops import complex as complex_ops
+    from exporter.ops import corrections
 
     table: dict[OpName, list[ONNXFunction]] = {}
     for meta in get_torchlib_ops():
         name = OpName.from_qualified_name(meta.qualified_name)
-        fn = ONNXFunction(meta.function, meta.qualified_name, is_complex=meta.is_complex)
-        table.setdefault(name, []).append(fn)
+        function = meta.function
+        if name in corrections.FUNCTIONS and not meta.is_complex:  # torchlib computes something else
+            function = corrections.FUNCTIONS[name]
+        table.setdefault(name, []).append(ONNXFunction(function, meta.qualified_name, is_complex=meta.is_complex))
     for name, function in complex_ops.FUNCTIONS.items():  # gaps torchlib leaves for complex inputs
         if not any(f.is_complex for f in table.get(name, [])):
             table.setdefault(name, []).append(ONNXFunction(function, name.qualified_name(), is_complex=True))

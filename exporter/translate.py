@@ -16,7 +16,7 @@ from torch.export import graph_signature as gs
 from exporter import dispatch
 from exporter.diagnostics import DiagnosticContext, Level
 from exporter.diagnostics import rules
-from exporter.external_data import WEIGHT_META
+from exporter.external_data import WEIGHT_META, WEIGHT_NAMES_META
 from exporter.recorder import OpRecorder, SymbolicValue
 from exporter.registry import OnnxRegistry
 
@@ -144,6 +144,7 @@ class GraphTranslator:
                 fxGraph=program.graph_module.print_readable(print_output=False, include_stride=False, include_device=False),
             )
         model = ir.Model(graph, ir_version=10 if self.registry.opset_version <= 21 else 11, producer_name="onnxlens")
+        model.meta[WEIGHT_NAMES_META] = sorted(weights)
         for function in self.recorder.functions.values():
             model.functions[function.identifier()] = function
             graph.opset_imports.setdefault(function.domain, 1)
@@ -190,6 +191,7 @@ class GraphTranslator:
         args = [self._convert_arg(a, env) for a in node.args]
         kwargs = {k: self._convert_arg(v, env) for k, v in _with_schema_defaults(node).items()}
         function = dispatch.select_function(node, candidates, args, kwargs, self.ctx)
+        args, kwargs = _none_means_default(function.onnx_function, args, kwargs)
         try:
             return self.recorder.call(function.onnx_function, args, kwargs)
         except Exception as e:
@@ -307,6 +309,35 @@ def _with_schema_defaults(node: torch.fx.Node) -> dict[str, Any]:
         if arg.name not in kwargs and arg.has_default_value() and not arg.kwarg_only:
             kwargs[arg.name] = arg.default_value
     return kwargs
+
+
+def _none_means_default(function: Any, args: list[Any], kwargs: dict[str, Any]) -> tuple[list[Any], dict[str, Any]]:
+    """Map ATen's "None = use the default" onto the ONNX function's own defaults.
+
+    An optional ATen argument that is None (given, or filled in from the ATen schema) means "the
+    default"; torchlib spells many defaults differently (``dtype: int = -1``, ``layout: str = ""``)
+    and its traced bodies test for that value, not for None. So a None attribute takes the
+    function's default, and is left out where the function has none.
+    """
+    signature = getattr(function, "op_signature", None)
+    if signature is None:
+        return args, kwargs
+    args, kwargs = list(args), dict(kwargs)
+    for i, param in enumerate(signature.params):
+        if not param.is_attribute():
+            if getattr(param, "variadic", False):
+                break  # positions after a variadic input no longer line up
+            continue
+        default = param.default.value if isinstance(param.default, ir.Attr) else param.default
+        if i < len(args):
+            if args[i] is None and param.has_default():
+                args[i] = default
+        elif param.name in kwargs and kwargs[param.name] is None:
+            if param.has_default():
+                kwargs[param.name] = default
+            else:
+                del kwargs[param.name]
+    return args, kwargs
 
 
 def _is_fake(tensor: torch.Tensor) -> bool:

@@ -48,6 +48,16 @@ def _to_numpy(x):
 
 
 
+def console_script(name: str) -> str:
+    """The path of one of the project's console scripts in the interpreter's environment (never PATH)."""
+    import pathlib
+    import sys
+
+    path = pathlib.Path(sys.executable).parent / name
+    assert path.is_file(), f"{name} is not installed beside {sys.executable}; run scripts/setup.sh"
+    return str(path)
+
+
 def validate_sarif(path) -> dict:
     """Load a SARIF file and validate it against the official SARIF 2.1.0 JSON schema."""
     import importlib.resources

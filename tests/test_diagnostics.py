@@ -6,7 +6,6 @@ import json
 import logging
 import os
 import pathlib
-import shutil
 import subprocess
 
 import onnxscript
@@ -17,7 +16,7 @@ from onnxscript import opset18 as op
 import exporter
 from fixtures import located_models as models
 from fixtures.located_models import line_of
-from helpers import validate_sarif
+from helpers import console_script, validate_sarif
 
 MODEL_FILE = os.path.realpath(models.__file__)
 REPO = pathlib.Path(__file__).resolve().parents[1]
@@ -191,7 +190,7 @@ def test_cli_prints_clickable_results(tmp_path):
         "    return M(), (torch.randn(2),)\n"
     )
     env = {**os.environ, "PYTHONPATH": str(REPO / "tests")}
-    result = subprocess.run(["onnxlens-export", str(source), "--sarif", str(tmp_path / "m.sarif")], capture_output=True, text=True, env=env, timeout=300)
+    result = subprocess.run([console_script("onnxlens-export"), str(source), "--sarif", str(tmp_path / "m.sarif")], capture_output=True, text=True, env=env, timeout=300)
     assert result.returncode == 1
     assert f"{source}:5: error FXE0011" in result.stderr
     validate_sarif(tmp_path / "m.sarif")
@@ -199,7 +198,7 @@ def test_cli_prints_clickable_results(tmp_path):
 
 def _multitool() -> str | None:
     local = REPO / ".tools" / "node_modules" / ".bin" / "sarif-multitool"
-    return str(local) if local.exists() else shutil.which("sarif-multitool")
+    return str(local) if local.exists() else None
 
 
 def test_official_sarif_multitool_validates_our_log(tmp_path):

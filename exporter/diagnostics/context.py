@@ -11,6 +11,7 @@ import torch
 
 from exporter.diagnostics.locations import Frame, stack_of
 from exporter.diagnostics.rules import ALL_RULES, Level, Rule
+from exporter.diagnostics.torch_logs import LogRecord
 
 logger = logging.getLogger("exporter")
 logger.addHandler(logging.NullHandler())
@@ -54,6 +55,7 @@ class DiagnosticContext:
         self.diagnostics: list[Diagnostic] = []
         self.rules: tuple[Rule, ...] = ALL_RULES
         self.timings: dict[str, float] = {}  # seconds per export stage (in the SARIF invocation)
+        self.logs: list[LogRecord] = []  # torch's log records and warnings during the export
 
     def wants(self, level: Level) -> bool:
         """Whether a result at `level` is recorded at the configured verbosity."""

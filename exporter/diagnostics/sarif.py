@@ -49,11 +49,26 @@ def to_sarif_log(ctx: DiagnosticContext) -> sarif.SarifLog:
                 execution_successful=not ctx.errors(),
                 end_time_utc=datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ"),
                 properties=_bag(stageSeconds={k: round(v, 4) for k, v in ctx.timings.items()}),
+                tool_execution_notifications=_notifications(ctx) or None,
             )
         ],
         column_kind="unicodeCodePoints",
     )
     return sarif.SarifLog(version=SARIF_VERSION, schema_uri=SARIF_SCHEMA, runs=[run])
+
+
+def _notifications(ctx: DiagnosticContext) -> list[sarif.Notification]:
+    """torch's log records and the warnings of the export (at DEBUG verbosity only)."""
+    if not ctx.wants(Level.NONE):
+        return []
+    return [
+        sarif.Notification(
+            message=sarif.Message(text=record.message),
+            level=_level(next(level for level in reversed(Level) if record.level >= level or level == Level.NONE)),
+            properties=_bag(source=record.source),
+        )
+        for record in ctx.logs
+    ]
 
 
 # Fields written even when they hold their default, so readers need not know SARIF's defaults.

@@ -1,0 +1,61 @@
+"""Translations that replace torchlib's where torchlib computes something other than PyTorch.
+
+Each wraps torchlib's own function and corrects only what differs; found by the optional-argument
+sweep (tests/test_optional_args.py).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+from onnxscript import opset18 as op
+from onnxscript import values
+from onnxscript.function_libs.torch_lib.ops import core, nn
+
+from exporter.registry import OpName
+
+_OPSET = values.Opset("pkg.onnxlens.corrections", 1)
+
+
+def _traced(fn):
+    return values.TracedOnnxFunction(_OPSET, fn)
+
+
+@_traced
+def hamming_window(window_length: int, dtype: int = 1, layout: str = "", device: str = "", pin_memory: bool = False):
+    """PyTorch's Hamming window, 0.54 - 0.46 cos(2πn/N) = 0.08 + 0.92 · Hann (torchlib uses ONNX's
+    HammingWindow, whose coefficients are 25/46 and 21/46)."""
+    hann = core.aten_hann_window(window_length, dtype)
+    return op.Add(op.Mul(hann, op.CastLike(0.92, hann)), op.CastLike(0.08, hann))
+
+
+def _avg_pool(torchlib_pool, dims: int):
+    def pool(
+        self,
+        kernel_size: Sequence[int],
+        stride: Sequence[int] = (),
+        padding: Sequence[int] = (0,) * dims,
+        ceil_mode: bool = False,
+        count_include_pad: bool = True,
+        divisor_override: int | None = None,
+    ):
+        """torchlib ignores `divisor_override`: the window sum is the padded average times the
+        kernel size, then divided by the override."""
+        if divisor_override is None:
+            return torchlib_pool(self, kernel_size, stride, padding, ceil_mode, count_include_pad)
+        if ceil_mode:
+            raise NotImplementedError("avg_pool with both divisor_override and ceil_mode=True")
+        kernel = list(kernel_size) * dims if len(kernel_size) == 1 else list(kernel_size)
+        average = torchlib_pool(self, kernel_size, stride, padding, False, True)
+        return op.Mul(average, op.CastLike(math.prod(kernel) / divisor_override, average))
+
+    pool.__name__ = f"avg_pool{dims}d"
+    return _traced(pool)
+
+
+FUNCTIONS = {
+    OpName("aten", "hamming_window"): hamming_window,
+    OpName("aten", "avg_pool2d"): _avg_pool(nn.aten_avg_pool2d, 2),
+    OpName("aten", "avg_pool3d"): _avg_pool(nn.aten_avg_pool3d, 3),
+}

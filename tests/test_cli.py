@@ -1,0 +1,158 @@
+"""``onnxlens-export`` as a user meets it: located results and a summary, one clear line per user
+error, outputs checked before exporting, nothing temporary left behind. Run through the installed
+console script (never from PATH)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import textwrap
+
+import onnx
+import pytest
+
+from helpers import console_script
+
+MODELS = textwrap.dedent(
+    """\
+    import torch
+    import exporter
+
+
+    class DataDependent(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc = torch.nn.Linear(4, 4)
+
+        def forward(self, x):
+            h = self.fc(x)
+            if h.sum() > 0:
+                return h * 2
+            return h
+
+
+    class Labelled(torch.nn.Module):
+        def forward(self, x):
+            if x.shape[0] > 100:
+                return x
+            return "a label"
+
+
+    @exporter.export_target
+    def branchy():
+        return DataDependent(), (torch.randn(2, 4),)
+
+
+    @exporter.export_target
+    def labelled():
+        return Labelled(), (torch.randn(2),)
+
+
+    @exporter.export_target
+    def small():
+        return torch.nn.Linear(2, 3), (torch.randn(1, 2),)
+    """
+)
+
+
+def _line(text: str, needle: str) -> int:
+    return next(i for i, line in enumerate(text.splitlines(), 1) if needle in line)
+
+
+@pytest.fixture
+def models(tmp_path):
+    path = tmp_path / "models.py"
+    path.write_text(MODELS)
+    return path
+
+
+def _cli(*args: str, cwd=None) -> subprocess.CompletedProcess:
+    return subprocess.run([console_script("onnxlens-export"), *map(str, args)], capture_output=True, text=True, timeout=600, cwd=cwd)
+
+
+def _leftovers(folder) -> list[str]:
+    return sorted(name for name in os.listdir(folder) if name.startswith(".tmp"))
+
+
+def test_a_capture_failure_prints_the_located_result_and_a_summary_only(models, tmp_path):
+    result = _cli(f"{models}:branchy", "-o", tmp_path / "b.onnx", "--sarif", tmp_path / "b.sarif")
+    assert result.returncode == 1
+    lines = result.stderr.strip().splitlines()
+    assert lines[0].startswith(f"{models}:{_line(MODELS, 'if h.sum() > 0:')}: error FXE0017 ")
+    assert lines[1].startswith("FAILED branchy: ")
+    assert len(lines) == 2, result.stderr  # no torch log lines, graph dumps or hints
+    assert not (tmp_path / "b.onnx").exists()
+
+    verbose = _cli(f"{models}:branchy", "-o", tmp_path / "b.onnx", "--verbose")
+    assert "[torch.fx.experimental.symbolic_shapes]" in verbose.stderr
+    assert "def forward(self" in verbose.stderr  # the partial graph torch prints
+
+
+def test_torch_logs_are_in_the_sarif_log_at_debug_verbosity(models, tmp_path):
+    import json
+
+    _cli(f"{models}:branchy", "--sarif", tmp_path / "debug.sarif", "--verbosity", "debug")
+    _cli(f"{models}:branchy", "--sarif", tmp_path / "info.sarif")
+    debug = json.loads((tmp_path / "debug.sarif").read_text())["runs"][0]["invocations"][0]
+    info = json.loads((tmp_path / "info.sarif").read_text())["runs"][0]["invocations"][0]
+    sources = {n["properties"]["source"] for n in debug["toolExecutionNotifications"]}
+    assert {"torch.fx.experimental.symbolic_shapes", "stderr"} <= sources
+    assert "toolExecutionNotifications" not in info
+
+
+def test_a_string_output_is_an_error_at_the_return_line(models, tmp_path):
+    result = _cli(f"{models}:labelled", "-o", tmp_path / "l.onnx")
+    assert result.returncode == 1
+    line = _line(MODELS, 'return "a label"')
+    assert result.stderr.startswith(f"{models}:{line}: error FXE0018 The model returns a str ('a label')")
+    assert not (tmp_path / "l.onnx").exists()
+
+
+def test_a_syntax_error_in_the_model_file_is_one_located_line(tmp_path):
+    path = tmp_path / "broken.py"
+    path.write_text("import torch\n\ndef f(:\n    pass\n")
+    result = _cli(path)
+    assert result.returncode == 2
+    assert result.stderr.strip() == f"{path}:3:7: error: SyntaxError: invalid syntax"
+
+
+def test_an_exception_while_loading_the_model_file_is_one_located_line(tmp_path):
+    path = tmp_path / "raises.py"
+    path.write_text("import torch\n\nSIZE = int('a')\n")
+    result = _cli(path)
+    assert result.returncode == 2
+    assert result.stderr.strip() == f"{path}:3: error: ValueError: invalid literal for int() with base 10: 'a'"
+
+
+@pytest.mark.parametrize(
+    "make_args, message",
+    [
+        (lambda d: ["-o", d / "folder"], "folder is a directory"),
+        (lambda d: ["-o", d / "model.txt"], "must end in .onnx"),
+        (lambda d: ["-o", d / "ok.onnx", "--sarif", d / "log.json"], "must end in .sarif"),
+        (lambda d: ["-o", d / "ok.onnx", "--sarif", d / "models.py" / "log.sarif"], "is not a directory"),
+        (lambda d: ["-o", d / "ok.onnx", "--sarif", d / "readonly" / "log.sarif"], "permission denied"),
+    ],
+    ids=["output-is-a-directory", "output-suffix", "sarif-suffix", "sarif-under-a-file", "sarif-unwritable"],
+)
+def test_bad_output_paths_fail_before_exporting_and_leave_nothing(models, tmp_path, make_args, message):
+    (tmp_path / "folder").mkdir()
+    (tmp_path / "readonly").mkdir(mode=0o500)
+    if os.geteuid() == 0 and "permission denied" in message:
+        pytest.skip("root can write anywhere")
+    result = _cli(f"{models}:small", *make_args(tmp_path))
+    assert result.returncode == 2
+    assert result.stderr.startswith("onnxlens-export: error: ") and message in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1
+    assert "exported" not in result.stdout
+    assert not (tmp_path / "ok.onnx").exists()
+    assert _leftovers(tmp_path) == [] and _leftovers(tmp_path / "folder") == []
+
+
+def test_a_successful_export_prints_the_summary(models, tmp_path):
+    result = _cli(f"{models}:small", "-o", tmp_path / "s.onnx", "--sarif", tmp_path / "s.sarif")
+    assert result.returncode == 0, result.stderr
+    assert result.stderr == ""
+    assert result.stdout.startswith(f"exported small -> {tmp_path / 's.onnx'}\n  1 inputs, 1 outputs, ")
+    assert [o.name for o in onnx.load(tmp_path / "s.onnx").graph.output] == ["linear"]
+    assert _leftovers(tmp_path) == []
