@@ -130,9 +130,15 @@ def save_with_state_dict(
             with open(os.path.join(staging, file_name), "wb") as f:
                 length = source.write(f)
             written[target] = _external_tensor(target, source, f"{folder}/{file_name}", length)
-        model_weights = {name for name in weights if name not in kept_initializers or name in known_names}
+        if unknown and strict:
+            raise ValueError(
+                f"The state dict has {len(unknown)} tensors that are not weights of the exported model: "
+                f"{_names(unknown)}. Pass strict=False to ignore them."
+            )
         missing = [
-            name for name in model_weights if name not in written and (strict or name not in kept_initializers)
+            name
+            for name in weights
+            if name not in written and (name not in kept_initializers or (strict and name in known_names))
         ]
         if missing:
             raise ValueError(
@@ -140,11 +146,6 @@ def save_with_state_dict(
                 "(Non-persistent buffers are not in `model.state_dict()`; pass "
                 "`{**model.state_dict(), **dict(model.named_buffers())}`."
                 + (" To keep the model's own values for the others, pass strict=False.)" if strict else ")")
-            )
-        if unknown and strict:
-            raise ValueError(
-                f"The state dict has {len(unknown)} tensors that are not weights of the exported model: "
-                f"{_names(unknown)}. Pass strict=False to ignore them."
             )
         graph = model_proto.graph
         remaining_inputs = [i for i in graph.input if i.name not in written]

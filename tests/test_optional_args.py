@@ -276,3 +276,24 @@ def test_optional_argument(case: Case):
         if case.values:
             tolerance = 1e-3 if e.dtype == np.float16 else 1e-5  # one fp16 ulp near 2 is 2e-3 relative … 1e-3
             np.testing.assert_allclose(a, e, rtol=tolerance, atol=tolerance)
+
+
+class _LSTMTagger(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.lstm = torch.nn.LSTM(8, 16, batch_first=True)
+        self.head = torch.nn.Linear(16, 5)
+
+    def forward(self, x):
+        hidden, _ = self.lstm(x)
+        return F.log_softmax(self.head(hidden), -1)
+
+
+def test_log_softmax_after_an_lstm():
+    """The held-out trial that found the class: ``dtype=None`` reached torchlib's ``dtype=-1`` check."""
+    model, x = _LSTMTagger().eval(), torch.randn(2, 7, 8)
+    export_output = exporter.dynamo_export(model, x)
+    session = ort.InferenceSession(export_output.model_proto.SerializeToString(), providers=["CPUExecutionProvider"])
+    (actual,) = session.run(None, {session.get_inputs()[0].name: x.numpy()})
+    with torch.no_grad():
+        np.testing.assert_allclose(actual, model(x).numpy(), rtol=1e-4, atol=1e-5)
