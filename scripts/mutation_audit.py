@@ -111,6 +111,7 @@ class Outcome:
     detail: list[str]
 
 
+SHOWN_FAILURES = 6  # failing tests listed per mutation
 SKIPPED_DIRS = {".venv", "node_modules"}  # environments, in case .gitignore does not list them
 
 
@@ -169,7 +170,8 @@ def run(mutation: Mutation, root: pathlib.Path) -> Outcome:
     if result.returncode == 0:
         return Outcome(mutation, "survived", summary)
     if result.returncode == 1 and failed:
-        return Outcome(mutation, "caught", failed + summary)
+        shown = failed[:SHOWN_FAILURES] + ([f"... and {len(failed) - SHOWN_FAILURES} more"] if len(failed) > SHOWN_FAILURES else [])
+        return Outcome(mutation, "caught", summary + shown)
     return Outcome(mutation, "error", summary)
 
 

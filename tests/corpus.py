@@ -665,8 +665,8 @@ class EinsumBilinear(nn.Module):
     tags=("index",),
 )
 def build_einsum(n: int = 3, batch: int = 2, heads: int = 2, q_len: int = 4, kv_len: int = 5, head_dim: int = 8) -> Built:
-    q, k = torch.randn(batch, heads, q_len, head_dim), torch.randn(batch, heads, kv_len, head_dim)
-    args = (torch.randn(n, 6), torch.randn(n, 5), q, k)
+    a, b = torch.randn(n, 6), torch.randn(n, 5)
+    args = (a, b, torch.randn(batch, heads, q_len, head_dim), torch.randn(batch, heads, kv_len, head_dim))
     return EinsumBilinear(), args, {}
 
 
