@@ -28,10 +28,11 @@ if TYPE_CHECKING:
     from exporter.api import Exporter
     from exporter.translate import GraphTranslator
 
-# (atol, rtol) by dtype of the PyTorch output.
+# (atol, rtol) by dtype of the PyTorch output. float32: a translation off by 1e-3 relative is a bug to
+# report; over the 51-model test corpus, correct ops differ by at most 2e-6 (conv2d).
 TOLERANCES = {
     torch.float64: (1e-7, 1e-6),
-    torch.float32: (1e-4, 1e-3),
+    torch.float32: (1e-5, 1e-4),
     torch.float16: (1e-2, 1e-2),
     torch.bfloat16: (5e-2, 5e-2),
 }

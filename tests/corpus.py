@@ -4,6 +4,9 @@ Pure model definitions: this module never imports ``exporter``. Each :class:`Cas
 has a ``build()`` that returns ``(model, args, kwargs)``: a small, deterministic model
 (``torch.manual_seed(0)`` is set before building) in ``eval()`` mode, plus example
 inputs. Tests export ``model(*args, **kwargs)`` and compare onnxruntime against eager.
+A builder's keyword parameters are its input sizes: ``build(**case.second_shape)`` gives the
+same model's inputs at another size of every dimension that stays dynamic under
+``dynamic_shapes=True`` (``case.dynamic_dims`` lists, per graph input, which ones those are).
 
 The corpus covers what real users export: CNNs, RNNs, attention and transformer
 blocks, index ops, control flow (``torch.cond``), data-dependent shapes, complex
@@ -14,7 +17,8 @@ weights (no downloads).
 Notes for users of the corpus:
 
 * Cases tagged ``"mutation"`` update buffers in ``forward``: running them changes
-  their state, so build a fresh model for every reference run.
+  their state, so build a fresh model for every reference run. Some builders draw their
+  inputs before the model: take the model from ``build()`` (the export sizes).
 * Cases tagged ``"hf"`` return a Hugging Face ``ModelOutput``; decoder cases
   (tag ``"cache"``) hold a ``transformers`` cache object (``DynamicCache`` /
   ``EncoderDecoderCache``), which ``torch.export`` can only trace once the cache
@@ -38,15 +42,27 @@ Model = nn.Module | Callable[..., Any]
 Built = tuple[Model, tuple, dict]
 
 
+Dims = dict[str, tuple[int | str, ...]]
+
+
 @dataclass(frozen=True)
 class Case:
-    """One corpus entry: a named model builder with its comparison tolerances."""
+    """One corpus entry: a named model builder with its comparison tolerances.
+
+    ``build(**sizes)`` takes the builder's size parameters (batch, sequence, ...): without them it
+    gives the export inputs, with ``second_shape`` it gives inputs where every dimension that stays
+    dynamic under ``dynamic_shapes=True`` has another size. ``dynamic_dims`` is the shape of each
+    ONNX graph input (by name) under ``dynamic_shapes=True``: ``dim_param`` names for symbolic dims,
+    sizes for the dims the model fixes.
+    """
 
     name: str  # unique, snake_case
-    build: Callable[[], Built]  # -> (model, args, kwargs), seeded, eval() mode
+    build: Callable[..., Built]  # (**sizes) -> (model, args, kwargs), seeded, eval() mode
+    dynamic_dims: Dims
+    second_shape: dict[str, int] | None  # build(**second_shape) changes every dynamic dim
+    no_second_shape: str | None = None  # why there is no second shape (then second_shape is None)
     atol: float = 1e-4
     rtol: float = 1e-3
-    dynamic_ok: bool = True  # False if export fails with every input dim Dim.AUTO
     ort_note: str | None = None  # set when onnxruntime (CPU) cannot run the model's dtype
     tags: frozenset[str] = frozenset()
 
@@ -65,26 +81,30 @@ def get(name: str) -> Case:
 def case(
     name: str,
     *,
+    dims: Dims,
+    second: dict[str, int] | None = None,
+    no_second_shape: str | None = None,
     atol: float = 1e-4,
     rtol: float = 1e-3,
-    dynamic_ok: bool = True,
     ort_note: str | None = None,
     tags: tuple[str, ...] = (),
-) -> Callable[[Callable[[], Built]], Callable[[], Built]]:
+) -> Callable[[Callable[..., Built]], Callable[..., Built]]:
     """Register a builder as a corpus case; the builder is seeded and put in eval mode."""
+    if (second is None) == (no_second_shape is None):
+        raise ValueError(f"corpus case {name!r}: give either a second shape or the reason it has none")
 
-    def register(builder: Callable[[], Built]) -> Callable[[], Built]:
+    def register(builder: Callable[..., Built]) -> Callable[..., Built]:
         @functools.wraps(builder)
-        def build() -> Built:
+        def build(**sizes: int) -> Built:
             torch.manual_seed(0)
-            model, args, kwargs = builder()
+            model, args, kwargs = builder(**sizes)
             if isinstance(model, nn.Module):
                 model.eval()
             return model, args, kwargs
 
         if any(c.name == name for c in CASES):
             raise ValueError(f"duplicate corpus case {name!r}")
-        CASES.append(Case(name, build, atol, rtol, dynamic_ok, ort_note, frozenset(tags)))
+        CASES.append(Case(name, build, dims, second, no_second_shape, atol, rtol, ort_note, frozenset(tags)))
         return build
 
     return register
@@ -124,9 +144,9 @@ class MLPModel(nn.Module):
         return output
 
 
-@case("mlp", tags=("seed",))
-def build_mlp() -> Built:
-    return MLPModel(), (torch.rand((97, 8), dtype=torch.float32),), {}
+@case("mlp", dims={"tensor_x": ("tensor_x_dim_0", 8)}, second={"batch": 98}, tags=("seed",))
+def build_mlp(batch: int = 97) -> Built:
+    return MLPModel(), (torch.rand((batch, 8), dtype=torch.float32),), {}
 
 
 class SeedKwargsModel(nn.Module):
@@ -142,9 +162,9 @@ class SeedKwargsModel(nn.Module):
         return out
 
 
-@case("seed_kwargs_bias", tags=("seed", "kwargs"))
-def build_seed_kwargs_bias() -> Built:
-    return SeedKwargsModel(), (torch.randn(2, 2, 2),), {"bias": 3.0}
+@case("seed_kwargs_bias", dims={"x": ("x_dim_0", "x_dim_1", 2)}, second={"batch": 3, "rows": 5}, tags=("seed", "kwargs"))
+def build_seed_kwargs_bias(batch: int = 2, rows: int = 2) -> Built:
+    return SeedKwargsModel(), (torch.randn(batch, rows, 2),), {"bias": 3.0}
 
 
 def func_with_nested_input_structure(
@@ -162,7 +182,12 @@ def func_with_nested_input_structure(
     return x + y1 + y2 + y3
 
 
-@case("seed_nested_input", tags=("seed", "nested", "callable"))
+@case(
+    "seed_nested_input",
+    dims={"args_0_a": (), "args_1_0": (), "args_1_1_0": (), "args_1_1_1": ()},
+    no_second_shape="every input is 0-d",
+    tags=("seed", "nested", "callable"),
+)
 def build_seed_nested_input() -> Built:
     x_dict = {"a": torch.tensor(1.0)}
     y_tuple = (torch.tensor(2.0), (torch.tensor(3.0), torch.tensor(4.0)))
@@ -179,7 +204,12 @@ def func_returning_tuples(
     return (x, (y, z))
 
 
-@case("seed_tuple_output", tags=("seed", "nested", "callable"))
+@case(
+    "seed_tuple_output",
+    dims={"args_0": (), "args_1": (), "args_2": ()},
+    no_second_shape="every input is 0-d",
+    tags=("seed", "nested", "callable"),
+)
 def build_seed_tuple_output() -> Built:
     return func_returning_tuples, (torch.tensor(1.0), torch.tensor(2.0), torch.tensor(3.0)), {}
 
@@ -210,11 +240,12 @@ class SmallCNN(nn.Module):
         return self.head(torch.flatten(self.features(x), 1))
 
 
-@case("cnn_batchnorm", tags=("cnn",))
-def build_cnn_batchnorm() -> Built:
+# The head's Linear(16 * 4 * 4) takes any height and width in [16, 19].
+@case("cnn_batchnorm", dims={"x": ("x_dim_0", 3, "x_dim_2", "x_dim_3")}, second={"batch": 3, "h": 17, "w": 19}, tags=("cnn",))
+def build_cnn_batchnorm(batch: int = 2, h: int = 16, w: int = 16) -> Built:
     model = SmallCNN()
     _randomize_batchnorm_stats(model)
-    return model, (torch.randn(2, 3, 16, 16),), {}
+    return model, (torch.randn(batch, 3, h, w),), {}
 
 
 class DepthwiseSeparableBlock(nn.Module):
@@ -232,11 +263,11 @@ class DepthwiseSeparableBlock(nn.Module):
         return self.bn2(self.pointwise(x))
 
 
-@case("depthwise_conv", tags=("cnn",))
-def build_depthwise_conv() -> Built:
+@case("depthwise_conv", dims={"x": ("x_dim_0", 8, "x_dim_2", "x_dim_3")}, second={"batch": 3, "h": 13, "w": 9}, tags=("cnn",))
+def build_depthwise_conv(batch: int = 2, h: int = 12, w: int = 12) -> Built:
     model = DepthwiseSeparableBlock()
     _randomize_batchnorm_stats(model)
-    return model, (torch.randn(2, 8, 12, 12),), {}
+    return model, (torch.randn(batch, 8, h, w),), {}
 
 
 class AudioConv1d(nn.Module):
@@ -252,9 +283,9 @@ class AudioConv1d(nn.Module):
         return h, h.mean(dim=-1)
 
 
-@case("conv1d", tags=("cnn",))
-def build_conv1d() -> Built:
-    return AudioConv1d(), (torch.randn(2, 4, 64),), {}
+@case("conv1d", dims={"x": ("x_dim_0", 4, "x_dim_2")}, second={"batch": 3, "time": 61}, tags=("cnn",))
+def build_conv1d(batch: int = 2, time: int = 64) -> Built:
+    return AudioConv1d(), (torch.randn(batch, 4, time),), {}
 
 
 class VideoConv3d(nn.Module):
@@ -270,9 +301,10 @@ class VideoConv3d(nn.Module):
         return F.avg_pool3d(x, kernel_size=2)
 
 
-@case("conv3d", tags=("cnn",))
-def build_conv3d() -> Built:
-    return VideoConv3d(), (torch.randn(1, 3, 4, 8, 8),), {}
+# The batch of 1 stays 1: torch.export specializes dims whose example size is 0 or 1.
+@case("conv3d", dims={"x": (1, 3, "x_dim_2", "x_dim_3", "x_dim_4")}, second={"frames": 6, "h": 12, "w": 10}, tags=("cnn",))
+def build_conv3d(frames: int = 4, h: int = 8, w: int = 8) -> Built:
+    return VideoConv3d(), (torch.randn(1, 3, frames, h, w),), {}
 
 
 class ConvTranspose2dDecoder(nn.Module):
@@ -287,9 +319,9 @@ class ConvTranspose2dDecoder(nn.Module):
         return torch.sigmoid(self.up2(F.relu(self.up1(z))))
 
 
-@case("conv_transpose2d", tags=("cnn",))
-def build_conv_transpose2d() -> Built:
-    return ConvTranspose2dDecoder(), (torch.randn(2, 8, 4, 4),), {}
+@case("conv_transpose2d", dims={"z": ("z_dim_0", 8, "z_dim_2", "z_dim_3")}, second={"batch": 3, "h": 5, "w": 3}, tags=("cnn",))
+def build_conv_transpose2d(batch: int = 2, h: int = 4, w: int = 4) -> Built:
+    return ConvTranspose2dDecoder(), (torch.randn(batch, 8, h, w),), {}
 
 
 class ConvTranspose1dUpsampler(nn.Module):
@@ -304,9 +336,9 @@ class ConvTranspose1dUpsampler(nn.Module):
         return torch.tanh(self.post(F.leaky_relu(self.up(x), 0.1)))
 
 
-@case("conv_transpose1d", tags=("cnn",))
-def build_conv_transpose1d() -> Built:
-    return ConvTranspose1dUpsampler(), (torch.randn(2, 6, 10),), {}
+@case("conv_transpose1d", dims={"x": ("x_dim_0", 6, "x_dim_2")}, second={"batch": 3, "time": 13}, tags=("cnn",))
+def build_conv_transpose1d(batch: int = 2, time: int = 10) -> Built:
+    return ConvTranspose1dUpsampler(), (torch.randn(batch, 6, time),), {}
 
 
 class Pooling(nn.Module):
@@ -319,9 +351,14 @@ class Pooling(nn.Module):
         return avg, mx, ceil
 
 
-@case("pooling", tags=("cnn",))
-def build_pooling() -> Built:
-    return Pooling(), (torch.randn(2, 3, 11, 11),), {}
+@case(
+    "pooling",
+    dims={"x": ("x_dim_0", "x_dim_1", "x_dim_2", "x_dim_3")},
+    second={"batch": 3, "channels": 4, "h": 12, "w": 9},
+    tags=("cnn",),
+)
+def build_pooling(batch: int = 2, channels: int = 3, h: int = 11, w: int = 11) -> Built:
+    return Pooling(), (torch.randn(batch, channels, h, w),), {}
 
 
 class AdaptivePoolingHead(nn.Module):
@@ -338,9 +375,9 @@ class AdaptivePoolingHead(nn.Module):
         return self.avg(h), self.max(h).flatten(1)
 
 
-@case("adaptive_pooling", tags=("cnn",))
-def build_adaptive_pooling() -> Built:
-    return AdaptivePoolingHead(), (torch.randn(2, 3, 12, 12),), {}
+@case("adaptive_pooling", dims={"x": ("x_dim_0", 3, "x_dim_2", "x_dim_3")}, second={"batch": 3, "h": 15, "w": 18}, tags=("cnn",))
+def build_adaptive_pooling(batch: int = 2, h: int = 12, w: int = 12) -> Built:
+    return AdaptivePoolingHead(), (torch.randn(batch, 3, h, w),), {}
 
 
 class NearestUpsample(nn.Module):
@@ -354,9 +391,14 @@ class NearestUpsample(nn.Module):
         return self.lateral(fine) + F.interpolate(coarse, scale_factor=2.0, mode="nearest")
 
 
-@case("interpolate_nearest", tags=("cnn", "resize"))
-def build_interpolate_nearest() -> Built:
-    return NearestUpsample(), (torch.randn(2, 4, 5, 6), torch.randn(2, 4, 10, 12)), {}
+@case(
+    "interpolate_nearest",
+    dims={"coarse": ("coarse_dim_0", 4, "coarse_dim_2", "coarse_dim_3"), "fine": ("coarse_dim_0", 4, "fine_dim_2", "fine_dim_3")},
+    second={"batch": 3, "h": 6, "w": 7},
+    tags=("cnn", "resize"),
+)
+def build_interpolate_nearest(batch: int = 2, h: int = 5, w: int = 6) -> Built:
+    return NearestUpsample(), (torch.randn(batch, 4, h, w), torch.randn(batch, 4, 2 * h, 2 * w)), {}
 
 
 class BilinearResize(nn.Module):
@@ -373,9 +415,9 @@ class BilinearResize(nn.Module):
         return to_size, scaled
 
 
-@case("interpolate_bilinear", tags=("cnn", "resize"))
-def build_interpolate_bilinear() -> Built:
-    return BilinearResize(), (torch.randn(2, 4, 6, 8),), {}
+@case("interpolate_bilinear", dims={"x": ("x_dim_0", 4, "x_dim_2", "x_dim_3")}, second={"batch": 3, "h": 7, "w": 5}, tags=("cnn", "resize"))
+def build_interpolate_bilinear(batch: int = 2, h: int = 6, w: int = 8) -> Built:
+    return BilinearResize(), (torch.randn(batch, 4, h, w),), {}
 
 
 # --------------------------------------------------------------------------------------
@@ -396,9 +438,10 @@ class LSTMTagger(nn.Module):
         return self.out(seq), (h_n, c_n)
 
 
-@case("lstm", tags=("rnn", "nested"))
-def build_lstm() -> Built:
-    return LSTMTagger(), (torch.randn(2, 6, 8),), {}
+# torch.export (2.13) specializes an RNN's sequence length: only the batch stays dynamic.
+@case("lstm", dims={"x": ("x_dim_0", 6, 8)}, second={"batch": 3}, tags=("rnn", "nested"))
+def build_lstm(batch: int = 2) -> Built:
+    return LSTMTagger(), (torch.randn(batch, 6, 8),), {}
 
 
 class BiGRUEncoder(nn.Module):
@@ -412,9 +455,10 @@ class BiGRUEncoder(nn.Module):
         return self.gru(x, h0)
 
 
-@case("gru_bidirectional", tags=("rnn",))
-def build_gru_bidirectional() -> Built:
-    return BiGRUEncoder(), (torch.randn(2, 7, 8), torch.zeros(2, 2, 12)), {}
+# torch.export (2.13) specializes an RNN's sequence length: only the batch stays dynamic.
+@case("gru_bidirectional", dims={"x": ("x_dim_0", 7, 8), "h0": (2, "x_dim_0", 12)}, second={"batch": 3}, tags=("rnn",))
+def build_gru_bidirectional(batch: int = 2) -> Built:
+    return BiGRUEncoder(), (torch.randn(batch, 7, 8), torch.zeros(2, batch, 12)), {}
 
 
 # --------------------------------------------------------------------------------------
@@ -438,10 +482,15 @@ class TextEncoder(nn.Module):
         return self.encoder(self.embed(input_ids), src_key_padding_mask=padding_mask)
 
 
-@case("transformer_encoder", tags=("transformer",))
-def build_transformer_encoder() -> Built:
-    input_ids = torch.randint(0, 50, (2, 7))
-    padding_mask = torch.zeros(2, 7, dtype=torch.bool)
+@case(
+    "transformer_encoder",
+    dims={"input_ids": ("input_ids_dim_0", "input_ids_dim_1"), "padding_mask": ("input_ids_dim_0", "input_ids_dim_1")},
+    second={"batch": 3, "seq": 10},
+    tags=("transformer",),
+)
+def build_transformer_encoder(batch: int = 2, seq: int = 7) -> Built:
+    input_ids = torch.randint(0, 50, (batch, seq))
+    padding_mask = torch.zeros(batch, seq, dtype=torch.bool)
     padding_mask[1, 5:] = True
     return TextEncoder(), (input_ids, padding_mask), {}
 
@@ -467,9 +516,14 @@ class Seq2SeqTransformer(nn.Module):
         return self.proj(self.transformer(src, tgt, tgt_mask=tgt_mask, tgt_is_causal=True))
 
 
-@case("transformer_seq2seq", tags=("transformer", "decoder"))
-def build_transformer_seq2seq() -> Built:
-    return Seq2SeqTransformer(), (torch.randn(2, 7, 32), torch.randn(2, 5, 32)), {}
+@case(
+    "transformer_seq2seq",
+    dims={"src": ("src_dim_0", "src_dim_1", 32), "tgt": ("src_dim_0", "tgt_dim_1", 32)},
+    second={"batch": 3, "src_len": 10, "tgt_len": 8},
+    tags=("transformer", "decoder"),
+)
+def build_transformer_seq2seq(batch: int = 2, src_len: int = 7, tgt_len: int = 5) -> Built:
+    return Seq2SeqTransformer(), (torch.randn(batch, src_len, 32), torch.randn(batch, tgt_len, 32)), {}
 
 
 class CrossAttention(nn.Module):
@@ -487,11 +541,20 @@ class CrossAttention(nn.Module):
         )
 
 
-@case("multihead_attention", tags=("transformer",))
-def build_multihead_attention() -> Built:
-    mask = torch.zeros(2, 7, dtype=torch.bool)
-    mask[0, 6:] = True
-    return CrossAttention(), (torch.randn(2, 5, 32), torch.randn(2, 7, 32), mask), {}
+@case(
+    "multihead_attention",
+    dims={
+        "query": ("query_dim_0", "query_dim_1", 32),
+        "memory": ("memory_dim_0", "memory_dim_1", 32),
+        "key_padding_mask": ("query_dim_0", "memory_dim_1"),
+    },
+    second={"batch": 3, "q_len": 6, "kv_len": 10},
+    tags=("transformer",),
+)
+def build_multihead_attention(batch: int = 2, q_len: int = 5, kv_len: int = 7) -> Built:
+    mask = torch.zeros(batch, kv_len, dtype=torch.bool)
+    mask[0, kv_len - 1 :] = True
+    return CrossAttention(), (torch.randn(batch, q_len, 32), torch.randn(batch, kv_len, 32), mask), {}
 
 
 class SDPASelfAttention(nn.Module):
@@ -511,14 +574,14 @@ class SDPASelfAttention(nn.Module):
         return self.out(y.transpose(1, 2).reshape(b, t, d))
 
 
-@case("sdpa", tags=("transformer", "sdpa"))
-def build_sdpa() -> Built:
-    return SDPASelfAttention(causal=False), (torch.randn(2, 6, 32),), {}
+@case("sdpa", dims={"x": ("x_dim_0", "x_dim_1", 32)}, second={"batch": 3, "seq": 9}, tags=("transformer", "sdpa"))
+def build_sdpa(batch: int = 2, seq: int = 6) -> Built:
+    return SDPASelfAttention(causal=False), (torch.randn(batch, seq, 32),), {}
 
 
-@case("sdpa_causal", tags=("transformer", "sdpa", "decoder"))
-def build_sdpa_causal() -> Built:
-    return SDPASelfAttention(causal=True), (torch.randn(2, 6, 32),), {}
+@case("sdpa_causal", dims={"x": ("x_dim_0", "x_dim_1", 32)}, second={"batch": 3, "seq": 9}, tags=("transformer", "sdpa", "decoder"))
+def build_sdpa_causal(batch: int = 2, seq: int = 6) -> Built:
+    return SDPASelfAttention(causal=True), (torch.randn(batch, seq, 32),), {}
 
 
 class SDPAMasked(nn.Module):
@@ -530,10 +593,21 @@ class SDPAMasked(nn.Module):
         return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=0.5)
 
 
-@case("sdpa_bool_mask", tags=("transformer", "sdpa"))
-def build_sdpa_bool_mask() -> Built:
-    q, k, v = torch.randn(2, 2, 5, 8), torch.randn(2, 2, 7, 8), torch.randn(2, 2, 7, 8)
-    mask = torch.rand(2, 1, 5, 7) > 0.3
+@case(
+    "sdpa_bool_mask",
+    dims={
+        "q": ("q_dim_0", "q_dim_1", "q_dim_2", "q_dim_3"),
+        "k": ("q_dim_0", "q_dim_1", "k_dim_2", "q_dim_3"),
+        "v": ("q_dim_0", "q_dim_1", "v_dim_2", "q_dim_3"),
+        "mask": ("q_dim_0", 1, "q_dim_2", "k_dim_2"),
+    },
+    second={"batch": 3, "heads": 3, "q_len": 6, "kv_len": 10, "head_dim": 4},
+    tags=("transformer", "sdpa"),
+)
+def build_sdpa_bool_mask(batch: int = 2, heads: int = 2, q_len: int = 5, kv_len: int = 7, head_dim: int = 8) -> Built:
+    q = torch.randn(batch, heads, q_len, head_dim)
+    k, v = torch.randn(batch, heads, kv_len, head_dim), torch.randn(batch, heads, kv_len, head_dim)
+    mask = torch.rand(batch, 1, q_len, kv_len) > 0.3
     mask[..., 0] = True  # every query attends to at least one key
     return SDPAMasked(), (q, k, v, mask), {}
 
@@ -557,9 +631,9 @@ class BagOfEmbeddings(nn.Module):
         return self.head(pooled)
 
 
-@case("embedding", tags=("index",))
-def build_embedding() -> Built:
-    input_ids = torch.randint(1, 50, (3, 6))
+@case("embedding", dims={"input_ids": ("input_ids_dim_0", "input_ids_dim_1")}, second={"batch": 4, "seq": 9}, tags=("index",))
+def build_embedding(batch: int = 3, seq: int = 6) -> Built:
+    input_ids = torch.randint(1, 50, (batch, seq))
     input_ids[0, 4:] = 0
     return BagOfEmbeddings(), (input_ids,), {}
 
@@ -579,9 +653,20 @@ class EinsumBilinear(nn.Module):
         return bilinear, scores
 
 
-@case("einsum", tags=("index",))
-def build_einsum() -> Built:
-    args = (torch.randn(3, 6), torch.randn(3, 5), torch.randn(2, 2, 4, 8), torch.randn(2, 2, 5, 8))
+@case(
+    "einsum",
+    dims={
+        "a": ("a_dim_0", 6),
+        "b": ("a_dim_0", 5),
+        "q": ("q_dim_0", "q_dim_1", "q_dim_2", "q_dim_3"),
+        "k": ("q_dim_0", "q_dim_1", "k_dim_2", "q_dim_3"),
+    },
+    second={"n": 4, "batch": 3, "heads": 3, "q_len": 5, "kv_len": 6, "head_dim": 7},
+    tags=("index",),
+)
+def build_einsum(n: int = 3, batch: int = 2, heads: int = 2, q_len: int = 4, kv_len: int = 5, head_dim: int = 8) -> Built:
+    a, b = torch.randn(n, 6), torch.randn(n, 5)
+    args = (a, b, torch.randn(batch, heads, q_len, head_dim), torch.randn(batch, heads, kv_len, head_dim))
     return EinsumBilinear(), args, {}
 
 
@@ -598,11 +683,16 @@ class GatherScatter(nn.Module):
         return picked, pooled
 
 
-@case("gather_scatter", tags=("index",))
-def build_gather_scatter() -> Built:
-    x = torch.randn(6, 10)
-    index = torch.randint(0, 10, (6, 3))
-    segment_ids = torch.tensor([0, 1, 1, 3, 0, 2])
+@case(
+    "gather_scatter",
+    dims={"x": ("x_dim_0", "x_dim_1"), "index": ("index_dim_0", "index_dim_1"), "segment_ids": ("x_dim_0",)},
+    second={"rows": 7, "cols": 11, "picked_rows": 5, "picks": 4},
+    tags=("index",),
+)
+def build_gather_scatter(rows: int = 6, cols: int = 10, picked_rows: int = 6, picks: int = 3) -> Built:
+    x = torch.randn(rows, cols)
+    index = torch.randint(0, cols, (picked_rows, picks))
+    segment_ids = torch.tensor([0, 1, 1, 3, 0, 2, 3, 1, 2, 0])[:rows]
     return GatherScatter(), (x, index, segment_ids), {}
 
 
@@ -620,11 +710,16 @@ class IndexPut(nn.Module):
         return hist, y
 
 
-@case("index_put", tags=("index",))
-def build_index_put() -> Built:
-    values = torch.rand(12)
-    bins = torch.tensor([0, 3, 3, 7, 1, 0, 2, 5, 5, 5, 6, 4])
-    return IndexPut(), (values, bins, torch.randn(8, 5)), {}
+@case(
+    "index_put",
+    dims={"values": ("values_dim_0",), "bins": ("bins_dim_0",), "x": ("x_dim_0", "x_dim_1")},
+    second={"n": 13, "rows": 10, "cols": 6},
+    tags=("index",),
+)
+def build_index_put(n: int = 12, rows: int = 8, cols: int = 5) -> Built:
+    values = torch.rand(n)
+    bins = torch.tensor([0, 3, 3, 7, 1, 0, 2, 5, 5, 5, 6, 4, 7])[:n]  # < 8 (histogram) and < rows
+    return IndexPut(), (values, bins, torch.randn(rows, cols)), {}
 
 
 class TopkArgmaxCumsum(nn.Module):
@@ -642,9 +737,9 @@ class TopkArgmaxCumsum(nn.Module):
         }
 
 
-@case("topk_argmax_cumsum", tags=("index", "nested"))
-def build_topk_argmax_cumsum() -> Built:
-    return TopkArgmaxCumsum(), (torch.randn(4, 10),), {}
+@case("topk_argmax_cumsum", dims={"logits": ("logits_dim_0", "logits_dim_1")}, second={"batch": 5, "vocab": 12}, tags=("index", "nested"))
+def build_topk_argmax_cumsum(batch: int = 4, vocab: int = 10) -> Built:
+    return TopkArgmaxCumsum(), (torch.randn(batch, vocab),), {}
 
 
 class MaskedFillWhere(nn.Module):
@@ -658,11 +753,16 @@ class MaskedFillWhere(nn.Module):
         return attn, leaky
 
 
-@case("masked_fill_where", tags=("index",))
-def build_masked_fill_where() -> Built:
-    mask = torch.rand(3, 5, 5) > 0.4
+@case(
+    "masked_fill_where",
+    dims={"scores": ("scores_dim_0", "scores_dim_1", "scores_dim_2"), "mask": ("scores_dim_0", "scores_dim_1", "scores_dim_2")},
+    second={"batch": 4, "q_len": 6, "kv_len": 7},
+    tags=("index",),
+)
+def build_masked_fill_where(batch: int = 3, q_len: int = 5, kv_len: int = 5) -> Built:
+    mask = torch.rand(batch, q_len, kv_len) > 0.4
     mask[..., 0] = True
-    return MaskedFillWhere(), (torch.randn(3, 5, 5), mask), {}
+    return MaskedFillWhere(), (torch.randn(batch, q_len, kv_len), mask), {}
 
 
 class Reductions(nn.Module):
@@ -681,9 +781,9 @@ class Reductions(nn.Module):
         }
 
 
-@case("reductions", tags=("reduction", "nested"))
-def build_reductions() -> Built:
-    return Reductions(), (torch.randn(4, 6),), {}
+@case("reductions", dims={"x": ("x_dim_0", "x_dim_1")}, second={"rows": 5, "cols": 7}, tags=("reduction", "nested"))
+def build_reductions(rows: int = 4, cols: int = 6) -> Built:
+    return Reductions(), (torch.randn(rows, cols),), {}
 
 
 # --------------------------------------------------------------------------------------
@@ -709,9 +809,9 @@ class CondBranches(nn.Module):
         return torch.cond(x.sum() > 0, true_fn, false_fn, (x,))
 
 
-@case("cond", tags=("control_flow",))
-def build_cond() -> Built:
-    return CondBranches(), (torch.randn(3, 4).abs(),), {}
+@case("cond", dims={"x": ("x_dim_0", 4)}, second={"batch": 5}, tags=("control_flow",))
+def build_cond(batch: int = 3) -> Built:
+    return CondBranches(), (torch.randn(batch, 4).abs(),), {}
 
 
 class BooleanMaskSelect(nn.Module):
@@ -722,9 +822,9 @@ class BooleanMaskSelect(nn.Module):
         return positives * 2.0, positives.sum()
 
 
-@case("boolean_mask", tags=("data_dependent",))
-def build_boolean_mask() -> Built:
-    return BooleanMaskSelect(), (torch.randn(4, 5),), {}
+@case("boolean_mask", dims={"x": ("x_dim_0", "x_dim_1")}, second={"rows": 5, "cols": 7}, tags=("data_dependent",))
+def build_boolean_mask(rows: int = 4, cols: int = 5) -> Built:
+    return BooleanMaskSelect(), (torch.randn(rows, cols),), {}
 
 
 class NonzeroDetections(nn.Module):
@@ -735,9 +835,9 @@ class NonzeroDetections(nn.Module):
         return keep, scores[keep[:, 0], keep[:, 1]]
 
 
-@case("nonzero", tags=("data_dependent",))
-def build_nonzero() -> Built:
-    return NonzeroDetections(), (torch.rand(4, 6),), {}
+@case("nonzero", dims={"scores": ("scores_dim_0", "scores_dim_1")}, second={"rows": 5, "cols": 7}, tags=("data_dependent",))
+def build_nonzero(rows: int = 4, cols: int = 6) -> Built:
+    return NonzeroDetections(), (torch.rand(rows, cols),), {}
 
 
 # --------------------------------------------------------------------------------------
@@ -752,9 +852,9 @@ class RFFTMagnitude(nn.Module):
         return torch.log1p(torch.fft.rfft(signal, dim=-1).abs())
 
 
-@case("fft_rfft_abs", tags=("complex",))
-def build_fft_rfft_abs() -> Built:
-    return RFFTMagnitude(), (torch.randn(2, 32),), {}
+@case("fft_rfft_abs", dims={"signal": ("signal_dim_0", "signal_dim_1")}, second={"batch": 3, "n": 35}, tags=("complex",))
+def build_fft_rfft_abs(batch: int = 2, n: int = 32) -> Built:
+    return RFFTMagnitude(), (torch.randn(batch, n),), {}
 
 
 class FFTViewAsReal(nn.Module):
@@ -764,9 +864,9 @@ class FFTViewAsReal(nn.Module):
         return torch.view_as_real(torch.fft.fft(signal, dim=-1))
 
 
-@case("fft_view_as_real", tags=("complex",))
-def build_fft_view_as_real() -> Built:
-    return FFTViewAsReal(), (torch.randn(2, 16),), {}
+@case("fft_view_as_real", dims={"signal": ("signal_dim_0", "signal_dim_1")}, second={"batch": 3, "n": 21}, tags=("complex",))
+def build_fft_view_as_real(batch: int = 2, n: int = 16) -> Built:
+    return FFTViewAsReal(), (torch.randn(batch, n),), {}
 
 
 class SpectralConv1d(nn.Module):
@@ -785,9 +885,9 @@ class SpectralConv1d(nn.Module):
         return torch.fft.irfft(out_ft, n=x.size(-1), dim=-1)
 
 
-@case("spectral_conv", tags=("complex",))
-def build_spectral_conv() -> Built:
-    return SpectralConv1d(), (torch.randn(2, 4, 16),), {}
+@case("spectral_conv", dims={"x": ("x_dim_0", 4, "x_dim_2")}, second={"batch": 3, "n": 20}, tags=("complex",))
+def build_spectral_conv(batch: int = 2, n: int = 16) -> Built:
+    return SpectralConv1d(), (torch.randn(batch, 4, n),), {}
 
 
 class ComplexRotation(nn.Module):
@@ -802,9 +902,9 @@ class ComplexRotation(nn.Module):
         return rotated, rotated.abs()
 
 
-@case("complex_io", tags=("complex", "complex_io"))
-def build_complex_io() -> Built:
-    return ComplexRotation(), (torch.randn(3, 8, dtype=torch.complex64),), {}
+@case("complex_io", dims={"z": ("z_dim_0", 8, 2)}, second={"batch": 4}, tags=("complex", "complex_io"))
+def build_complex_io(batch: int = 3) -> Built:
+    return ComplexRotation(), (torch.randn(batch, 8, dtype=torch.complex64),), {}
 
 
 # --------------------------------------------------------------------------------------
@@ -827,25 +927,34 @@ class MLPBlock(nn.Module):
 
 @case(
     "bf16_mlp",
+    dims={"x": ("x_dim_0", 16)},
+    second={"batch": 5},
     atol=5e-2,
     rtol=5e-2,
-    ort_note="onnxruntime CPU has no bfloat16 kernel for Gemm (nor MatMul, LayerNormalization)",
+    ort_note="onnxruntime CPU has no bfloat16 kernel for Div, Erf, Add, Mul, Gemm (nor MatMul)",
     tags=("bf16",),
 )
-def build_bf16_mlp() -> Built:
-    return MLPBlock().to(torch.bfloat16), (torch.randn(4, 16, dtype=torch.bfloat16),), {}
+def build_bf16_mlp(batch: int = 4) -> Built:
+    return MLPBlock().to(torch.bfloat16), (torch.randn(batch, 16, dtype=torch.bfloat16),), {}
 
 
-@case("fp16_mlp", atol=1e-2, rtol=1e-2, tags=("fp16",))
-def build_fp16_mlp() -> Built:
-    return MLPBlock().to(torch.float16), (torch.randn(4, 16, dtype=torch.float16),), {}
+@case("fp16_mlp", dims={"x": ("x_dim_0", 16)}, second={"batch": 5}, atol=1e-2, rtol=1e-2, tags=("fp16",))
+def build_fp16_mlp(batch: int = 4) -> Built:
+    return MLPBlock().to(torch.float16), (torch.randn(batch, 16, dtype=torch.float16),), {}
 
 
-@case("fp16_cnn", atol=1e-2, rtol=1e-2, tags=("fp16", "cnn"))
-def build_fp16_cnn() -> Built:
+@case(
+    "fp16_cnn",
+    dims={"x": ("x_dim_0", 3, "x_dim_2", "x_dim_3")},
+    second={"batch": 3, "h": 17, "w": 19},
+    atol=1e-2,
+    rtol=1e-2,
+    tags=("fp16", "cnn"),
+)
+def build_fp16_cnn(batch: int = 2, h: int = 16, w: int = 16) -> Built:
     model = SmallCNN()
     _randomize_batchnorm_stats(model)
-    return model.to(torch.float16), (torch.randn(2, 3, 16, 16, dtype=torch.float16),), {}
+    return model.to(torch.float16), (torch.randn(batch, 3, h, w, dtype=torch.float16),), {}
 
 
 # --------------------------------------------------------------------------------------
@@ -866,9 +975,9 @@ class CallCounter(nn.Module):
         return self.linear(x) * self.calls
 
 
-@case("buffer_add_counter", tags=("mutation",))
-def build_buffer_add_counter() -> Built:
-    return CallCounter(), (torch.randn(3, 4),), {}
+@case("buffer_add_counter", dims={"x": ("x_dim_0", 4)}, second={"batch": 4}, tags=("mutation",))
+def build_buffer_add_counter(batch: int = 3) -> Built:
+    return CallCounter(), (torch.randn(batch, 4),), {}
 
 
 class RunningNormalizer(nn.Module):
@@ -887,9 +996,9 @@ class RunningNormalizer(nn.Module):
         return (x - self.running_mean) / torch.sqrt(self.running_var + 1e-5)
 
 
-@case("buffer_copy_running_stats", tags=("mutation",))
-def build_buffer_copy_running_stats() -> Built:
-    return RunningNormalizer(), (torch.randn(5, 6),), {}
+@case("buffer_copy_running_stats", dims={"x": ("x_dim_0", 6)}, second={"batch": 6}, tags=("mutation",))
+def build_buffer_copy_running_stats(batch: int = 5) -> Built:
+    return RunningNormalizer(), (torch.randn(batch, 6),), {}
 
 
 # --------------------------------------------------------------------------------------
@@ -916,12 +1025,17 @@ class TypePromotion(nn.Module):
         }
 
 
-@case("type_promotion", tags=("promotion", "nested"))
-def build_type_promotion() -> Built:
-    counts = torch.randint(-5, 10, (3, 4))
-    small = torch.randint(0, 4, (3, 4), dtype=torch.int32)
-    flags = torch.rand(3, 4) > 0.5
-    return TypePromotion(), (counts, small, torch.randn(3, 4), flags), {}
+@case(
+    "type_promotion",
+    dims={name: ("counts_dim_0", "counts_dim_1") for name in ("counts", "small", "x", "flags")},
+    second={"rows": 4, "cols": 5},
+    tags=("promotion", "nested"),
+)
+def build_type_promotion(rows: int = 3, cols: int = 4) -> Built:
+    counts = torch.randint(-5, 10, (rows, cols))
+    small = torch.randint(0, 4, (rows, cols), dtype=torch.int32)
+    flags = torch.rand(rows, cols) > 0.5
+    return TypePromotion(), (counts, small, torch.randn(rows, cols), flags), {}
 
 
 # --------------------------------------------------------------------------------------
@@ -952,10 +1066,10 @@ class OptionalInputs(nn.Module):
         return y
 
 
-@case("kwargs_none", tags=("kwargs",))
-def build_kwargs_none() -> Built:
+@case("kwargs_none", dims={"x": ("x_dim_0", 4), "bias": (4,)}, second={"batch": 5}, tags=("kwargs",))
+def build_kwargs_none(batch: int = 3) -> Built:
     kwargs = {"bias": torch.randn(4), "mask": None, "scale": 0.5}
-    return OptionalInputs(), (torch.randn(3, 4),), kwargs
+    return OptionalInputs(), (torch.randn(batch, 4),), kwargs
 
 
 class NestedIO(nn.Module):
@@ -981,11 +1095,23 @@ class NestedIO(nn.Module):
         }
 
 
-@case("nested_io", tags=("nested",))
-def build_nested_io() -> Built:
-    features = {"image": torch.randn(2, 4), "layers": [torch.randn(2, 4), torch.randn(2, 4)]}
-    pair = (torch.randn(3), torch.randn(3))
-    return NestedIO(), (features, pair, [torch.randn(2)]), {}
+@case(
+    "nested_io",
+    dims={
+        "features_image": ("features_image_dim_0", 4),
+        "features_layers_0": ("features_image_dim_0", 4),
+        "features_layers_1": ("features_image_dim_0", 4),
+        "pair_0": ("pair_0_dim_0",),
+        "pair_1": ("pair_0_dim_0",),
+        "extras_0": ("extras_0_dim_0",),
+    },
+    second={"batch": 3, "pair_len": 5, "extra_len": 4},
+    tags=("nested",),
+)
+def build_nested_io(batch: int = 2, pair_len: int = 3, extra_len: int = 2) -> Built:
+    features = {"image": torch.randn(batch, 4), "layers": [torch.randn(batch, 4), torch.randn(batch, 4)]}
+    pair = (torch.randn(pair_len), torch.randn(pair_len))
+    return NestedIO(), (features, pair, [torch.randn(extra_len)]), {}
 
 
 # --------------------------------------------------------------------------------------
@@ -1014,8 +1140,18 @@ def _token_inputs(vocab: int, batch: int = 2, seq: int = 8) -> dict[str, torch.T
     return {"input_ids": input_ids, "attention_mask": attention_mask}
 
 
-@case("hf_bert", atol=HF_ATOL, tags=("hf", "transformer"))
-def build_hf_bert() -> Built:
+@case(
+    "hf_bert",
+    dims={
+        "input_ids": ("input_ids_dim_0", "input_ids_dim_1"),
+        "attention_mask": ("attention_mask_dim_0", "input_ids_dim_1"),
+        "token_type_ids": ("input_ids_dim_0", "input_ids_dim_1"),
+    },
+    second={"batch": 3, "seq": 11},
+    atol=HF_ATOL,
+    tags=("hf", "transformer"),
+)
+def build_hf_bert(batch: int = 2, seq: int = 8) -> Built:
     from transformers import BertConfig, BertModel
 
     config = BertConfig(
@@ -1027,13 +1163,19 @@ def build_hf_bert() -> Built:
         max_position_embeddings=64,
         attn_implementation=HF_ATTN,
     )
-    inputs = _token_inputs(100)
+    inputs = _token_inputs(100, batch, seq)
     inputs["token_type_ids"] = torch.zeros_like(inputs["input_ids"])
     return BertModel(config), (), inputs
 
 
-@case("hf_gpt2_lm", atol=HF_ATOL, tags=("hf", "transformer", "decoder", "cache"))
-def build_hf_gpt2_lm() -> Built:
+@case(
+    "hf_gpt2_lm",
+    dims={"input_ids": ("input_ids_dim_0", "input_ids_dim_1"), "attention_mask": ("input_ids_dim_0", "attention_mask_dim_1")},
+    second={"batch": 3, "seq": 11},
+    atol=HF_ATOL,
+    tags=("hf", "transformer", "decoder", "cache"),
+)
+def build_hf_gpt2_lm(batch: int = 2, seq: int = 8) -> Built:
     from transformers import GPT2Config, GPT2LMHeadModel
 
     config = GPT2Config(
@@ -1046,11 +1188,17 @@ def build_hf_gpt2_lm() -> Built:
         eos_token_id=0,
         attn_implementation=HF_ATTN,
     )
-    return GPT2LMHeadModel(config), (), _token_inputs(100)
+    return GPT2LMHeadModel(config), (), _token_inputs(100, batch, seq)
 
 
-@case("hf_llama_lm", atol=HF_ATOL, tags=("hf", "transformer", "decoder", "cache"))
-def build_hf_llama_lm() -> Built:
+@case(
+    "hf_llama_lm",
+    dims={"input_ids": ("input_ids_dim_0", "input_ids_dim_1"), "attention_mask": ("attention_mask_dim_0", "attention_mask_dim_1")},
+    second={"batch": 3, "seq": 11},
+    atol=HF_ATOL,
+    tags=("hf", "transformer", "decoder", "cache"),
+)
+def build_hf_llama_lm(batch: int = 2, seq: int = 8) -> Built:
     from transformers import LlamaConfig, LlamaForCausalLM
 
     config = LlamaConfig(
@@ -1066,11 +1214,21 @@ def build_hf_llama_lm() -> Built:
         pad_token_id=0,
         attn_implementation=HF_ATTN,
     )
-    return LlamaForCausalLM(config), (), _token_inputs(100)
+    return LlamaForCausalLM(config), (), _token_inputs(100, batch, seq)
 
 
-@case("hf_t5", atol=HF_ATOL, tags=("hf", "transformer", "decoder", "cache", "seq2seq"))
-def build_hf_t5() -> Built:
+@case(
+    "hf_t5",
+    dims={
+        "input_ids": ("input_ids_dim_0", "input_ids_dim_1"),
+        "attention_mask": ("attention_mask_dim_0", "input_ids_dim_1"),
+        "decoder_input_ids": ("input_ids_dim_0", "decoder_input_ids_dim_1"),
+    },
+    second={"batch": 3, "seq": 11, "target_len": 6},
+    atol=HF_ATOL,
+    tags=("hf", "transformer", "decoder", "cache", "seq2seq"),
+)
+def build_hf_t5(batch: int = 2, seq: int = 8, target_len: int = 4) -> Built:
     # With sdpa, torch.onnx.export (torch 2.13) fails decomposing a view of the sdpa output;
     # kept on purpose: it is what users get by default.
     from transformers import T5Config, T5ForConditionalGeneration
@@ -1088,12 +1246,20 @@ def build_hf_t5() -> Built:
         decoder_start_token_id=0,
         attn_implementation=HF_ATTN,
     )
-    inputs = _token_inputs(100)
-    inputs["decoder_input_ids"] = torch.randint(3, 100, (2, 4))
+    inputs = _token_inputs(100, batch, seq)
+    inputs["decoder_input_ids"] = torch.randint(3, 100, (batch, target_len))
     return T5ForConditionalGeneration(config), (), inputs
 
-@case("hf_whisper", atol=HF_ATOL, tags=("hf", "transformer", "decoder", "cache", "seq2seq"))
-def build_hf_whisper() -> Built:
+
+# Whisper fixes the frames (2 * max_source_positions) and the mel bins.
+@case(
+    "hf_whisper",
+    dims={"input_features": ("input_features_dim_0", 16, 32), "decoder_input_ids": ("input_features_dim_0", "decoder_input_ids_dim_1")},
+    second={"batch": 3, "target_len": 6},
+    atol=HF_ATOL,
+    tags=("hf", "transformer", "decoder", "cache", "seq2seq"),
+)
+def build_hf_whisper(batch: int = 2, target_len: int = 4) -> Built:
     from transformers import WhisperConfig, WhisperForConditionalGeneration
 
     config = WhisperConfig(
@@ -1115,14 +1281,15 @@ def build_hf_whisper() -> Built:
         attn_implementation=HF_ATTN,
     )
     inputs = {
-        "input_features": torch.randn(2, 16, 32),
-        "decoder_input_ids": torch.randint(3, 100, (2, 4)),
+        "input_features": torch.randn(batch, 16, 32),
+        "decoder_input_ids": torch.randint(3, 100, (batch, target_len)),
     }
     return WhisperForConditionalGeneration(config), (), inputs
 
 
-@case("hf_vit", atol=HF_ATOL, tags=("hf", "transformer", "vision"))
-def build_hf_vit() -> Built:
+# ViT's position embeddings fix the image size.
+@case("hf_vit", dims={"pixel_values": ("pixel_values_dim_0", 3, 32, 32)}, second={"batch": 3}, atol=HF_ATOL, tags=("hf", "transformer", "vision"))
+def build_hf_vit(batch: int = 2) -> Built:
     from transformers import ViTConfig, ViTModel
 
     config = ViTConfig(
@@ -1135,11 +1302,17 @@ def build_hf_vit() -> Built:
         intermediate_size=64,
         attn_implementation=HF_ATTN,
     )
-    return ViTModel(config), (), {"pixel_values": torch.randn(2, 3, 32, 32)}
+    return ViTModel(config), (), {"pixel_values": torch.randn(batch, 3, 32, 32)}
 
 
-@case("hf_resnet", atol=HF_ATOL, tags=("hf", "cnn", "vision"))
-def build_hf_resnet() -> Built:
+@case(
+    "hf_resnet",
+    dims={"pixel_values": ("pixel_values_dim_0", 3, "pixel_values_dim_2", "pixel_values_dim_3")},
+    second={"batch": 3, "h": 40, "w": 36},
+    atol=HF_ATOL,
+    tags=("hf", "cnn", "vision"),
+)
+def build_hf_resnet(batch: int = 2, h: int = 32, w: int = 32) -> Built:
     from transformers import ResNetConfig, ResNetModel
 
     config = ResNetConfig(
@@ -1151,4 +1324,4 @@ def build_hf_resnet() -> Built:
     )
     model = ResNetModel(config)
     _randomize_batchnorm_stats(model)
-    return model, (), {"pixel_values": torch.randn(2, 3, 32, 32)}
+    return model, (), {"pixel_values": torch.randn(batch, 3, h, w)}

@@ -5,12 +5,13 @@ from __future__ import annotations
 import io
 from typing import Dict, Tuple
 
+import numpy as np
 import onnx
 import torch
 import torch.nn as nn
 
 import exporter
-from helpers import assert_matches_eager, run_onnx
+from helpers import assert_matches_eager, run_onnx, run_onnx_feeds
 
 
 class MLPModel(nn.Module):
@@ -134,4 +135,5 @@ def test_custom_serializer_example(tmp_path):
     )
     loaded = onnx.load(tmp_path / "exported_model.onnx")
     onnx.checker.check_model(loaded)
-    assert isinstance(ProtobufExportOutputSerializer(), exporter.ExportOutputSerializer)
+    (out,) = run_onnx_feeds(loaded, {"x": arg1.numpy()})
+    np.testing.assert_allclose(out, model(arg1).detach().numpy(), atol=1e-6, rtol=1e-5)
