@@ -341,6 +341,9 @@ def code_actions(ls: OnnxlensServer, params: types.CodeActionParams) -> list[typ
                 kind=types.CodeActionKind.QuickFix,
                 edit=types.WorkspaceEdit(changes={uri: fixes.export_target_for(module, found)}),
             ))
+    if ls.protocol.trace != types.TraceValue.Off:  # the client asked for a trace (VS Code: the log level Trace)
+        trigger = params.context.trigger_kind.name.lower() if params.context.trigger_kind else "unknown"
+        ls.log_trace(types.LogTraceParams(f"Code actions at {os.path.basename(to_fs_path(uri) or uri)}:{line + 1} ({trigger}): {len(actions)}"))
     return actions
 
 
