@@ -50,6 +50,7 @@ before(async () => {
   const config = join(env.tmp, 'config.yaml');
   cpSync(join(HERE, 'workspace'), env.workspace, { recursive: true, filter: (src) => !/__pycache__|onnxlens-out/.test(src) });
   cpSync(join(REPO, 'examples/mlp.py'), join(env.workspace, 'mlp.py')); // the seed MLP (a good export; op-level traces)
+  cpSync(join(HERE, 'workspace/custom_model.py'), join(env.workspace, 'quick_fix_model.py')); // for the quick fix to edit
   mkdirSync(join(env.userData, 'User'), { recursive: true });
   writeFileSync(config, 'bind-addr: 127.0.0.1:0\nauth: none\ncert: false\n');
   writeFileSync(join(env.userData, 'User/settings.json'), JSON.stringify(userSettings(), null, 2));
@@ -360,9 +361,11 @@ async function chooseFromContextMenu(target, label) {
   }
 }
 
-/** Right-click a line of the editor and choose "Export to ONNX"; resolves with the server's answer
- * (exactly one export answered, as the extension logs it: [[target, status], ...]). */
-async function exportFromContextMenu(editor, lineText) {
+/** Right-click the first line of `file` (the active editor) containing `lineText` and choose "Export to ONNX";
+ * resolves with the server's answer (exactly one export answered, as the extension logs it: [[target, status], ...]). */
+async function exportFromContextMenu(editor, file, lineText) {
+  await focusActiveEditor();
+  await goTo(lineOf(file, { text: lineText }).line); // scrolled into view, whatever the panel left of the editor
   const before = exportAnswers().length;
   await chooseFromContextMenu(editor.locator('.view-line', { hasText: lineText }).first(), 'Export to ONNX');
   return onlyExportAnswer(before);
@@ -502,7 +505,7 @@ function activationMs() {
 scenario('1 export the MLP from the editor context menu', async () => {
   const editor = await openFile('mlp.py');
   await waitForServerRunning();
-  assert.deepEqual(await exportFromContextMenu(editor, 'def mlp'), [['mlp', 'ok']]);
+  assert.deepEqual(await exportFromContextMenu(editor, 'mlp.py', 'def mlp'), [['mlp', 'ok']]);
   const text = await waitForNotification('Exported');
   assert.match(text, /Exported mlp → mlp\.mlp\.onnx \(\d+ nodes/);
   const onnx = join(env.workspace, 'onnxlens-out/mlp.mlp.onnx'); // <file stem>.<target>.onnx
@@ -518,7 +521,7 @@ scenario('2 FXE0011 for an unregistered custom op shows in Problems and navigate
   const editor = await openFile('custom_model.py');
   await showProblems();
   const clicked = Date.now();
-  assert.deepEqual(await exportFromContextMenu(editor, 'def custom_op'), [['custom_op', 'failed']]);
+  assert.deepEqual(await exportFromContextMenu(editor, 'custom_model.py', 'def custom_op'), [['custom_op', 'failed']]);
   const row = problemsRows('FXE0011').first();
   await row.waitFor({ timeout: EXPORT_TIMEOUT });
   console.log(`FIGURE: context-menu click → FXE0011 in the Problems panel: ${Date.now() - clicked} ms`);
@@ -582,11 +585,10 @@ scenario('4 Open SARIF Log hands the last export\'s log to the SARIF Viewer', as
 });
 
 scenario('5 the FXE0011 quick fix inserts an ONNX function stub', async () => {
-  const file = 'quick_fix_model.py'; // a fresh copy of custom_model.py: this scenario edits and saves it
-  cpSync(join(HERE, 'workspace/custom_model.py'), join(env.workspace, file));
+  const file = 'quick_fix_model.py'; // a copy of custom_model.py (made in before()): this scenario edits and saves it
   const call = lineOf(file, { marker: 'custom-op-call' });
   const editor = await openFile(file);
-  assert.deepEqual(await exportFromContextMenu(editor, 'def custom_op'), [['custom_op', 'failed']]);
+  assert.deepEqual(await exportFromContextMenu(editor, file, 'def custom_op'), [['custom_op', 'failed']]);
   await waitForNotification('Export of custom_op failed'); // its problems were published before the answer
   await focusActiveEditor();
   await goTo(call.line, call.column);
@@ -647,7 +649,7 @@ scenario('8 without the SARIF Viewer the built-in results view shows the log', a
   await setBooleanSetting('onnxlens.useSarifViewer', false); // as if the viewer were not installed
   try {
     const editor = await openFile('custom_model.py');
-    assert.deepEqual(await exportFromContextMenu(editor, 'def custom_op'), [['custom_op', 'failed']]);
+    assert.deepEqual(await exportFromContextMenu(editor, 'custom_model.py', 'def custom_op'), [['custom_op', 'failed']]);
     await waitForNotification('Export of custom_op failed');
     const before = stubCalls().length;
     await runPaletteCommand('onnxlens: Open SARIF Log');
