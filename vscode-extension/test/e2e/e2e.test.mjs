@@ -3,7 +3,8 @@
 // Needs: `npm run package` (→ dist/onnxlens.vsix) and `bash scripts/setup-e2e.sh` (→ .tools/).
 // Run from vscode-extension/: `npm run test:e2e` (= `node --test test/e2e/*.test.mjs`).
 // Env: ONNXLENS_PYTHON (interpreter with onnxlens installed; default <repo>/.venv/bin/python, else python3),
-// CHROMIUM (default /usr/lib/chromium/chromium), E2E_KEEP=1 keeps the temp dir.
+// CHROMIUM (default /usr/lib/chromium/chromium), E2E_KEEP=1 keeps the temp dir, E2E_REVERSE=1 runs the scenarios
+// backwards (they must not depend on each other).
 import assert from 'node:assert/strict';
 import { execFileSync, spawn } from 'node:child_process';
 import { appendFileSync, cpSync, existsSync, mkdirSync, mkdtempSync, readFileSync, readdirSync, rmSync, statSync, writeFileSync } from 'node:fs';
