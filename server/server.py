@@ -318,6 +318,15 @@ def hover(ls: OnnxlensServer, params: types.HoverParams) -> types.Hover | None:
 
 @server.feature(types.TEXT_DOCUMENT_CODE_ACTION, types.CodeActionOptions(code_action_kinds=[types.CodeActionKind.QuickFix]))
 def code_actions(ls: OnnxlensServer, params: types.CodeActionParams) -> list[types.CodeAction]:
+    actions = _code_actions(ls, params)
+    if ls.protocol.trace != types.TraceValue.Off:  # the client asked for a trace (VS Code: the log level Trace)
+        uri, line = params.text_document.uri, params.range.start.line
+        trigger = params.context.trigger_kind.name.lower() if params.context.trigger_kind else "unknown"
+        ls.log_trace(types.LogTraceParams(f"Code actions at {os.path.basename(to_fs_path(uri) or uri)}:{line + 1} ({trigger}): {len(actions)}"))
+    return actions
+
+
+def _code_actions(ls: OnnxlensServer, params: types.CodeActionParams) -> list[types.CodeAction]:
     uri = params.text_document.uri
     _, source = ls.document(uri)
     found = discover(source)

@@ -8,6 +8,7 @@ import pathlib
 import shutil
 import sys
 import time
+from collections.abc import Callable
 
 import pytest
 import pytest_lsp
@@ -18,11 +19,41 @@ from pytest_lsp import ClientServerConfig, LanguageClient
 HERE = pathlib.Path(__file__).parent
 SOURCE = HERE / "server_workspace"
 pytestmark = pytest.mark.asyncio(loop_scope="module")
+EXPORT_PROGRESS, EXPORT_FINISHED = "onnxlens/exportProgress", "onnxlens/exportFinished"
 
 
 def line_of(text: str, marker: str) -> int:
     """0-based line of ``# MARK: <marker>``."""
     return next(i for i, line in enumerate(text.splitlines()) if line.rstrip().endswith(f"# MARK: {marker}"))
+
+
+def statement_range(text: str, line: int, statement: str) -> types.Range:
+    """Where a problem on `line` belongs: from the first character of `statement` (which must start
+    the line's code) to the end of the line, as the fixture's text has it."""
+    line_text = text.splitlines()[line]
+    start = line_text.index(statement)
+    assert not line_text[:start].strip(), f"{statement!r} is not the first code on line {line}: {line_text!r}"
+    return types.Range(types.Position(line, start), types.Position(line, len(line_text)))
+
+
+def plain(value):
+    """pygls hands custom notifications' JSON objects over as named tuples: back to dicts."""
+    if hasattr(value, "_asdict"):
+        return {k: plain(v) for k, v in value._asdict().items()}
+    return [plain(v) for v in value] if isinstance(value, list) else value
+
+
+def problems_in(client: LanguageClient, code: str, uri: str) -> list[types.Diagnostic]:
+    """The published problems with `code`, all in the file `uri` (none published for another file)."""
+    found = problems(client, code)
+    assert set(found) <= {uri}, f"{code} published for {sorted(found)}"
+    return found.get(uri, [])
+
+
+def problems(client: LanguageClient, code: str) -> dict[str, list[types.Diagnostic]]:
+    """The published problems with `code`, by the URI of the file they were published for."""
+    found = {uri: [d for d in diagnostics if d.code == code] for uri, diagnostics in client.diagnostics.items()}
+    return {uri: diagnostics for uri, diagnostics in found.items() if diagnostics}
 
 
 @pytest.fixture(scope="module")
@@ -46,10 +77,35 @@ async def client(lsp_client: LanguageClient, workspace: pathlib.Path):
     def inlay_hint_refresh(params):
         lsp_client.refreshes.append("inlayHint")
 
+    lsp_client.traces = []  # $/logTrace messages (the server sends them while the trace is on)
+
+    @lsp_client.feature(types.LOG_TRACE)
+    def log_trace(params: types.LogTraceParams):
+        lsp_client.traces.append(params.message)
+
+    lsp_client.export_notifications = []  # (method, params as a dict) of the server's onnxlens/* notifications
+    lsp_client.notification_waiters = []  # (predicate, future): see expect_notification
+
+    def record(method: str, params) -> None:
+        params = plain(params)
+        lsp_client.export_notifications.append((method, params))
+        for predicate, future in lsp_client.notification_waiters:
+            if not future.done() and predicate(method, params):
+                future.set_result(params)
+
+    @lsp_client.feature(EXPORT_PROGRESS)
+    def export_progress(params):
+        record(EXPORT_PROGRESS, params)
+
+    @lsp_client.feature(EXPORT_FINISHED)
+    def export_finished(params):
+        record(EXPORT_FINISHED, params)
+
     capabilities = pytest_lsp.client_capabilities("visual-studio-code")  # a VS Code 1.65 snapshot
     capabilities.workspace.inlay_hint = types.InlayHintWorkspaceClientCapabilities(refresh_support=True)  # as today's VS Code
     await lsp_client.initialize_session(types.InitializeParams(capabilities=capabilities, root_uri=workspace.as_uri()))
     lsp_client.set_configuration({"timeoutSeconds": 120}, section="onnxlens")
+    lsp_client.protocol.notify(types.SET_TRACE, types.SetTraceParams(types.TraceValue.Messages))
     yield
     await lsp_client.shutdown_session()
 
@@ -65,6 +121,25 @@ async def export(client: LanguageClient, **args) -> dict:
     return await client.workspace_execute_command_async(types.ExecuteCommandParams(command="onnxlens.server.export", arguments=[args]))
 
 
+def expect_notification(client: LanguageClient, predicate: Callable[[str, dict], bool]) -> asyncio.Future:
+    """A future for the server's next onnxlens/* notification that satisfies `predicate(method, params)`
+    (create it before triggering the notification)."""
+    future = asyncio.get_running_loop().create_future()
+    client.notification_waiters.append((predicate, future))
+    future.add_done_callback(lambda f: client.notification_waiters.remove((predicate, future)))
+    return future
+
+
+def expect_stage(client: LanguageClient, job_id: str, stage: str) -> asyncio.Future:
+    """The server's progress notification of `stage` for job `job_id`."""
+    return expect_notification(client, lambda method, p: method == EXPORT_PROGRESS and p["jobId"] == job_id and p["stage"] == stage)
+
+
+async def code_actions(client: LanguageClient, uri: str, at: types.Range, diagnostics: list[types.Diagnostic]) -> list[types.CodeAction]:
+    return await client.text_document_code_action_async(types.CodeActionParams(
+        types.TextDocumentIdentifier(uri), at, types.CodeActionContext(diagnostics=diagnostics, trigger_kind=types.CodeActionTriggerKind.Invoked)))
+
+
 async def test_unsupported_custom_op_is_a_problem_at_its_line(client: LanguageClient, workspace: pathlib.Path):
     uri = open_document(client, workspace / "models.py")
     text = (workspace / "models.py").read_text()
@@ -74,40 +149,80 @@ async def test_unsupported_custom_op_is_a_problem_at_its_line(client: LanguageCl
     assert os.path.isfile(job["sarif"]) and pathlib.Path(job["sarif"]).parent == workspace / "onnxlens-out"
     assert not (workspace / "onnxlens-out" / "models.custom_op.onnx").exists()
 
-    (fxe0011,) = [d for d in client.diagnostics[uri] if d.code == "FXE0011"]
-    assert fxe0011.range.start.line == line_of(text, "custom-op-call")
+    # Both problems are published for models.py only, on the statement that calls the op.
+    call = statement_range(text, line_of(text, "custom-op-call"), "return scaled_tanh(x, 2.0)")
+    stack = [  # the calls that led there, innermost first, each with its whole statement
+        (uri, statement_range(text, line_of(text, "helper-call"), "return squash(x) + 1"), "postprocess (models.py:17)"),
+        (uri, statement_range(text, line_of(text, "forward-call"), "return postprocess(self.linear(x))"), "forward (models.py:26)"),
+    ]
+    (fxe0011,) = problems_in(client, "FXE0011", uri)
+    assert fxe0011.range == call
+    assert fxe0011.message == "No ONNX function is registered for onnxlens_test::scaled_tanh.default (called as onnxlens_test.scaled_tanh.default)."
     assert fxe0011.severity == types.DiagnosticSeverity.Error and fxe0011.source == "onnxlens"
     assert fxe0011.code_description.href.endswith("#fxe0011-no-symbolic-function-for-call-function")
-    related = [r.location.range.start.line for r in fxe0011.related_information]
-    assert related[:2] == [line_of(text, "helper-call"), line_of(text, "forward-call")]
-    assert any(d.code == "FXE0012" for d in client.diagnostics[uri])
+    assert [(r.location.uri, r.location.range, r.message) for r in fxe0011.related_information[:2]] == stack
+
+    (fxe0012,) = problems_in(client, "FXE0012", uri)  # the analysis summary, at the first unsupported call
+    assert fxe0012.range == call
+    assert fxe0012.message == "Unsupported FX nodes: onnxlens_test.scaled_tanh.default."
+    assert fxe0012.severity == types.DiagnosticSeverity.Error
+    assert fxe0012.code_description.href.endswith("#fxe0012-unsupported-fx-node-analysis")
+    assert [(r.location.uri, r.location.range, r.message) for r in fxe0012.related_information[:2]] == stack
 
 
 async def test_progress_arrives_in_order_and_success_clears_problems(client: LanguageClient, workspace: pathlib.Path):
-    uri = open_document(client, workspace / "models.py")
-    client.progress_reports.clear()
+    path = workspace / "models.py"
+    uri = open_document(client, path)
+    text = path.read_text()
+    client.text_document_did_change(types.DidChangeTextDocumentParams(  # mlp now returns no example inputs
+        types.VersionedTextDocumentIdentifier(uri=uri, version=20),
+        [types.TextDocumentContentChangeWholeDocument(text=text.replace("def mlp():\n", "def mlp():\n    return MLPModel()\n"))]))
     (job,) = (await export(client, uri=uri, target="mlp"))["jobs"]
+    assert job["status"] == "failed"
+    mlp_line = text.splitlines().index("def mlp():")
+    assert [d.range for d in problems(client, "export-failed").get(uri, []) if d.message.startswith("Export of mlp failed")] == [
+        statement_range(text, mlp_line, "def mlp():")]
+    client.text_document_did_change(types.DidChangeTextDocumentParams(
+        types.VersionedTextDocumentIdentifier(uri=uri, version=21), [types.TextDocumentContentChangeWholeDocument(text=text)]))
+
+    client.progress_reports.clear()
+    client.export_notifications.clear()
+    (job,) = (await export(client, uri=uri, target="mlp", jobId="job-mlp"))["jobs"]
     assert job["status"] == "ok", job
     assert os.path.isfile(job["onnx"]) and os.path.isfile(job["sarif"])
     assert job["summary"]["inputs"] == 1 and job["summary"]["outputs"] == 1
+    assert not [d for d in client.diagnostics[uri] if d.message.startswith("Export of mlp")]  # the success cleared mlp's problem
     (reports,) = client.progress_reports.values()
     assert isinstance(reports[0], types.WorkDoneProgressBegin) and isinstance(reports[-1], types.WorkDoneProgressEnd)
     stages = [r.message.split(" ")[0] for r in reports[1:-1]]
     assert stages[:3] == ["load", "build", "capture"] and "translation" in stages and stages[-1] == "save"
     percents = [r.percentage for r in reports[1:-1]]
     assert percents == sorted(percents)
+    # The same stages as custom notifications (what the VS Code extension shows), then the result.
+    *progress, (finished_method, finished) = client.export_notifications
+    assert [(method, p["jobId"], f"{p['stage']}{p['detail']}") for method, p in progress] == [
+        (EXPORT_PROGRESS, "job-mlp", r.message) for r in reports[1:-1]]
+    assert finished_method == EXPORT_FINISHED and finished == job
 
 
 async def test_cancel_stops_an_export_quickly(client: LanguageClient, workspace: pathlib.Path):
     uri = open_document(client, workspace / "models.py")
+    sleeping = expect_stage(client, "job-slow", "build target")
+    finished = expect_notification(client, lambda method, p: method == EXPORT_FINISHED and p["jobId"] == "job-slow")
     task = asyncio.ensure_future(export(client, uri=uri, target="slow", jobId="job-slow"))
-    await asyncio.sleep(3)  # the target is sleeping in its own process now
+    await asyncio.wait_for(sleeping, timeout=60)  # the target is sleeping in its own process now
     start = time.perf_counter()
     cancelled = await client.workspace_execute_command_async(types.ExecuteCommandParams(
         command="onnxlens.server.cancel", arguments=[{"jobId": "job-slow"}]))
     (job,) = (await asyncio.wait_for(task, timeout=10))["jobs"]
     assert cancelled == {"cancelled": True}
     assert job["status"] == "cancelled" and time.perf_counter() - start < 1.0
+    assert job["message"] == "Cancelled during build target."
+    assert (await finished)["status"] == "cancelled"
+    text = (workspace / "models.py").read_text()
+    (problem,) = problems_in(client, "export-cancelled", uri)  # the cancellation shows on the target, like other failures
+    assert problem.range == statement_range(text, text.splitlines().index("def slow():"), "def slow():")
+    assert problem.message == "Export of slow cancelled: Cancelled during build target."
 
 
 async def test_a_hanging_target_hits_the_timeout(client: LanguageClient, workspace: pathlib.Path):
@@ -117,17 +232,24 @@ async def test_a_hanging_target_hits_the_timeout(client: LanguageClient, workspa
         (job,) = (await export(client, uri=uri, target="slow"))["jobs"]
     finally:
         client.set_configuration(120, section="onnxlens.timeoutSeconds")
-    assert job["status"] == "timeout" and "during build target" in job["message"]
+    assert job["status"] == "timeout" and job["message"] == "Timed out after 2 s during build target."
     text = (workspace / "models.py").read_text()
-    (problem,) = [d for d in client.diagnostics[uri] if d.code == "export-timeout"]
-    assert problem.range.start.line == text.splitlines().index("def slow():")
+    (problem,) = problems_in(client, "export-timeout", uri)
+    assert problem.range == statement_range(text, text.splitlines().index("def slow():"), "def slow():")
+    assert problem.message == "Export of slow timeout: Timed out after 2 s during build target."
+    assert problem.severity == types.DiagnosticSeverity.Error
 
 
 async def test_a_segfault_is_reported_and_the_next_export_works(client: LanguageClient, workspace: pathlib.Path):
     uri = open_document(client, workspace / "models.py")
+    text = (workspace / "models.py").read_text()
     (job,) = (await export(client, uri=uri, target="segfault"))["jobs"]
-    assert job["status"] == "crashed" and "SIGSEGV" in job["message"]
-    assert any(d.code == "export-crashed" for d in client.diagnostics[uri])
+    assert job["status"] == "crashed" and job["message"] == "The export process was killed by SIGSEGV during build target."
+    # No user frame survives a crash: the problem sits on the target's def line, in models.py only.
+    (problem,) = problems_in(client, "export-crashed", uri)
+    assert problem.range == statement_range(text, text.splitlines().index("def segfault():"), "def segfault():")
+    assert problem.message == "Export of segfault crashed: The export process was killed by SIGSEGV during build target."
+    assert problem.severity == types.DiagnosticSeverity.Error and problem.source == "onnxlens"
     (job,) = (await export(client, uri=uri, target="mlp"))["jobs"]
     assert job["status"] == "ok"
 
@@ -137,8 +259,9 @@ async def test_bad_target_return_is_located(client: LanguageClient, workspace: p
     text = (workspace / "models.py").read_text()
     (job,) = (await export(client, uri=uri, target="broken"))["jobs"]
     assert job["status"] == "failed" and "must return (model, args)" in job["message"]
-    (problem,) = [d for d in client.diagnostics[uri] if d.code == "export-failed"]
-    assert problem.range.start.line == text.splitlines().index("def broken():")  # the target that returned it
+    (problem,) = [d for d in problems_in(client, "export-failed", uri) if d.message.startswith("Export of broken")]
+    assert problem.range == statement_range(text, text.splitlines().index("def broken():"), "def broken():")  # the target that returned it
+    assert problem.message == f"Export of broken failed: {job['message']}"
 
 
 async def test_op_level_debug_inlay_hints_and_hover(client: LanguageClient, workspace: pathlib.Path):
@@ -184,10 +307,15 @@ async def test_stub_quick_fix_then_implementation_makes_fxe0011_go_away(client: 
     path = workspace / "models.py"
     uri = open_document(client, path)
     await export(client, uri=uri, target="custom_op")
-    (fxe0011,) = [d for d in client.diagnostics[uri] if d.code == "FXE0011"]
-    actions = await client.text_document_code_action_async(types.CodeActionParams(
-        types.TextDocumentIdentifier(uri), fxe0011.range, types.CodeActionContext(diagnostics=[fxe0011])))
-    (stub,) = [a for a in actions if "stub" in a.title]
+    (fxe0011,) = problems_in(client, "FXE0011", uri)
+    client.traces.clear()
+    answers = [await code_actions(client, uri, fxe0011.range, [fxe0011]) for _ in range(3)]  # asked again, answered again
+    for actions in answers:
+        assert [(a.title, a.kind, list(a.diagnostics)) for a in actions] == [
+            ("Add an ONNX function stub for onnxlens_test::scaled_tanh and register it", types.CodeActionKind.QuickFix, [fxe0011])]
+    line = line_of(path.read_text(), "custom-op-call") + 1
+    assert client.traces == [f"Code actions at models.py:{line} (invoked): 1"] * 3  # what the e2e test reads in VS Code's log
+    (stub,) = answers[-1]
     fixed = apply_edits(path.read_text(), stub.edit.changes[uri])
     assert "def onnxlens_test_scaled_tanh(x, scale: float):" in fixed
     compile(fixed, "models.py", "exec")  # the template is complete Python
@@ -208,10 +336,11 @@ async def test_export_target_quick_fix_produces_an_exportable_target(client: Lan
     uri = open_document(client, path)
     text = path.read_text()
     line = line_of(text, "untargeted")
-    actions = await client.text_document_code_action_async(types.CodeActionParams(
-        types.TextDocumentIdentifier(uri), types.Range(types.Position(line, 6), types.Position(line, 6)), types.CodeActionContext(diagnostics=[])))
-    (action,) = [a for a in actions if a.title == "Create an export target for Untargeted"]
-    assert not [a for a in actions if "MLPModel" in a.title]  # MLPModel has a target already
+    at = types.Range(types.Position(line, 6), types.Position(line, 6))
+    answers = [await code_actions(client, uri, at, []) for _ in range(3)]  # asked again, answered again
+    for actions in answers:  # (MLPModel has a target already: no action for it)
+        assert [a.title for a in actions] == ["Create an export target for Untargeted"]
+    (action,) = answers[-1]
     new_path = workspace / "untargeted.py"
     new_path.write_text(apply_edits(text, action.edit.changes[uri]))
     (job,) = (await export(client, uri=new_path.as_uri(), target="export_untargeted"))["jobs"]
@@ -237,11 +366,14 @@ async def test_bad_requests_get_clear_errors(client: LanguageClient, workspace: 
 
 async def test_a_newer_request_for_the_same_target_wins(client: LanguageClient, workspace: pathlib.Path):
     uri = open_document(client, workspace / "models.py")
+    older_sleeping = expect_stage(client, "older", "build target")
     older = asyncio.ensure_future(export(client, uri=uri, target="slow", jobId="older"))
-    await asyncio.sleep(2)
+    await asyncio.wait_for(older_sleeping, timeout=60)
+    newer_sleeping = expect_stage(client, "newer", "build target")
     newer = asyncio.ensure_future(export(client, uri=uri, target="slow", jobId="newer"))
     (job,) = (await asyncio.wait_for(older, timeout=10))["jobs"]
     assert job["status"] == "cancelled"
+    await asyncio.wait_for(newer_sleeping, timeout=60)  # it started once the older one had stopped
     await client.workspace_execute_command_async(types.ExecuteCommandParams(command="onnxlens.server.cancel", arguments=[{"jobId": "newer"}]))
     (job,) = (await asyncio.wait_for(newer, timeout=10))["jobs"]
     assert job["status"] == "cancelled"
@@ -252,14 +384,20 @@ async def test_problems_follow_edits_above_them(client: LanguageClient, workspac
     uri = open_document(client, path)
     text = path.read_text()
     await export(client, uri=uri, target="custom_op")
-    line = line_of(text, "custom-op-call")
-    assert [d.range.start.line for d in client.diagnostics[uri] if d.code == "FXE0011"] == [line]
+    call = "return scaled_tanh(x, 2.0)"
+    assert [d.range for d in problems(client, "FXE0011")[uri]] == [statement_range(text, line_of(text, "custom-op-call"), call)]
     waiter = client.protocol.wait_for_notification_async(types.TEXT_DOCUMENT_PUBLISH_DIAGNOSTICS)
     client.text_document_did_change(types.DidChangeTextDocumentParams(
         types.VersionedTextDocumentIdentifier(uri=uri, version=10),
         [types.TextDocumentContentChangePartial(range=types.Range(types.Position(0, 0), types.Position(0, 0)), text="import os\nimport sys\n")]))
     await asyncio.wait_for(waiter, timeout=10)
-    assert [d.range.start.line for d in client.diagnostics[uri] if d.code == "FXE0011"] == [line + 2]
+    edited = "import os\nimport sys\n" + text
+    (fxe0011,) = problems_in(client, "FXE0011", uri)
+    assert fxe0011.range == statement_range(edited, line_of(edited, "custom-op-call"), call)
+    assert [r.location.range for r in fxe0011.related_information[:2]] == [
+        statement_range(edited, line_of(edited, "helper-call"), "return squash(x) + 1"),
+        statement_range(edited, line_of(edited, "forward-call"), "return postprocess(self.linear(x))"),
+    ]
     client.text_document_did_change(types.DidChangeTextDocumentParams(
         types.VersionedTextDocumentIdentifier(uri=uri, version=11),
         [types.TextDocumentContentChangeWholeDocument(text=text)]))

@@ -111,9 +111,8 @@ export class Commands {
         },
       );
       this.server.log.info(`Export of ${name} answered in ${Date.now() - started} ms: ${JSON.stringify(result.jobs.map((j) => [j.target, j.status]))}`);
-      for (const job of result.jobs) {
-        await this.report(job, settings.openSarifViewerOnFailure);
-      }
+      // Side by side: each report waits until its notification is closed.
+      await Promise.all(result.jobs.map((job) => this.report(job, settings.openSarifViewerOnFailure)));
     } catch (error: any) {
       const message: string = error?.message ?? String(error);
       if (message.includes('no function decorated with @exporter.export_target')) {

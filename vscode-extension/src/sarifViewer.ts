@@ -31,7 +31,7 @@ export class SarifLogs {
     }
     this.view.show(sarifPath, readJson(sarifPath));
     await vscode.commands.executeCommand('onnxlens.results.focus');
-    if (!this.offeredViewer) {
+    if (!this.offeredViewer && !vscode.extensions.getExtension(VIEWER_ID)) {
       this.offeredViewer = true;
       const choice = await vscode.window.showInformationMessage('Install the SARIF Viewer for a richer view of export logs?', 'Show Extension');
       if (choice) {
@@ -60,7 +60,7 @@ export class SarifLogs {
 
 async function viewerApi(): Promise<SarifViewerApi | undefined> {
   const extension = vscode.extensions.getExtension(VIEWER_ID);
-  if (!extension) {
+  if (!extension || !vscode.workspace.getConfiguration('onnxlens').get<boolean>('useSarifViewer', true)) {
     return undefined;
   }
   return (extension.isActive ? extension.exports : await extension.activate()) as SarifViewerApi;

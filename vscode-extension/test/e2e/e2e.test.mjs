@@ -3,7 +3,8 @@
 // Needs: `npm run package` (→ dist/onnxlens.vsix) and `bash scripts/setup-e2e.sh` (→ .tools/).
 // Run from vscode-extension/: `npm run test:e2e` (= `node --test test/e2e/*.test.mjs`).
 // Env: ONNXLENS_PYTHON (interpreter with onnxlens installed; default <repo>/.venv/bin/python, else python3),
-// CHROMIUM (default /usr/lib/chromium/chromium), E2E_KEEP=1 keeps the temp dir.
+// CHROMIUM (default /usr/lib/chromium/chromium), E2E_KEEP=1 keeps the temp dir, E2E_REVERSE=1 runs the scenarios
+// backwards (they must not depend on each other).
 import assert from 'node:assert/strict';
 import { execFileSync, spawn } from 'node:child_process';
 import { appendFileSync, cpSync, existsSync, mkdirSync, mkdtempSync, readFileSync, readdirSync, rmSync, statSync, writeFileSync } from 'node:fs';
@@ -50,6 +51,7 @@ before(async () => {
   const config = join(env.tmp, 'config.yaml');
   cpSync(join(HERE, 'workspace'), env.workspace, { recursive: true, filter: (src) => !/__pycache__|onnxlens-out/.test(src) });
   cpSync(join(REPO, 'examples/mlp.py'), join(env.workspace, 'mlp.py')); // the seed MLP (a good export; op-level traces)
+  cpSync(join(HERE, 'workspace/custom_model.py'), join(env.workspace, 'quick_fix_model.py')); // for the quick fix to edit
   mkdirSync(join(env.userData, 'User'), { recursive: true });
   writeFileSync(config, 'bind-addr: 127.0.0.1:0\nauth: none\ncert: false\n');
   writeFileSync(join(env.userData, 'User/settings.json'), JSON.stringify(userSettings(), null, 2));
@@ -70,6 +72,9 @@ before(async () => {
   await env.page.goto(`${url}?folder=${encodeURIComponent(env.workspace)}`, { waitUntil: 'domcontentloaded' });
   await env.page.waitForSelector('.monaco-workbench', { timeout: STARTUP_TIMEOUT });
   await env.page.locator('.statusbar').waitFor({ timeout: STARTUP_TIMEOUT });
+  await openFile('mlp.py'); // activates the extension: its log channel exists from here on
+  await waitForServerRunning();
+  await traceOnnxlensLog();
 }, { timeout: 5 * 60 * SECOND });
 
 after(async () => {
@@ -212,21 +217,33 @@ function page() {
   return env.page;
 }
 
-/** One test: a screenshot into artifacts/ afterwards, whether it passed or not. */
+/** One test: a screenshot into artifacts/ afterwards, whether it passed or not. Each scenario starts from
+ * no open editors and no notifications and makes the state it needs (E2E_REVERSE=1 runs them backwards). */
 function scenario(name, fn) {
-  test(name, { timeout: SCENARIO_TIMEOUT }, async () => {
-    try {
-      await page().keyboard.press('Escape'); // whatever widget the previous scenario left open
-      await clearNotifications();
-      await fn();
-    } catch (error) {
-      env.failed = true;
-      throw error;
-    } finally {
-      const file = `${name.replace(/[^a-z0-9]+/gi, '-').replace(/^-|-$/g, '').toLowerCase()}.png`;
-      await page()?.screenshot({ path: join(ARTIFACTS, file) }).catch(() => {});
-    }
-  });
+  scenarios.push([name, fn]);
+}
+
+const scenarios = [];
+
+function registerScenarios() {
+  for (const [name, fn] of process.env.E2E_REVERSE ? [...scenarios].reverse() : scenarios) {
+    test(name, { timeout: SCENARIO_TIMEOUT }, () => runScenario(name, fn));
+  }
+}
+
+async function runScenario(name, fn) {
+  try {
+    await page().keyboard.press('Escape'); // whatever widget the previous scenario left open
+    await clearNotifications();
+    await runPaletteCommand('View: Close All Editors');
+    await fn();
+  } catch (error) {
+    env.failed = true;
+    throw error;
+  } finally {
+    const file = `${name.replace(/[^a-z0-9]+/gi, '-').replace(/^-|-$/g, '').toLowerCase()}.png`;
+    await page()?.screenshot({ path: join(ARTIFACTS, file) }).catch(() => {});
+  }
 }
 
 /** 1-based line of `# MARK: <marker>` (or of the first line containing `text`) in a workspace file. */
@@ -325,13 +342,14 @@ async function waitForServerRunning() {
   await page().locator('.statusbar-item', { hasText: 'onnxlens', has: page().locator('.codicon-check') }).first().waitFor({ timeout: STARTUP_TIMEOUT });
 }
 
-/** Right-click a line of the editor and choose "Export to ONNX" from the context menu. */
-async function exportFromContextMenu(editor, lineText) {
-  await editor.locator('.view-line', { hasText: lineText }).first().click({ button: 'right' });
-  const item = page().locator('.context-view .action-label', { hasText: 'Export to ONNX' }).first();
+/** Right-click `target` and choose `label` from its context menu. */
+async function chooseFromContextMenu(target, label) {
+  await target.click({ button: 'right' });
+  const item = page().locator('.context-view .action-label', { hasText: label }).first();
   await item.waitFor({ timeout: UI_TIMEOUT });
   // VS Code ignores a click that comes too soon after the menu opened (seen on a loaded machine):
   // let the menu settle, and if it is still open after the click, choose the focused item by key.
+  // Callers check that the command ran once (exportAnswers), so a doubled choice cannot pass.
   await page().waitForTimeout(300);
   await item.click();
   const menu = page().locator('.context-view .monaco-menu');
@@ -344,21 +362,91 @@ async function exportFromContextMenu(editor, lineText) {
   }
 }
 
-/** Ctrl+. until the quick-fix menu shows `action` (a keypress that races the code-action request is lost). */
-async function openQuickFixMenu(action) {
+/** Right-click the first line of `file` (the active editor) containing `lineText` and choose "Export to ONNX";
+ * resolves with the server's answer (exactly one export answered, as the extension logs it: [[target, status], ...]). */
+async function exportFromContextMenu(editor, file, lineText) {
+  await focusActiveEditor();
+  await goTo(lineOf(file, { text: lineText }).line); // scrolled into view, whatever the panel left of the editor
+  const before = exportAnswers().length;
+  await chooseFromContextMenu(editor.locator('.view-line', { hasText: lineText }).first(), 'Export to ONNX');
+  return onlyExportAnswer(before);
+}
+
+/** The extension's log lines "Export of … answered in N ms: [[target, status], ...]", parsed, oldest first. */
+function exportAnswers() {
+  return [...onnxlensLog().matchAll(/Export of .+ answered in \d+ ms: (\[.*\])$/gm)].map((m) => JSON.parse(m[1]));
+}
+
+/** Waits for the one export answered since `before` answers were logged; fails if there are more. */
+async function onlyExportAnswer(before, timeout = EXPORT_TIMEOUT) {
+  await waitUntil(() => exportAnswers().length > before, 'the server\'s answer to the export (the onnxlens log)', timeout);
+  const answers = exportAnswers().slice(before);
+  assert.equal(answers.length, 1, `one export request, one answer; got ${JSON.stringify(answers)}`);
+  return answers[0];
+}
+
+/** The server's trace of code-action requests at `file`:`line` (1-based): the trigger and the number of actions of each. */
+function codeActionAnswers(file, line) {
+  return [...onnxlensLog().matchAll(/Code actions at (\S+):(\d+) \((\w+)\): (\d+)$/gm)]
+    .filter((m) => m[1] === file && Number(m[2]) === line)
+    .map((m) => ({ trigger: m[3], actions: Number(m[4]) }));
+}
+
+/** Ctrl+. until the quick-fix menu shows `action` (a keypress that races the code-action request is lost),
+ * at `file`:`line`. Fails if the server answered any code-action request there with no actions: a retry
+ * must not hide an empty answer. */
+async function openQuickFixMenu(action, file, line) {
+  const before = codeActionAnswers(file, line).length;
+  const answers = () => codeActionAnswers(file, line).slice(before);
   for (let attempt = 1; ; attempt++) {
     await page().keyboard.press('Control+.');
     try {
       await action.waitFor({ timeout: 5 * SECOND });
-      return;
+      break;
     } catch (error) {
       if (attempt === 4) {
-        throw error;
+        throw new Error(`${error.message}\nthe server's code-action answers at ${file}:${line}: ${JSON.stringify(answers())}`);
       }
       await page().keyboard.press('Escape');
     }
   }
+  await waitUntil(() => answers().some((a) => a.trigger === 'invoked' && a.actions > 0),
+    () => `an invoked code-action request at ${file}:${line} answered with actions in the server's trace (got ${JSON.stringify(answers())})`);
+  assert.deepEqual(answers().filter((a) => a.actions === 0), [], `code-action requests at ${file}:${line} answered empty: ${JSON.stringify(answers())}`);
 }
+
+/** The onnxlens output channel at log level Trace: the client traces the LSP traffic and turns the
+ * server's trace on (`$/setTrace`), so the server logs what it answered (e.g. per code-action request). */
+async function traceOnnxlensLog() {
+  await page().keyboard.press('F1');
+  const input = page().locator('.quick-input-widget input');
+  await input.waitFor({ state: 'visible', timeout: UI_TIMEOUT });
+  await input.fill('>Developer: Set Log Level');
+  await page().locator('.quick-input-list .monaco-list-row', { hasText: 'Developer: Set Log Level' }).first().click();
+  await input.fill('onnxlens');
+  await page().locator('.quick-input-list .monaco-list-row', { hasText: /^onnxlens/ }).first().click();
+  await page().locator('.quick-input-list .monaco-list-row', { hasText: 'Trace' }).first().click();
+  await input.waitFor({ state: 'hidden', timeout: UI_TIMEOUT });
+  await waitUntil(() => /\$\/setTrace/.test(onnxlensLog()), '$/setTrace in the onnxlens log');
+}
+
+/** Sets a boolean setting in the Settings editor, as a user would (VS Code applies it at once); closes the editor. */
+async function setBooleanSetting(id, value) {
+  await runPaletteCommand('Preferences: Open User Settings');
+  await page().locator('.settings-editor').waitFor({ timeout: UI_TIMEOUT });
+  await page().keyboard.type(id); // into the search box, which has the focus
+  const checkbox = page().locator(`.settings-editor [data-key="${id}"] .setting-value-checkbox`).first();
+  await checkbox.waitFor({ timeout: UI_TIMEOUT });
+  if ((await checkbox.getAttribute('aria-checked')) !== String(value)) {
+    await checkbox.click();
+  }
+  await waitUntil(async () => (await checkbox.getAttribute('aria-checked')) === String(value), `${id} = ${value} in the Settings editor`);
+  const file = join(env.userData, 'User/settings.json'); // written a moment later
+  await waitUntil(() => (JSON.parse(readFileSync(file, 'utf8'))[id] ?? true) === value, `${id} = ${value} in ${file}`); // absent: true, the default
+  await page().keyboard.press('Escape');
+  await runPaletteCommand('View: Close All Editors');
+}
+
 
 async function showProblems() {
   if (!(await page().locator('.markers-panel').isVisible())) {
@@ -386,6 +474,12 @@ function stubCalls() {
   return existsSync(env.stubLog) ? readFileSync(env.stubLog, 'utf8').trim().split('\n').filter(Boolean).map((line) => JSON.parse(line)) : [];
 }
 
+/** The onnxlens output channel, as written under the user-data dir's logs ('' before activation). */
+function onnxlensLog() {
+  env.logFile ??= activationMs()?.file;
+  return env.logFile ? readFileSync(env.logFile, 'utf8') : '';
+}
+
 /** "onnxlens activated in N ms", from the extension's log output channel as written under the user-data dir's logs. */
 function activationMs() {
   const files = [];
@@ -406,13 +500,13 @@ function activationMs() {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Scenarios (they run in order and share the page)
+// Scenarios (they share the page, not state: each opens its files and runs its exports)
 // ---------------------------------------------------------------------------------------------
 
 scenario('1 export the MLP from the editor context menu', async () => {
   const editor = await openFile('mlp.py');
   await waitForServerRunning();
-  await exportFromContextMenu(editor, 'def mlp');
+  assert.deepEqual(await exportFromContextMenu(editor, 'mlp.py', 'def mlp'), [['mlp', 'ok']]);
   const text = await waitForNotification('Exported');
   assert.match(text, /Exported mlp → mlp\.mlp\.onnx \(\d+ nodes/);
   const onnx = join(env.workspace, 'onnxlens-out/mlp.mlp.onnx'); // <file stem>.<target>.onnx
@@ -427,8 +521,8 @@ scenario('2 FXE0011 for an unregistered custom op shows in Problems and navigate
   const call = lineOf('custom_model.py', { marker: 'custom-op-call' });
   const editor = await openFile('custom_model.py');
   await showProblems();
-  await exportFromContextMenu(editor, 'def custom_op');
   const clicked = Date.now();
+  assert.deepEqual(await exportFromContextMenu(editor, 'custom_model.py', 'def custom_op'), [['custom_op', 'failed']]);
   const row = problemsRows('FXE0011').first();
   await row.waitFor({ timeout: EXPORT_TIMEOUT });
   console.log(`FIGURE: context-menu click → FXE0011 in the Problems panel: ${Date.now() - clicked} ms`);
@@ -452,8 +546,11 @@ scenario('2 FXE0011 for an unregistered custom op shows in Problems and navigate
 scenario('3 op-level debug shows inline traces and hovers', async () => {
   const fc0 = lineOf('mlp.py', { text: 'self.fc0(tensor_x)' });
   const editor = await openFile('mlp.py');
+  await focusActiveEditor();
   await goTo(lineOf('mlp.py', { text: 'def mlp' }).line);
+  const before = exportAnswers().length;
   await runPaletteCommand('onnxlens: Export with Op-Level Debug');
+  assert.deepEqual(await onlyExportAnswer(before), [['mlp', 'ok']]);
   await waitForNotification('Exported mlp');
   await waitUntil(async () => (await visibleText(editor)).includes('max|Δ|'), 'op-level debug inlay hints (max|Δ|)', EXPORT_TIMEOUT);
   const hintLine = await editor.locator('.view-line', { hasText: 'self.fc0(tensor_x)' }).first().innerText();
@@ -469,26 +566,35 @@ scenario('3 op-level debug shows inline traces and hovers', async () => {
   assert.match(content, /Gemm/); // left open for the screenshot
 });
 
-scenario('4 Open SARIF Log hands the log to the SARIF Viewer', async () => {
+scenario('4 Open SARIF Log hands the last export\'s log to the SARIF Viewer', async () => {
+  await openFile('mlp.py');
+  await focusActiveEditor();
+  await goTo(lineOf('mlp.py', { text: 'def mlp' }).line);
+  const exported = exportAnswers().length;
+  await runPaletteCommand('onnxlens: Export to ONNX');
+  assert.deepEqual(await onlyExportAnswer(exported), [['mlp', 'ok']]);
+  await waitForNotification('Exported mlp');
+
   const before = stubCalls().length;
   await runPaletteCommand('onnxlens: Open SARIF Log');
   await waitUntil(async () => stubCalls().slice(before).some((c) => c.method === 'openLogs'), 'openLogs in the SARIF Viewer stub log');
   const calls = stubCalls().slice(before).filter((c) => c.method !== 'activate');
-  const sarif = join(env.workspace, 'onnxlens-out/mlp.mlp.sarif'); // the last export's log (scenario 3)
+  const sarif = join(env.workspace, 'onnxlens-out/mlp.mlp.sarif');
   assert.ok(existsSync(sarif), `${sarif} missing; onnxlens-out has: ${outputFiles('')}`);
   const uri = pathToFileURL(sarif).href;
   assert.deepEqual(calls.map((c) => [c.method, c.uris]), [['closeLogs', [uri]], ['openLogs', [uri]]]);
 });
 
 scenario('5 the FXE0011 quick fix inserts an ONNX function stub', async () => {
-  const call = lineOf('custom_model.py', { marker: 'custom-op-call' });
-  const editor = await openFile('custom_model.py');
-  await showProblems();
-  await problemsRows('FXE0011').first().waitFor({ timeout: UI_TIMEOUT });
+  const file = 'quick_fix_model.py'; // a copy of custom_model.py (made in before()): this scenario edits and saves it
+  const call = lineOf(file, { marker: 'custom-op-call' });
+  const editor = await openFile(file);
+  assert.deepEqual(await exportFromContextMenu(editor, file, 'def custom_op'), [['custom_op', 'failed']]);
+  await waitForNotification('Export of custom_op failed'); // its problems were published before the answer
   await focusActiveEditor();
   await goTo(call.line, call.column);
   const action = page().locator('.action-widget .monaco-list-row', { hasText: 'Add an ONNX function stub' }).first();
-  await openQuickFixMenu(action);
+  await openQuickFixMenu(action, file, call.line);
   assert.match(await action.innerText(), /Add an ONNX function stub for onnxlens_e2e::scaled_tanh and register it/);
   await action.click();
 
@@ -496,8 +602,75 @@ scenario('5 the FXE0011 quick fix inserts an ONNX function stub', async () => {
   await waitUntil(async () => (await visibleText(editor)).includes('register_op('), 'register_op( in the editor');
   assert.match(await visibleText(editor), /exporter\.default_registry\(\)\.register_op\(onnxlens_e2e_scaled_tanh, "onnxlens_e2e", "scaled_tanh", "default"\)/);
   await page().keyboard.press('Control+S');
-  await waitUntil(async () => readFileSync(join(env.workspace, 'custom_model.py'), 'utf8').includes('register_op('), 'the saved file');
-  const saved = readFileSync(join(env.workspace, 'custom_model.py'), 'utf8');
+  await waitUntil(async () => readFileSync(join(env.workspace, file), 'utf8').includes('register_op('), 'the saved file');
+  const saved = readFileSync(join(env.workspace, file), 'utf8');
   assert.match(saved, /^import onnxscript$/m);
   assert.match(saved, /def onnxlens_e2e_scaled_tanh\(x, scale: float\):/);
 });
+
+scenario('6 Export All Targets in File from the explorer exports every target', async () => {
+  for (const stale of outputFiles('.onnx').filter((f) => f.includes('two_targets.'))) {
+    rmSync(stale);
+  }
+  await page().keyboard.press('Control+Shift+E');
+  const row = page().locator('.explorer-folders-view .monaco-list-row', { hasText: 'two_targets.py' }).first();
+  await row.waitFor({ timeout: UI_TIMEOUT });
+  const before = exportAnswers().length;
+  await chooseFromContextMenu(row, 'Export All Targets in File');
+  assert.deepEqual(await onlyExportAnswer(before), [['linear', 'ok'], ['relu_stack', 'ok']]);
+  assert.match(await waitForNotification('Exported linear'), /Exported linear → two_targets\.linear\.onnx \(\d+ nodes/);
+  assert.match(await waitForNotification('Exported relu_stack'), /Exported relu_stack → two_targets\.relu_stack\.onnx \(\d+ nodes/);
+  for (const target of ['linear', 'relu_stack']) {
+    const onnx = join(env.workspace, `onnxlens-out/two_targets.${target}.onnx`);
+    assert.ok(existsSync(onnx) && statSync(onnx).size > 0, `${onnx} missing or empty; onnxlens-out has: ${outputFiles('')}`);
+  }
+});
+
+scenario('7 Cancel Export stops a running export', async () => {
+  await openFile('slow_model.py');
+  await focusActiveEditor();
+  await goTo(lineOf('slow_model.py', { text: 'def slow' }).line);
+  const before = exportAnswers().length;
+  await runPaletteCommand('onnxlens: Export to ONNX');
+  const progress = notification('onnxlens: exporting');
+  await progress.waitFor({ timeout: UI_TIMEOUT });
+  // The target sleeps for ten minutes in "build target": the export is running when the server says so.
+  await waitUntil(async () => (await progress.innerText().catch(() => '')).includes('build target'),
+    async () => `the progress notification at "build target" (it shows ${JSON.stringify(await progress.innerText().catch(() => ''))})`, EXPORT_TIMEOUT);
+  const cancelled = Date.now();
+  await runPaletteCommand('onnxlens: Cancel Export');
+  assert.deepEqual(await onlyExportAnswer(before, 10 * SECOND), [['slow', 'cancelled']]);
+  assert.match(await waitForNotification('Export of slow cancelled', UI_TIMEOUT), /Export of slow cancelled\./);
+  await progress.waitFor({ state: 'detached', timeout: UI_TIMEOUT });
+  console.log(`FIGURE: Cancel Export → the server's "cancelled" answer: ${Date.now() - cancelled} ms`);
+});
+
+scenario('8 without the SARIF Viewer the built-in results view shows the log', async () => {
+  const call = lineOf('custom_model.py', { marker: 'custom-op-call' });
+  await setBooleanSetting('onnxlens.useSarifViewer', false); // as if the viewer were not installed
+  try {
+    const editor = await openFile('custom_model.py');
+    assert.deepEqual(await exportFromContextMenu(editor, 'custom_model.py', 'def custom_op'), [['custom_op', 'failed']]);
+    await waitForNotification('Export of custom_op failed');
+    const before = stubCalls().length;
+    await runPaletteCommand('onnxlens: Open SARIF Log');
+
+    const view = page().locator('.pane', { has: page().locator('.pane-header', { hasText: 'ONNX Export Results' }) });
+    const rows = view.locator('.monaco-list-row');
+    await rows.filter({ hasText: 'custom_model.custom_op.sarif' }).first().waitFor({ timeout: UI_TIMEOUT });
+    const rule = rows.filter({ hasText: 'FXE0011 no-symbolic-function-for-call-function' }).first();
+    await rule.waitFor({ timeout: UI_TIMEOUT });
+    const result = rows.filter({ hasText: 'No ONNX function is registered for onnxlens_e2e::scaled_tanh.default' }).first();
+    await result.waitFor({ timeout: UI_TIMEOUT });
+    assert.match(await result.innerText(), new RegExp(`custom_model\\.py:${call.line}\\b`));
+    assert.ok((await rows.allInnerTexts()).some((t) => t.startsWith('FXE0012')), `no FXE0012 group in ${JSON.stringify(await rows.allInnerTexts())}`);
+    assert.deepEqual(stubCalls().slice(before).filter((c) => c.method === 'openLogs'), [], 'the log went to the SARIF Viewer');
+
+    await result.click(); // goes to the result's line
+    await assertCursorAt(call.line, 1);
+  } finally {
+    await setBooleanSetting('onnxlens.useSarifViewer', true);
+  }
+});
+
+registerScenarios();
