@@ -101,6 +101,22 @@ MUTATIONS: list[Mutation] = [
         "        return [o for o, k in zip(outputs, self.keep) if k][:-1]\n",
         ("tests/test_seed_examples.py", "tests/test_api.py", CORPUS_STATIC, "-k", "not hf_"),
     ),
+    Mutation(
+        "every diagnostic range collapsed to column 0",
+        "server/sarif_to_lsp.py",
+        "    return types.Range(types.Position(line, start), types.Position(line, max(end, start)))\n",
+        "    return types.Range(types.Position(line, 0), types.Position(line, 0))\n",
+        ("tests/test_server.py",),
+    ),
+    Mutation(
+        "every other code-action request answers empty",
+        "server/server.py",
+        "    uri = params.text_document.uri\n    _, source = ls.document(uri)\n    found = discover(source)\n",
+        "    ls.code_action_count = getattr(ls, 'code_action_count', 0) + 1\n"
+        "    if ls.code_action_count % 2 == 0:\n        return []\n"
+        "    uri = params.text_document.uri\n    _, source = ls.document(uri)\n    found = discover(source)\n",
+        ("tests/test_server.py",),
+    ),
 ]
 
 
