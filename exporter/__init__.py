@@ -5,31 +5,45 @@ The API follows PyTorch 2.1's ``torch.onnx.dynamo_export``::
     import exporter
     export_output = exporter.dynamo_export(model, x)
     export_output.save("model.onnx")
+
+The names below are imported on first use, so ``import exporter`` (e.g. for ``@export_target`` in
+a model file, or by the language server) does not import torch.
 """
 
-from exporter.api import Exporter, ExportOptions, default_registry, dynamo_export
-from exporter.capture import FXGraphExtractor
-from exporter.diagnostics import DiagnosticContext, DiagnosticOptions
-from exporter.errors import OnnxExporterError
-from exporter.fake import ONNXFakeContext, enable_fake_mode
-from exporter.output import ExportOutput, ExportOutputSerializer, ONNXProgram
-from exporter.registry import OnnxRegistry
-from exporter.targets import export_target
+from __future__ import annotations
 
-__all__ = [
-    "DiagnosticContext",
-    "DiagnosticOptions",
-    "ExportOptions",
-    "ExportOutput",
-    "ExportOutputSerializer",
-    "Exporter",
-    "FXGraphExtractor",
-    "ONNXFakeContext",
-    "ONNXProgram",
-    "OnnxExporterError",
-    "OnnxRegistry",
-    "default_registry",
-    "dynamo_export",
-    "enable_fake_mode",
-    "export_target",
-]
+import importlib
+from typing import Any
+
+_EXPORTS = {
+    "DiagnosticContext": "exporter.diagnostics.context",
+    "DiagnosticOptions": "exporter.options",
+    "ExportOptions": "exporter.options",
+    "ExportOutput": "exporter.output",
+    "ExportOutputSerializer": "exporter.output",
+    "Exporter": "exporter.api",
+    "FXGraphExtractor": "exporter.capture",
+    "ONNXFakeContext": "exporter.fake",
+    "ONNXProgram": "exporter.output",
+    "OnnxExporterError": "exporter.errors",
+    "OnnxRegistry": "exporter.registry",
+    "default_registry": "exporter.registry",
+    "dynamo_export": "exporter.api",
+    "enable_fake_mode": "exporter.fake",
+    "export_target": "exporter.targets",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _EXPORTS:
+        raise AttributeError(f"module 'exporter' has no attribute {name!r}")
+    value = getattr(importlib.import_module(_EXPORTS[name]), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *_EXPORTS])
+

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
-import logging
 import time
 from collections.abc import Callable
 from typing import Any
@@ -12,61 +10,19 @@ import onnx
 import torch
 
 from exporter import adapters, analysis, capture
-from exporter.diagnostics import DiagnosticContext, DiagnosticOptions, Level
+from exporter.diagnostics import DiagnosticContext, Level
 from exporter.diagnostics import rules
 from exporter.diagnostics.torch_logs import captured_logs
 from exporter.errors import OnnxExporterError
 from exporter.fake import check_fake_consistency
+from exporter.options import ExportOptions
 from exporter.output import ExportOutput
 from exporter.passes import decompose, finalize, type_promotion
-from exporter.registry import DEFAULT_OPSET_VERSION, OnnxRegistry
+from exporter.constants import DEFAULT_OPSET_VERSION, Stage
+from exporter.registry import default_registry
 from exporter.translate import GraphTranslator, TranslationError
 
 ProgressCallback = Callable[[str, dict[str, Any]], None]
-
-
-@dataclasses.dataclass
-class ExportOptions:
-    """Options of an export (the seed's fields, plus a few it lacked).
-
-    dynamic_shapes: make every input dimension symbolic (``dim_param`` names on graph inputs).
-    op_level_debug: compare every translated op with PyTorch on the real intermediate values (FXE0013).
-    fake_context: the `ONNXFakeContext` from `enable_fake_mode()`; exports without weight memory.
-    onnx_registry: the `OnnxRegistry` (custom ONNX functions); a shared default otherwise.
-    diagnostic_options: verbosity and warnings-as-errors.
-    opset_version: the ONNX opset to target (default: the registry's, 18).
-    optimize: fold constants and remove dead code with onnxscript's optimizer.
-    modularize: wrap each ``nn.Module`` call in an ONNX local function.
-    """
-
-    dynamic_shapes: bool | None = None
-    op_level_debug: bool | None = None
-    fake_context: Any = None
-    onnx_registry: OnnxRegistry | None = None
-    diagnostic_options: DiagnosticOptions | None = None
-    opset_version: int | None = None
-    optimize: bool = True
-    modularize: bool = True
-
-    @classmethod
-    def from_settings(cls, settings: dict[str, Any]) -> ExportOptions:
-        """Options from plain settings (CLI flags, target decorators, editor configuration).
-
-        Keys: dynamic_shapes, op_level_debug, opset_version, optimize, modularize,
-        verbosity ("debug", "info", "warning", "error" or a logging level), warnings_as_errors.
-        """
-        settings = dict(settings)
-        verbosity = settings.pop("verbosity", logging.INFO)
-        if isinstance(verbosity, str):
-            if verbosity.upper() not in ("DEBUG", "INFO", "WARNING", "ERROR"):
-                raise ValueError(f"verbosity must be debug, info, warning or error, got {verbosity!r}")
-            verbosity = getattr(logging, verbosity.upper())
-        diagnostic_options = DiagnosticOptions(int(verbosity), bool(settings.pop("warnings_as_errors", False)))
-        known = {"dynamic_shapes", "op_level_debug", "opset_version", "optimize", "modularize"}
-        unknown = set(settings) - known
-        if unknown:
-            raise ValueError(f"unknown export options {sorted(unknown)}; known: {sorted(known | {'verbosity', 'warnings_as_errors'})}")
-        return cls(diagnostic_options=diagnostic_options, **settings)
 
 
 class Exporter:
@@ -100,16 +56,19 @@ class Exporter:
     def _export(self) -> ExportOutput:
         try:
             _check_opset(self.opset_version)
-            program = self._stage("capture", self._capture)
+            program = self._stage(Stage.CAPTURE, self._capture)
             self._check_outputs(program)
-            program = self._stage("passes", self._run_passes, program)
-            self._stage("analysis", self._analyze, program)
-            model = self._stage("translation", self._translate, program)
+            program = self._stage(Stage.PASSES, self._run_passes, program)
+            self._stage(Stage.ANALYSIS, self._analyze, program)
+            model = self._stage(Stage.TRANSLATION, self._translate, program)
             if self.options.op_level_debug:
                 from exporter.op_debug import validate_ops
 
-                self._stage("op-level debug", validate_ops, self, program, self._translator, model)
-            self._stage("onnx passes", self._finalize, model)
+                self._stage(
+                    Stage.OP_LEVEL_DEBUG, validate_ops, program, self._translator, model, self.model_args, self.model_kwargs,
+                    self.ctx, fake=self.options.fake_context is not None,
+                )
+            self._stage(Stage.ONNX_PASSES, self._finalize, model)
             self._record_adapters(program, model)
             if self.ctx.errors():
                 raise OnnxExporterErrorWithin(_errors_message(self.ctx))
@@ -129,13 +88,13 @@ class Exporter:
 
     # -- stages -----------------------------------------------------------------------------
 
-    def _stage(self, name: str, fn: Callable[..., Any], *args: Any) -> Any:
-        self.progress(name, {})
+    def _stage(self, stage: Stage, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        self.progress(stage.value, {})
         start = time.perf_counter()
         try:
-            return fn(*args)
+            return fn(*args, **kwargs)
         finally:
-            self.timings[name] = self.ctx.timings[name] = time.perf_counter() - start
+            self.timings[stage.value] = self.ctx.timings[stage.value] = time.perf_counter() - start
 
     def _capture(self) -> torch.export.ExportedProgram:
         check_fake_consistency(self.model, self.model_args, self.model_kwargs, self.options.fake_context)
@@ -209,10 +168,13 @@ class Exporter:
     def _on_node(self, node: torch.fx.Node, onnx_nodes: list) -> None:
         self._translated += 1
         if self._translated % 50 == 0 or self._translated == self._total:
-            self.progress("translation", {"done": self._translated, "total": self._total})
+            self.progress(Stage.TRANSLATION.value, {"done": self._translated, "total": self._total})
 
     def _finalize(self, model) -> None:
-        finalize.finalize(model, self.opset_version, self.options, self.ctx)
+        try:
+            finalize.finalize(model, self.opset_version, self.ctx, optimize=self.options.optimize, modularize=self.options.modularize)
+        except finalize.PassFailed as e:
+            raise OnnxExporterErrorWithin(str(e)) from e.__cause__
 
     def _record_adapters(self, program: torch.export.ExportedProgram, model) -> None:
         user_inputs = [s for s in program.graph_signature.input_specs if s.kind == torch.export.graph_signature.InputKind.USER_INPUT]
@@ -275,17 +237,6 @@ def _check_opset(version: int) -> None:
     newest = onnx.defs.onnx_opset_version()
     if not DEFAULT_OPSET_VERSION <= version <= newest:
         raise ValueError(f"opset_version must be between {DEFAULT_OPSET_VERSION} and {newest}, got {version}.")
-
-
-_DEFAULT_REGISTRY: OnnxRegistry | None = None
-
-
-def default_registry() -> OnnxRegistry:
-    """The shared registry used when the options give none (built once per process)."""
-    global _DEFAULT_REGISTRY
-    if _DEFAULT_REGISTRY is None:
-        _DEFAULT_REGISTRY = OnnxRegistry()
-    return _DEFAULT_REGISTRY
 
 
 def dynamo_export(

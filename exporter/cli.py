@@ -9,22 +9,29 @@ import time
 import traceback
 from typing import Any
 
+from exporter.constants import Stage
+
 DESCRIPTION = """Export PyTorch models to ONNX. A target is a function decorated with
 @exporter.export_target that returns (model, args) or (model, args, kwargs)."""
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    from exporter.options import SETTINGS
+
     parser = argparse.ArgumentParser(prog="onnxlens-export", description=DESCRIPTION)
     parser.add_argument("target", help="FILE.py or FILE.py:TARGET (default: every target in the file)")
     parser.add_argument("-o", "--output", help="output .onnx path (one target only; default: <file>.<target>.onnx beside FILE)")
-    parser.add_argument("--dynamic-shapes", action="store_true", default=None, help="make every input dimension symbolic")
-    parser.add_argument("--opset", type=int, dest="opset_version", help="ONNX opset version (default 18)")
-    parser.add_argument("--no-optimize", dest="optimize", action="store_false", default=None, help="skip onnxscript's optimizer")
-    parser.add_argument("--no-modularize", dest="modularize", action="store_false", default=None, help="do not wrap nn.Modules in ONNX functions")
-    parser.add_argument("--op-level-debug", action="store_true", default=None, help="compare every op with PyTorch (FXE0013)")
-    parser.add_argument("--sarif", help="write the SARIF diagnostics log here (.sarif)")
-    parser.add_argument("--verbosity", choices=["debug", "info", "warning", "error"], help="diagnostics detail (default info)")
-    parser.add_argument("--warnings-as-errors", action="store_true", default=None, help="fail the export on any warning")
+    parser.add_argument("--sarif", help="write the SARIF diagnostics log here (.sarif; one target only)")
+    options = parser.add_argument_group("export options (override the target's @export_target options)")
+    for setting in SETTINGS.values():
+        if setting.kind is bool:
+            negated = setting.default is True
+            options.add_argument(
+                setting.flag, dest=setting.name, action="store_false" if negated else "store_true", default=None,
+                help=f"do not {setting.help}" if negated else setting.help,
+            )
+        else:
+            options.add_argument(setting.flag, dest=setting.name, type=setting.kind, choices=setting.choices or None, help=setting.help)
     parser.add_argument("-v", "--verbose", action="store_true", help="also print torch's log output and the warnings raised during export")
     return parser.parse_args(argv)
 
@@ -33,7 +40,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     path, _, name = args.target.partition(":")
     progress = _Progress(sys.stderr)
-    progress("import", {})
+    progress(Stage.LOAD.value, {})
     import exporter
     from exporter.targets import TargetError, find_targets, load_module, target_options
 
@@ -63,12 +70,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{_where(e, path)}error: {type(e).__name__}: {_first_line(e)}", file=sys.stderr)
         return 2
 
-    cli_settings = {
-        k: v
-        for k, v in vars(args).items()
-        if k in ("dynamic_shapes", "opset_version", "optimize", "modularize", "op_level_debug", "verbosity", "warnings_as_errors")
-        and v is not None
-    }
+    from exporter.options import SETTINGS
+
+    cli_settings = {name: value for name, value in vars(args).items() if name in SETTINGS and value is not None}
     failures = 0
     for target_name, fn in targets.items():
         output = args.output or os.path.join(os.path.dirname(os.path.abspath(path)), f"{os.path.splitext(os.path.basename(path))[0]}.{target_name}.onnx")
@@ -102,7 +106,7 @@ def export_one(exporter, name: str, fn, settings: dict[str, Any], output: str, s
 
     start = time.perf_counter()
     try:
-        progress(f"{name}: build target", {})
+        progress(f"{name}: {Stage.BUILD_TARGET}", {})
         model, model_args, model_kwargs = build_target(fn)
         options = exporter.ExportOptions.from_settings(settings)
     except Exception as e:
@@ -120,7 +124,7 @@ def export_one(exporter, name: str, fn, settings: dict[str, Any], output: str, s
             e.export_output.save_diagnostics(sarif)
         print(f"FAILED {name}: {_first_line(e)}", file=sys.stderr)
         return False
-    progress(f"{name}: save", {})
+    progress(f"{name}: {Stage.SAVE}", {})
     try:
         result.save(output)
         if sarif:

@@ -10,7 +10,8 @@ import torch
 
 from exporter.diagnostics import DiagnosticContext, Level
 from exporter.diagnostics import rules
-from exporter.registry import ONNXFunction, OnnxRegistry, OpName
+from exporter.opname import OpName
+from exporter.registry import ONNXFunction, OnnxRegistry
 
 
 class UnsupportedOperatorError(RuntimeError):

@@ -16,14 +16,14 @@ import shutil
 import struct
 import tempfile
 from collections.abc import Callable, Iterator
-from typing import IO, TYPE_CHECKING, Any
+from typing import IO, Any
 
 import onnx
+import onnx_ir as ir
 import torch
 from onnx_ir.tensor_adapters import from_torch_dtype
 
-if TYPE_CHECKING:
-    from exporter.output import ExportOutput
+from exporter.files import atomic_path
 
 WEIGHT_META = "onnxlens.weight"  # ir.Value.meta key marking graph inputs that stand for weights
 WEIGHT_NAMES_META = "onnxlens.weight_names"  # ir.Model.meta key: every parameter/buffer name of the captured model
@@ -90,27 +90,27 @@ def weight_sources(state: Any) -> Iterator[WeightSource]:
 
 
 def save_with_state_dict(
-    export_output: ExportOutput, destination: str, state: dict[str, Any] | str | os.PathLike, *, strict: bool = True
+    model: ir.Model,
+    model_proto: onnx.ModelProto,
+    destination: str,
+    state: dict[str, Any] | str | os.PathLike,
+    *,
+    strict: bool = True,
 ) -> None:
-    """Write the model with `state`'s tensors as external data in ``<stem>_initializers/``.
+    """Write `model_proto` (the serialized `model`) with `state`'s tensors as external data in
+    ``<stem>_initializers/``.
 
     With `strict`, every weight of the model must come from `state` and every tensor of `state`
     must be a weight of the exported model (as `nn.Module.load_state_dict` checks). Otherwise
     weights missing from `state` keep the model's own values, and unknown tensors are ignored.
     """
-    from exporter.output import atomic_path
-
-    model = export_output.model
-    if model is None:
-        raise RuntimeError("The export failed; there is no model to save.")
     weights = {v.name: v for v in model.graph.inputs if v.meta.get(WEIGHT_META)} | dict(model.graph.initializers)
     known_names = set(model.meta.get(WEIGHT_NAMES_META, ()))  # the captured model's parameters and buffers
     directory, filename = os.path.split(os.path.abspath(destination))
     folder = os.path.splitext(filename)[0] + "_initializers"
     os.makedirs(directory, exist_ok=True)
     _check_folder_is_ours(directory, folder, filename)
-    model_proto = onnx.ModelProto()
-    model_proto.CopyFrom(export_output.model_proto)
+    model_proto = _copy(model_proto)
     kept_initializers = {t.name: t for t in model_proto.graph.initializer}
     del model_proto.graph.initializer[:]
 
@@ -162,6 +162,12 @@ def save_with_state_dict(
     finally:
         if os.path.exists(staging):
             shutil.rmtree(staging)
+
+
+def _copy(proto: onnx.ModelProto) -> onnx.ModelProto:
+    copy = onnx.ModelProto()
+    copy.CopyFrom(proto)
+    return copy
 
 
 def _check_folder_is_ours(directory: str, folder: str, filename: str) -> None:

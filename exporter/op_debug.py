@@ -19,13 +19,14 @@ import torch
 from torch.export import graph_signature as gs
 
 from exporter.adapters import FlattenInputStep
+from exporter.constants import DEFAULT_OPSET_VERSION, ir_version
 from exporter.diagnostics import Level
 from exporter.diagnostics import rules
 from exporter.diagnostics.context import io_properties
 from exporter.diagnostics.locations import Frame, stack_of
 
 if TYPE_CHECKING:
-    from exporter.api import Exporter
+    from exporter.diagnostics import DiagnosticContext
     from exporter.translate import GraphTranslator
 
 # (atol, rtol) by dtype of the PyTorch output. float32: a translation off by 1e-3 relative is a bug to
@@ -72,16 +73,25 @@ class OpCheck:
         return {k: v for k, v in props.items() if v is not None}
 
 
-def validate_ops(exporter: Exporter, program: torch.export.ExportedProgram, translator: GraphTranslator, model: ir.Model) -> list[OpCheck]:
-    """Compare every translated node and report FXE0013 results."""
-    args, kwargs = exporter.model_args, exporter.model_kwargs
+def validate_ops(
+    program: torch.export.ExportedProgram,
+    translator: GraphTranslator,
+    model: ir.Model,
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+    ctx: DiagnosticContext,
+    *,
+    fake: bool = False,
+) -> list[OpCheck]:
+    """Compare every node `translator` translated into `model` with PyTorch on the values of
+    `program` run on `args`/`kwargs` (random valid values when `fake`), reporting FXE0013 to `ctx`."""
     initializers = {**program.state_dict, **program.constants}
-    if exporter.options.fake_context is not None:
+    if fake:
         # No real values under fake mode: random inputs and weights that are valid for index ops
         # (integer inputs in [0, 2), so any index into a dimension of size >= 2 is in range).
         args, kwargs = torch.utils._pytree.tree_map(_random_like, (args, kwargs))
         initializers = {name: _random_like(t) for name, t in initializers.items()}
-        exporter.ctx.report(
+        ctx.report(
             rules.OP_LEVEL_DEBUGGING,
             Level.NOTE,
             "Fake mode: op-level debug compared the ops on random inputs and weights (integer inputs in [0, 2)).",
@@ -93,14 +103,14 @@ def validate_ops(exporter: Exporter, program: torch.export.ExportedProgram, tran
         check = _check_node(node, onnx_nodes, translator, values, initializers, model.graph, functions)
         checks.append(check)
         if not check.ok:
-            exporter.ctx.report(
+            ctx.report(
                 rules.OP_LEVEL_DEBUGGING,
                 Level.WARNING,
                 f"{node.target} ({node.name}) → {'/'.join(check.onnx_op_types)}: {check.problem()}.",
                 node=node,
                 **check.properties(),
             )
-    _report_per_line(exporter, checks)
+    _report_per_line(ctx, checks)
     return checks
 
 
@@ -203,7 +213,7 @@ def _run(graph: ir.Graph, inputs: list[ir.Value], outputs: list[ir.Value], feeds
     import onnxruntime as ort
 
     sub = ir.convenience.extract(graph, inputs, outputs)
-    model = ir.Model(sub, ir_version=10, functions=list(functions.values()))
+    model = ir.Model(sub, ir_version=ir_version(DEFAULT_OPSET_VERSION), functions=list(functions.values()))
     for n in ir.traversal.RecursiveGraphIterator(sub):
         if n.domain:
             sub.opset_imports.setdefault(n.domain, 1)
@@ -216,7 +226,7 @@ def _run(graph: ir.Graph, inputs: list[ir.Value], outputs: list[ir.Value], feeds
     return session.run(None, {k: v for k, v in feeds.items() if k in names})
 
 
-def _report_per_line(exporter: Exporter, checks: list[OpCheck]) -> None:
+def _report_per_line(ctx: DiagnosticContext, checks: list[OpCheck]) -> None:
     """One FXE0013 note per source line: what the line's ops became and their worst error."""
     lines: dict[tuple[str, int] | None, list[tuple[OpCheck, list[Frame]]]] = {}
     for check in checks:
@@ -234,7 +244,7 @@ def _report_per_line(exporter: Exporter, checks: list[OpCheck]) -> None:
             f"{len(entries)} ops → {', '.join(op_types)}; max abs error {worst:.3g}"
             + (f"; {len(failed)} mismatch{'es' if len(failed) > 1 else ''}" if failed else "")
         )
-        exporter.ctx.report(
+        ctx.report(
             rules.OP_LEVEL_DEBUGGING,
             Level.NOTE,
             message,

@@ -5,7 +5,6 @@ from __future__ import annotations
 import functools
 import io
 import os
-import tempfile
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
@@ -13,15 +12,16 @@ import onnx
 import onnx_ir as ir
 
 from exporter.adapters import InputAdapter, OutputAdapter
+from exporter.constants import TWO_GIB
 from exporter.diagnostics import DiagnosticContext
+from exporter.diagnostics.sarif import write_sarif
+from exporter.external_data import save_with_state_dict
+from exporter.files import atomic_path
 
 if TYPE_CHECKING:
     import torch
 
     from exporter.fake import ONNXFakeContext
-
-_TWO_GIB = 2**31
-
 
 @runtime_checkable
 class ExportOutputSerializer(Protocol):
@@ -102,18 +102,18 @@ class ExportOutput:
         if model_state_dict is None and self._fake_context is not None and self._fake_context.state_dict_paths:
             model_state_dict = list(self._fake_context.state_dict_paths)
         if model_state_dict is not None:
-            from exporter.external_data import save_with_state_dict
-
             if not isinstance(destination, (str, os.PathLike)):
                 raise ValueError("model_state_dict needs a file path destination: the weights go beside the model.")
-            save_with_state_dict(self, os.fspath(destination), model_state_dict, strict=strict)
+            if self.model is None:
+                raise RuntimeError("The export failed; there is no model to save.")
+            save_with_state_dict(self.model, self.model_proto, os.fspath(destination), model_state_dict, strict=strict)
             return
         serializer = serializer or ProtobufExportOutputSerializer()
         if not isinstance(destination, (str, os.PathLike)):
             serializer.serialize(self, destination)
             return
         path = os.fspath(destination)
-        if self.model is not None and _weights_size(self.model) >= _TWO_GIB and serializer.__class__ is ProtobufExportOutputSerializer:
+        if self.model is not None and _weights_size(self.model) >= TWO_GIB and serializer.__class__ is ProtobufExportOutputSerializer:
             with atomic_path(path) as tmp:
                 ir.save(self.model, tmp, external_data=os.path.basename(path) + ".data")
             return
@@ -125,29 +125,7 @@ class ExportOutput:
         path = os.fspath(destination)
         if not path.endswith(".sarif"):
             raise ValueError(f"'destination' must end in '.sarif', got {path!r}")
-        self._diagnostic_context.dump(path)
-
-
-class atomic_path:
-    """A temporary path beside `path` that is renamed onto it when the block succeeds."""
-
-    def __init__(self, path: str) -> None:
-        self.path = os.path.abspath(path)
-
-    def __enter__(self) -> str:
-        directory = os.path.dirname(self.path)
-        os.makedirs(directory, exist_ok=True)
-        fd, self.tmp = tempfile.mkstemp(dir=directory, prefix=".tmp-", suffix=os.path.basename(self.path))
-        os.close(fd)
-        return self.tmp
-
-    def __exit__(self, exc_type, exc, tb) -> None:
-        try:
-            if exc_type is None:
-                os.replace(self.tmp, self.path)
-        finally:
-            if os.path.exists(self.tmp):
-                os.remove(self.tmp)
+        write_sarif(self._diagnostic_context, path)
 
 
 def count_nodes(model: ir.Model) -> int:

@@ -14,44 +14,8 @@ from typing import Any
 
 import torch
 
-DEFAULT_OPSET_VERSION = 18
-
-
-@dataclasses.dataclass(frozen=True)
-class OpName:
-    """A PyTorch operator name: ``namespace::op_name.overload``."""
-
-    namespace: str
-    op_name: str
-    overload: str = "default"
-
-    @classmethod
-    def from_name_parts(cls, namespace: str, op_name: str, overload: str | None = None) -> OpName:
-        return cls(namespace, op_name, overload or "default")
-
-    @classmethod
-    def from_qualified_name(cls, qualified_name: str) -> OpName:
-        namespace, rest = qualified_name.split("::", 1)
-        op_name, _, overload = rest.partition(".")
-        return cls.from_name_parts(namespace, op_name, overload)
-
-    @classmethod
-    def from_target(cls, target: Any) -> OpName | None:
-        """The name of an FX ``call_function`` target, or None if it has no operator name."""
-        if isinstance(target, torch._ops.OpOverload):
-            return cls.from_qualified_name(target.name())
-        if isinstance(target, torch._ops.HigherOrderOperator):
-            return cls("higher_order", target.name())
-        if callable(target) and getattr(target, "__module__", None) in ("_operator", "math"):
-            return cls(target.__module__, target.__name__)
-        return None
-
-    def qualified_name(self) -> str:
-        return f"{self.namespace}::{self.op_name}.{self.overload}"
-
-    def __str__(self) -> str:
-        return self.qualified_name()
-
+from exporter.constants import DEFAULT_OPSET_VERSION
+from exporter.opname import OpName
 
 @dataclasses.dataclass(frozen=True)
 class ONNXFunction:
@@ -168,3 +132,14 @@ def _resolve_targets(names: frozenset[OpName]) -> frozenset[Callable]:
         if isinstance(overload, torch._ops.OpOverload):
             targets.add(overload)
     return frozenset(targets)
+
+
+_DEFAULT_REGISTRY: OnnxRegistry | None = None
+
+
+def default_registry() -> OnnxRegistry:
+    """The shared registry used when the options give none (built once per process)."""
+    global _DEFAULT_REGISTRY
+    if _DEFAULT_REGISTRY is None:
+        _DEFAULT_REGISTRY = OnnxRegistry()
+    return _DEFAULT_REGISTRY

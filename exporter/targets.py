@@ -13,7 +13,11 @@ TARGET_ATTRIBUTE = "__onnxlens_target__"
 
 
 def export_target(fn: Callable[..., Any] | None = None, /, **options: Any) -> Any:
-    """Mark a function as an export target; ``@export_target(dynamic_shapes=True)`` adds options."""
+    """Mark a function as an export target; ``@export_target(dynamic_shapes=True)`` adds options
+    (the settings of `exporter.options.SETTINGS`, checked here)."""
+    from exporter.options import validate_settings
+
+    validate_settings(options)
 
     def mark(f: Callable[..., Any]) -> Callable[..., Any]:
         setattr(f, TARGET_ATTRIBUTE, dict(options))

@@ -14,6 +14,7 @@ from onnx_ir.tensor_adapters import TorchTensor, from_torch_dtype
 from torch.export import graph_signature as gs
 
 from exporter import dispatch
+from exporter.constants import METADATA_FX_NODE, METADATA_MODULE_STACK, METADATA_STACK, PRODUCER_NAME, ir_version
 from exporter.diagnostics import DiagnosticContext, Level
 from exporter.diagnostics import rules
 from exporter.external_data import WEIGHT_META, WEIGHT_NAMES_META
@@ -31,10 +32,6 @@ _ASSERTIONS = {
 
 # Targets the translator handles itself rather than through the registry.
 STRUCTURAL_TARGETS = _ASSERTIONS | {torch.ops.higher_order.cond}
-
-METADATA_STACK = "pkg.onnxlens.stack_trace"
-METADATA_FX_NODE = "pkg.onnxlens.fx_node"
-METADATA_MODULE_STACK = "pkg.onnxlens.module_stack"
 
 NodeHook = Callable[[torch.fx.Node, list[ir.Node]], None]
 
@@ -143,7 +140,7 @@ class GraphTranslator:
                 onnxNodes=len(graph),
                 fxGraph=program.graph_module.print_readable(print_output=False, include_stride=False, include_device=False),
             )
-        model = ir.Model(graph, ir_version=10 if self.registry.opset_version <= 21 else 11, producer_name="onnxlens")
+        model = ir.Model(graph, ir_version=ir_version(self.registry.opset_version), producer_name=PRODUCER_NAME)
         model.meta[WEIGHT_NAMES_META] = sorted(weights)
         for function in self.recorder.functions.values():
             model.functions[function.identifier()] = function

@@ -9,7 +9,7 @@ up the user's current code and dies with it.
 import torch
 
 import exporter
-from exporter.api import default_registry
+from exporter.registry import default_registry
 
 default_registry().supported_targets()  # builds torchlib's table and its operator lookup
 exporter.dynamo_export(torch.nn.Sequential(torch.nn.Linear(2, 2), torch.nn.ReLU()), torch.zeros(1, 2))

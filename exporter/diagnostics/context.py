@@ -12,22 +12,10 @@ import torch
 from exporter.diagnostics.locations import Frame, stack_of
 from exporter.diagnostics.rules import ALL_RULES, Level, Rule
 from exporter.diagnostics.torch_logs import LogRecord
+from exporter.options import DiagnosticOptions
 
 logger = logging.getLogger("exporter")
 logger.addHandler(logging.NullHandler())
-
-
-@dataclasses.dataclass
-class DiagnosticOptions:
-    """Options for diagnostics (as in PyTorch 2.1).
-
-    verbosity_level: `logging.INFO` records what a user should read; `logging.DEBUG` adds the
-        per-node trail.
-    warnings_as_errors: turn every warning into an error, failing the export.
-    """
-
-    verbosity_level: int = logging.INFO
-    warnings_as_errors: bool = False
 
 
 @dataclasses.dataclass
@@ -95,18 +83,6 @@ class DiagnosticContext:
 
     def errors(self) -> list[Diagnostic]:
         return [d for d in self.diagnostics if d.level == Level.ERROR]
-
-    def sarif_log(self):
-        """The diagnostics as a `sarif_om.SarifLog`."""
-        from exporter.diagnostics.sarif import to_sarif_log
-
-        return to_sarif_log(self)
-
-    def dump(self, destination: str) -> None:
-        """Write the SARIF log to `destination`."""
-        from exporter.diagnostics.sarif import write_sarif
-
-        write_sarif(self, destination)
 
 
 def node_properties(node: torch.fx.Node) -> dict[str, Any]:

@@ -18,6 +18,7 @@ import sarif_om as sarif
 
 from exporter.diagnostics.locations import Frame
 from exporter.diagnostics.rules import Level, Rule
+from exporter.files import atomic_path
 
 if TYPE_CHECKING:
     from exporter.diagnostics.context import Diagnostic, DiagnosticContext
@@ -98,8 +99,6 @@ def to_json_dict(obj: Any) -> Any:
 
 
 def write_sarif(ctx: DiagnosticContext, destination: str) -> None:
-    from exporter.output import atomic_path
-
     with atomic_path(destination) as tmp, open(tmp, "w", encoding="utf-8") as f:
         json.dump(to_json_dict(to_sarif_log(ctx)), f, indent=1)
 

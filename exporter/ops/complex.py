@@ -8,9 +8,10 @@ from __future__ import annotations
 from onnxscript import opset18 as op
 from onnxscript import values
 
-from exporter.registry import OpName
+from exporter.constants import DOMAIN_COMPLEX
+from exporter.opname import OpName
 
-_OPSET = values.Opset("pkg.onnxlens.complex", 1)
+_OPSET = values.Opset(DOMAIN_COMPLEX, 1)
 
 
 def _traced(fn):

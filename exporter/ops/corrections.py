@@ -13,9 +13,10 @@ from onnxscript import opset18 as op
 from onnxscript import values
 from onnxscript.function_libs.torch_lib.ops import core, nn
 
-from exporter.registry import OpName
+from exporter.constants import DOMAIN_CORRECTIONS
+from exporter.opname import OpName
 
-_OPSET = values.Opset("pkg.onnxlens.corrections", 1)
+_OPSET = values.Opset(DOMAIN_CORRECTIONS, 1)
 
 
 def _traced(fn):

@@ -7,7 +7,8 @@ from collections.abc import Callable
 
 import torch
 
-from exporter.registry import OnnxRegistry, OpName
+from exporter.opname import OpName
+from exporter.registry import OnnxRegistry
 
 
 def onnx_friendly_decomposition_table(

@@ -1,40 +1,73 @@
-"""Passes on the translated ONNX model: inline torchlib, optimize, convert the opset, modularize, check."""
+"""Passes on the translated ONNX model, as onnx_ir passes: inline torchlib, optimize, convert the
+opset, modularize, fix names; then onnx.checker."""
 
 from __future__ import annotations
-
-from typing import TYPE_CHECKING
 
 import onnx
 import onnx_ir as ir
 import onnx_ir.passes.common as common_passes
 
+from exporter.constants import DEFAULT_OPSET_VERSION
 from exporter.diagnostics import DiagnosticContext, Level
 from exporter.diagnostics import rules
-from exporter.passes import modularize as modularize_pass
-from exporter.registry import DEFAULT_OPSET_VERSION
-
-if TYPE_CHECKING:
-    from exporter.api import ExportOptions
+from exporter.passes.modularize import ModularizePass
 
 _CHECKABLE_BYTES = 2**31 - 2**26  # onnx.checker needs the model as one protobuf (< 2 GiB)
 
 
-def finalize(model: ir.Model, opset_version: int, options: ExportOptions, ctx: DiagnosticContext) -> None:
-    """Bring the translated model into its final shape, in place."""
-    _run(ctx, "inline torchlib functions", common_passes.InlinePass(), model)
-    if options.optimize:
+class PassFailed(RuntimeError):
+    """An ONNX pass raised; already reported (FXE0019) under the pass's name."""
+
+
+class OptimizePass(ir.passes.InPlacePass):
+    """onnxscript's optimizer: constant folding and dead-code removal (functions are already inlined)."""
+
+    def call(self, model: ir.Model) -> ir.passes.PassResult:
         import onnxscript.optimizer
 
-        _run(ctx, "optimize", lambda m: onnxscript.optimizer.optimize_ir(m, inline=False), model)
-    _run(ctx, "remove unused nodes", common_passes.RemoveUnusedNodesPass(), model)
-    if opset_version != DEFAULT_OPSET_VERSION:
+        onnxscript.optimizer.optimize_ir(model, inline=False)
+        return ir.passes.PassResult(model, modified=True)
+
+
+class ConvertOpsetPass(ir.passes.InPlacePass):
+    """onnxscript's version converter, to the requested default-domain opset."""
+
+    def __init__(self, opset_version: int) -> None:
+        super().__init__()
+        self.opset_version = opset_version
+
+    def call(self, model: ir.Model) -> ir.passes.PassResult:
         from onnxscript import version_converter
 
-        _run(ctx, f"convert to opset {opset_version}", lambda m: version_converter.convert_version(m, opset_version, fallback=True), model)
-    if options.modularize:
-        _run(ctx, "modularize", modularize_pass.modularize, model)
-    _run(ctx, "fix names", common_passes.NameFixPass(), model)
-    _run(ctx, "remove unused opsets", common_passes.RemoveUnusedOpsetsPass(), model)
+        version_converter.convert_version(model, self.opset_version, fallback=True)
+        return ir.passes.PassResult(model, modified=True)
+
+
+def onnx_passes(opset_version: int, *, optimize: bool = True, modularize: bool = True) -> ir.passes.Sequential:
+    """The passes that bring a translated model into its final shape, in order."""
+    passes: list[ir.passes.PassBase] = [common_passes.InlinePass()]
+    if optimize:
+        passes.append(OptimizePass())
+    passes.append(common_passes.RemoveUnusedNodesPass())
+    if opset_version != DEFAULT_OPSET_VERSION:
+        passes.append(ConvertOpsetPass(opset_version))
+    if modularize:
+        passes.append(ModularizePass())
+    passes += [common_passes.NameFixPass(), common_passes.RemoveUnusedOpsetsPass()]
+    return ir.passes.Sequential(*passes)
+
+
+def finalize(model: ir.Model, opset_version: int, ctx: DiagnosticContext, *, optimize: bool = True, modularize: bool = True) -> None:
+    """Run `onnx_passes` on `model` in place, each reported by name, then `check` it."""
+    for pass_ in onnx_passes(opset_version, optimize=optimize, modularize=modularize).passes:
+        name = type(pass_).__name__
+        try:
+            result = pass_(model)
+        except Exception as e:
+            message = f"ONNX pass {name} failed: {type(e).__name__}: {e}"
+            ctx.report(rules.ONNX_MODEL_CHECK, Level.ERROR, message, exception=e, **{"pass": name})
+            raise PassFailed(message) from e
+        ctx.report(rules.ONNX_MODEL_CHECK, Level.NONE, f"Ran ONNX pass {name}.", modified=result.modified, **{"pass": name})
     check(model, ctx)
 
 
@@ -53,8 +86,3 @@ def check(model: ir.Model, ctx: DiagnosticContext) -> None:
     if ctx.wants(Level.NONE):
         del proto.graph.initializer[:]  # the dump shows structure, not weights
         ctx.report(rules.ONNX_MODEL_CHECK, Level.NONE, "onnx.checker accepted the model.", onnxGraph=onnx.printer.to_text(proto))
-
-
-def _run(ctx: DiagnosticContext, name: str, fn, model: ir.Model) -> None:
-    fn(model)
-    ctx.report(rules.ONNX_MODEL_CHECK, Level.NONE, f"Ran ONNX pass {name}.", **{"pass": name})

@@ -11,16 +11,19 @@ import json
 
 import onnx_ir as ir
 
-from exporter.translate import METADATA_MODULE_STACK
+from exporter.constants import DOMAIN_MODULES, METADATA_MODULE_PATH, METADATA_MODULE_STACK
 
-DOMAIN = "pkg.onnxlens.modules"
 
 Scope = tuple[str, str, str]  # (module_stack key, module path, class name)
 
 
-def modularize(model: ir.Model) -> None:
-    """Group the main graph's nodes into nested local functions per module call, in place."""
-    _group(model, model.graph, depth=0)
+class ModularizePass(ir.passes.InPlacePass):
+    """Group the main graph's nodes into nested local functions per module call."""
+
+    def call(self, model: ir.Model) -> ir.passes.PassResult:
+        functions = len(model.functions)
+        _group(model, model.graph, depth=0)
+        return ir.passes.PassResult(model, modified=len(model.functions) != functions)
 
 
 def _scopes(node: ir.Node) -> list[Scope]:
@@ -77,12 +80,12 @@ def _extract(model: ir.Model, graph: ir.Graph, run: list[ir.Node], scope: Scope)
     # A module called twice (or whose nodes are not contiguous) gets one function per run.
     base = f"{cls.rsplit('.', 1)[-1]}_{path.replace('.', '_')}"
     name, n = base, 0
-    while (DOMAIN, name, "") in model.functions:
+    while (DOMAIN_MODULES, name, "") in model.functions:
         n += 1
         name = f"{base}_{n}"
-    call = ir.Node(DOMAIN, name, list(external), num_outputs=len(exported))
+    call = ir.Node(DOMAIN_MODULES, name, list(external), num_outputs=len(exported))
     call.metadata_props.update({k: v for k, v in run[0].metadata_props.items() if k != METADATA_MODULE_STACK})
-    call.metadata_props["pkg.onnxlens.module_path"] = path
+    call.metadata_props[METADATA_MODULE_PATH] = path
     graph.insert_before(run[0], call)
     for old, new in zip(exported, call.outputs):
         new.name, new.type, new.shape = old.name, old.type, old.shape
@@ -96,8 +99,8 @@ def _extract(model: ir.Model, graph: ir.Graph, run: list[ir.Node], scope: Scope)
         for i, value in enumerate(node.inputs):
             if value in external:
                 node.replace_input_with(i, external[value])
-    graph.opset_imports[DOMAIN] = 1
+    graph.opset_imports[DOMAIN_MODULES] = 1
     body = ir.Graph(list(external.values()), exported, nodes=run, opset_imports=dict(graph.opset_imports))
-    function = ir.Function(DOMAIN, name, graph=body, attributes=[])
+    function = ir.Function(DOMAIN_MODULES, name, graph=body, attributes=[])
     model.functions[function.identifier()] = function
     return function

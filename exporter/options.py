@@ -1,0 +1,121 @@
+"""`ExportOptions` and `DiagnosticOptions`, and the plain settings that configure them.
+
+The settings (``dynamic_shapes``, ``opset_version``, ``verbosity`` …) are the option fields a CLI
+flag, an ``@export_target(...)`` decorator or an editor setting can give; they are declared once,
+here, in the fields' metadata, and validated once, by `ExportOptions.from_settings`. A leaf module
+(no torch), so the language server validates requests with it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import re
+from collections.abc import Mapping
+from typing import Any
+
+VERBOSITIES = ("debug", "info", "warning", "error")
+
+
+def _setting(default: Any, kind: type, help: str, **extra: Any) -> Any:
+    return dataclasses.field(default=default, metadata={"setting": kind, "help": help, **extra})
+
+
+@dataclasses.dataclass
+class DiagnosticOptions:
+    """Options for diagnostics (as in PyTorch 2.1).
+
+    verbosity_level: `logging.INFO` records what a user should read; `logging.DEBUG` adds the
+        per-node trail, graph dumps and torch's own log output.
+    warnings_as_errors: turn every warning into an error, failing the export.
+    """
+
+    verbosity_level: int = logging.INFO
+    warnings_as_errors: bool = _setting(False, bool, "fail the export on any warning")
+
+
+@dataclasses.dataclass
+class ExportOptions:
+    """Options of an export (the seed's fields, plus a few it lacked).
+
+    dynamic_shapes: make every input dimension symbolic (``dim_param`` names on graph inputs).
+    op_level_debug: compare every translated op with PyTorch on the real intermediate values (FXE0013).
+    fake_context: the `ONNXFakeContext` from `enable_fake_mode()`; exports without weight memory.
+    onnx_registry: the `OnnxRegistry` (custom ONNX functions); a shared default otherwise.
+    diagnostic_options: verbosity and warnings-as-errors.
+    opset_version: the ONNX opset to target (default: the registry's, 18).
+    optimize: fold constants and remove dead code with onnxscript's optimizer.
+    modularize: wrap each ``nn.Module`` call in an ONNX local function.
+    """
+
+    dynamic_shapes: bool | None = _setting(None, bool, "make every input dimension symbolic")
+    op_level_debug: bool | None = _setting(None, bool, "compare every op with PyTorch (FXE0013)")
+    fake_context: Any = None
+    onnx_registry: Any = None  # OnnxRegistry
+    diagnostic_options: DiagnosticOptions | None = None
+    opset_version: int | None = _setting(None, int, "ONNX opset version (default 18)", flag="--opset", editor="opset")
+    optimize: bool = _setting(True, bool, "run onnxscript's optimizer")
+    modularize: bool = _setting(True, bool, "wrap nn.Modules in ONNX functions")
+
+    @classmethod
+    def from_settings(cls, settings: Mapping[str, Any]) -> ExportOptions:
+        """Options from plain settings (see `SETTINGS`); raises `ValueError` with a one-line reason."""
+        values = validate_settings(settings)
+        verbosity = getattr(logging, values.pop("verbosity", "info").upper())
+        diagnostic_options = DiagnosticOptions(verbosity, values.pop("warnings_as_errors", False))
+        return cls(diagnostic_options=diagnostic_options, **values)
+
+
+@dataclasses.dataclass(frozen=True)
+class Setting:
+    """One plain setting: its name (an option field, a decorator keyword), type and help."""
+
+    name: str
+    kind: type  # bool, int or str
+    default: Any
+    help: str  # what the setting does when true (a --no- flag's help says "do not …")
+    flag: str  # the CLI flag
+    editor_key: str  # the key in the editor's "onnxlens" configuration and in request options
+    choices: tuple[str, ...] = ()
+
+
+def _settings() -> dict[str, Setting]:
+    fields = [*dataclasses.fields(ExportOptions), *dataclasses.fields(DiagnosticOptions)]
+    found = {}
+    for f in fields:
+        if "setting" not in f.metadata:
+            continue
+        kind = f.metadata["setting"]
+        flag = f.metadata.get("flag") or ("--no-" if f.default is True else "--") + f.name.replace("_", "-")
+        found[f.name] = Setting(f.name, kind, f.default, f.metadata["help"], flag, f.metadata.get("editor") or _camel(f.name))
+    found["verbosity"] = Setting("verbosity", str, "info", "diagnostics detail", "--verbosity", "verbosity", VERBOSITIES)
+    return found
+
+
+def _camel(name: str) -> str:
+    return re.sub(r"_(\w)", lambda m: m.group(1).upper(), name)
+
+
+SETTINGS: dict[str, Setting] = _settings()
+
+
+def validate_settings(settings: Mapping[str, Any]) -> dict[str, Any]:
+    """Check names, types and choices of plain settings; None means "not set" and is dropped."""
+    unknown = sorted(set(settings) - set(SETTINGS))
+    if unknown:
+        raise ValueError(f"unknown export options {unknown}; known: {sorted(SETTINGS)}")
+    values = {}
+    for name, value in settings.items():
+        if value is None:
+            continue
+        setting = SETTINGS[name]
+        if setting.kind is int and (isinstance(value, bool) or not isinstance(value, int)):
+            raise ValueError(f"export option {name!r} must be an integer, got {value!r}")
+        if setting.kind is bool and not isinstance(value, bool):
+            raise ValueError(f"export option {name!r} must be true or false, got {value!r}")
+        if setting.kind is str:
+            if not isinstance(value, str) or (setting.choices and value.lower() not in setting.choices):
+                raise ValueError(f"export option {name!r} must be one of {', '.join(setting.choices)}, got {value!r}")
+            value = value.lower()
+        values[name] = value
+    return values
