@@ -30,7 +30,7 @@ class Client:
     """A minimal LSP client over the server's stdio (timestamps every message it receives)."""
 
     def __init__(self, root: pathlib.Path) -> None:
-        self.process = subprocess.Popen([sys.executable, "-m", "server"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, cwd=REPO)
+        self.process = subprocess.Popen([sys.executable, "-m", "onnxlens_server"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, cwd=REPO)
         self.messages: queue.Queue = queue.Queue()
         self.next_id = 0
         threading.Thread(target=self._read, daemon=True).start()

@@ -103,14 +103,14 @@ MUTATIONS: list[Mutation] = [
     ),
     Mutation(
         "every diagnostic range collapsed to column 0",
-        "server/sarif_to_lsp.py",
+        "onnxlens_server/sarif_to_lsp.py",
         "    return types.Range(types.Position(line, start), types.Position(line, max(end, start)))\n",
         "    return types.Range(types.Position(line, 0), types.Position(line, 0))\n",
         ("tests/test_server.py",),
     ),
     Mutation(
         "every other code-action request answers empty",
-        "server/server.py",
+        "onnxlens_server/server.py",
         "    uri = params.text_document.uri\n    _, source = ls.document(uri)\n    found = discover(source)\n",
         "    ls.code_action_count = getattr(ls, 'code_action_count', 0) + 1\n"
         "    if ls.code_action_count % 2 == 0:\n        return []\n"
@@ -159,7 +159,7 @@ def environment(root: pathlib.Path) -> dict[str, str]:
 
 
 def check_imports_copy(root: pathlib.Path) -> None:
-    for package in ("exporter", "server"):
+    for package in ("exporter", "onnxlens_server"):
         found = subprocess.run(
             [sys.executable, "-c", f"import {package}; print({package}.__file__)"],
             cwd=root, env=environment(root), capture_output=True, text=True, check=True,

@@ -65,7 +65,7 @@ def workspace(tmp_path_factory) -> pathlib.Path:
     return root
 
 
-@pytest_lsp.fixture(scope="module", config=ClientServerConfig(server_command=[sys.executable, "-m", "server"]))
+@pytest_lsp.fixture(scope="module", config=ClientServerConfig(server_command=[sys.executable, "-m", "onnxlens_server"]))
 async def client(lsp_client: LanguageClient, workspace: pathlib.Path):
     lsp_client.refreshes = []  # what VS Code does on these requests: re-ask for lenses / hints
 

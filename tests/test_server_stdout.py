@@ -44,7 +44,7 @@ def send(stdin, message: dict) -> None:
 def test_stdout_is_pure_json_rpc_while_user_code_prints(tmp_path):
     for f in [*SOURCE.glob("*.py"), SOURCE.parent / "fixtures" / "custom_ops.py"]:
         shutil.copy(f, tmp_path / f.name)
-    process = subprocess.Popen([sys.executable, "-m", "server"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    process = subprocess.Popen([sys.executable, "-m", "onnxlens_server"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     stderr: list[bytes] = []
     threading.Thread(target=lambda: stderr.extend(process.stderr), daemon=True).start()
     reader = StrictReader(process.stdout)

@@ -25,7 +25,7 @@ export class ServerConnection implements vscode.Disposable {
   async start(): Promise<LanguageClient | undefined> {
     const configured = vscode.workspace.getConfiguration('onnxlens').get<string>('interpreter', '');
     const python = await resolveInterpreter(configured, vscode.window.activeTextEditor?.document.uri);
-    const launcher = this.context.asAbsolutePath('bundled/onnxlens_server.py');
+    const launcher = this.context.asAbsolutePath('bundled/launch_server.py');
     this.show('$(sync~spin) onnxlens', `Checking ${python}`);
     this.status = await checkInterpreter(python, launcher);
     void vscode.commands.executeCommand('setContext', 'onnxlens.netronAvailable', this.status.netron);

@@ -11,7 +11,7 @@ from typing import Any
 
 from lsprotocol import types
 
-from server.sarif_to_lsp import artifact_path, line_of
+from onnxlens_server.sarif_to_lsp import artifact_path, line_of
 
 
 @dataclasses.dataclass(frozen=True)

@@ -1,6 +1,6 @@
 """Export jobs in separate processes, forked from a warm fork server.
 
-The fork server imports torch, onnxscript and the exporter's registry once (`server.warm`); each
+The fork server imports torch, onnxscript and the exporter's registry once (`onnxlens_server.warm`); each
 export is a fresh fork of it, so edited user code is picked up, and a crash, a hang or a leak in
 user code dies with its process. The language server's own process never imports torch.
 """
@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from server.job import ExportRequest, run
+from onnxlens_server.job import ExportRequest, run
 
 
 @dataclasses.dataclass
@@ -36,7 +36,7 @@ class WorkerPool:
 
     def __init__(self) -> None:
         self._context = multiprocessing.get_context("forkserver")
-        self._context.set_forkserver_preload(["server.warm"])
+        self._context.set_forkserver_preload(["onnxlens_server.warm"])
         self._running: dict[str, tuple[multiprocessing.Process, ExportRequest]] = {}
         self._queued: set[str] = set()  # job ids waiting for the slot
         self._cancelled: set[str] = set()

@@ -26,10 +26,10 @@ from pygls.exceptions import JsonRpcInvalidParams
 from pygls.lsp.server import LanguageServer
 from pygls.uris import to_fs_path
 
-from server import fixes, sarif_to_lsp, traces
-from server.job import ExportRequest
-from server.targets import Discovery, discover, target_at
-from server.worker import JobResult, WorkerPool
+from onnxlens_server import fixes, sarif_to_lsp, traces
+from onnxlens_server.job import ExportRequest
+from onnxlens_server.targets import Discovery, discover, target_at
+from onnxlens_server.worker import JobResult, WorkerPool
 
 VERSION = "0.1.0"
 EXPORT, LIST_TARGETS, CANCEL = "onnxlens.server.export", "onnxlens.server.listTargets", "onnxlens.server.cancel"

@@ -12,7 +12,7 @@ def main() -> None:
     rpc_out = os.fdopen(os.dup(1), "wb")
     os.dup2(2, 1)
     sys.stdout = sys.stderr
-    from server.server import server
+    from onnxlens_server.server import server
 
     server.start_io(sys.stdin.buffer, rpc_out)
 

@@ -6,7 +6,7 @@ import re
 
 from lsprotocol import types
 
-from server.targets import Discovery, ModuleClass
+from onnxlens_server.targets import Discovery, ModuleClass
 
 _SCHEMA = re.compile(r"^(?P<ns>\w+)::(?P<op>\w+)(?:\.(?P<overload>\w+))?\((?P<args>.*)\)\s*->\s*(?P<returns>.*)$")
 _ATTRIBUTE_TYPES = {"float": "float", "int": "int", "bool": "bool", "str": "str", "SymInt": "int"}

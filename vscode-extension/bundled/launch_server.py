@@ -10,7 +10,7 @@ import sys
 
 
 def check() -> dict:
-    missing = [name for name in ("exporter", "server", "pygls", "torch") if importlib.util.find_spec(name) is None]
+    missing = [name for name in ("exporter", "onnxlens_server", "pygls", "torch") if importlib.util.find_spec(name) is None]
     return {"ok": not missing, "missing": missing, "python": sys.executable, "netron": importlib.util.find_spec("netron") is not None}
 
 
@@ -22,6 +22,6 @@ if __name__ == "__main__":
     if not status["ok"]:
         sys.stderr.write(f"onnxlens cannot start: {', '.join(status['missing'])} not installed in {sys.executable}\n")
         sys.exit(3)
-    from server.__main__ import main
+    from onnxlens_server.__main__ import main
 
     main()
