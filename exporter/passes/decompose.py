@@ -1,14 +1,34 @@
-"""Decomposition that keeps every operator the registry can translate."""
+"""Decomposition of the operators the registry cannot translate, node by node.
+
+torch.export's `run_decompositions` re-traces the whole program (and functionalizes it) as soon as
+one operator needs decomposing: most of an export's time for one ``batch_norm`` or ``x.add_(y)``.
+Here only the nodes that need it change:
+
+- an in-place op on a tensor nothing else aliases becomes its functional op (``add_`` → ``add``),
+  and the later uses of the tensor read the new value;
+- every other untranslatable node is replaced by its decomposition, traced on the node's own fake
+  inputs (symbolic shapes included) and spliced into the graph, each new node keeping the original's
+  ``stack_trace`` and ``nn_module_stack`` so diagnostics still point at the user's line.
+
+A program whose mutations cannot be rewritten locally (in-place ops on inputs, buffers or views)
+still goes through `run_decompositions` as a whole.
+"""
 
 from __future__ import annotations
 
+import functools
 import itertools
+import operator
 from collections.abc import Callable
 
 import torch
+from torch.fx.experimental.proxy_tensor import make_fx
 
 from exporter.opname import OpName
 from exporter.registry import OnnxRegistry
+from exporter.translate import STRUCTURAL_TARGETS
+
+_KEPT_META = ("stack_trace", "nn_module_stack", "source_fn_stack", "from_node")
 
 
 def onnx_friendly_decomposition_table(
@@ -17,45 +37,178 @@ def onnx_friendly_decomposition_table(
     """PyTorch's decompositions, minus those of operators the registry translates directly
     (except the `unsupported` ones, e.g. ops called on complex tensors that only have real functions)."""
     supported = registry.supported_targets() - unsupported
+    return {op: fn for op, fn in _all_decompositions().items() if op not in supported}
+
+
+@functools.cache
+def _all_decompositions() -> dict[torch._ops.OperatorBase, Callable]:
+    """torch.export's default decompositions, then the rest of PyTorch's (collected once: ~0.3 s)."""
     table: dict[torch._ops.OperatorBase, Callable] = {}
     for op, fn in itertools.chain(
         torch.export.default_decompositions().items(),
         torch._decomp.decomposition_table.items(),
     ):
-        if op in supported or op in table or not hasattr(op, "_schema"):
-            continue
-        table[op] = fn
+        if op not in table and hasattr(op, "_schema"):
+            table[op] = fn
     return table
 
 
 def untranslatable_targets(program: torch.export.ExportedProgram, registry: OnnxRegistry) -> set[torch._ops.OpOverload]:
     """Operators in the graph the registry cannot translate as called (or that mutate inputs)."""
-    supported = registry.supported_targets()
-    found: set[torch._ops.OpOverload] = set()
-    for module in program.graph_module.modules():
-        if not isinstance(module, torch.fx.GraphModule):
-            continue
-        for node in module.graph.nodes:
-            target = node.target
-            if node.op != "call_function" or not isinstance(target, torch._ops.OpOverload):
-                continue
-            if target not in supported or target._schema.is_mutable:
-                found.add(target)
-            elif _has_complex_input(node) and not _has_complex_function(target, registry):
-                found.add(target)
-    return found
+    return {node.target for node in _untranslatable_nodes(program, registry)}
 
 
 def decompose(program: torch.export.ExportedProgram, registry: OnnxRegistry) -> torch.export.ExportedProgram:
-    """Run decompositions (and functionalization) on `program`, if it needs any.
+    """Decompose (and functionalize) what `program` needs, node by node where that is safe.
 
-    When every operator already has a direct translation, the (costly) re-tracing of
-    `run_decompositions` is skipped.
+    Returns `program` itself when every operator already has a direct translation.
     """
-    untranslatable = untranslatable_targets(program, registry)
-    if not untranslatable:
+    nodes = _untranslatable_nodes(program, registry)
+    if not nodes:
         return program
-    return program.run_decompositions(onnx_friendly_decomposition_table(registry, untranslatable))
+    for node in nodes:  # in graph order: a rewrite makes the next in-place op on the tensor rewritable
+        if node.target._schema.is_mutable and _functionalizable(node, registry):
+            _functionalize(node)
+    nodes = _untranslatable_nodes(program, registry)
+    if any(node.target._schema.is_mutable for node in nodes):
+        return program.run_decompositions(onnx_friendly_decomposition_table(registry, {n.target for n in nodes}))
+    table = onnx_friendly_decomposition_table(registry, {n.target for n in nodes})
+    for module in _graph_modules(program):
+        for node in [n for n in module.graph.nodes if n.op == "call_function" and _needs_decomposition(n, registry)]:
+            _splice_decomposition(node, table)
+        module.graph.eliminate_dead_code()
+        module.recompile()
+    return program
+
+
+def _graph_modules(program: torch.export.ExportedProgram) -> list[torch.fx.GraphModule]:
+    """The program's graph and the graphs nested in it (torch.cond branches)."""
+    return [m for m in program.graph_module.modules() if isinstance(m, torch.fx.GraphModule)]
+
+
+def _untranslatable_nodes(program: torch.export.ExportedProgram, registry: OnnxRegistry) -> list[torch.fx.Node]:
+    return [
+        node
+        for module in _graph_modules(program)
+        for node in module.graph.nodes
+        if node.op == "call_function" and isinstance(node.target, torch._ops.OpOverload) and _needs_decomposition(node, registry)
+    ]
+
+
+def _needs_decomposition(node: torch.fx.Node, registry: OnnxRegistry) -> bool:
+    target = node.target
+    if not isinstance(target, torch._ops.OpOverload) or target in STRUCTURAL_TARGETS:
+        return False
+    if target not in registry.supported_targets() or target._schema.is_mutable:
+        return True
+    return _has_complex_input(node) and not _has_complex_function(target, registry)
+
+
+# -- in-place ops on private tensors ---------------------------------------------------------------
+
+
+def _functional_variant(target: torch._ops.OpOverload) -> torch._ops.OpOverload | None:
+    name = target._schema.name.split("::")[1]
+    if not name.endswith("_") or name.endswith("__"):
+        return None
+    packet = getattr(torch.ops.aten, name[:-1], None)
+    return getattr(packet, target._overloadname, None) if packet is not None else None
+
+
+def _functionalizable(node: torch.fx.Node, registry: OnnxRegistry) -> bool:
+    """Whether `node` mutates only its first argument, a fresh tensor no view aliases, and has a
+    translatable functional variant whose result has the mutated tensor's dtype and shape."""
+    functional = _functional_variant(node.target)
+    if functional is None or functional not in registry.supported_targets():
+        return False
+    mutated = [a for a in node.target._schema.arguments if a.alias_info is not None and a.alias_info.is_write]
+    target = node.args[0] if node.args else None
+    if len(mutated) != 1 or mutated[0].name != node.target._schema.arguments[0].name or not isinstance(target, torch.fx.Node):
+        return False
+    if target.op != "call_function" or not isinstance(target.target, torch._ops.OpOverload) or _returns_alias(target.target):
+        return False
+    if any(user is not node and _returns_alias(user.target) for user in target.users):
+        return False
+    val = target.meta.get("val")
+    return isinstance(val, torch.Tensor) and _same_type(val, _functional_result(node, functional))
+
+
+def _functional_result(node: torch.fx.Node, functional: torch._ops.OpOverload) -> object:
+    """What the functional variant returns on the node's fake inputs."""
+    args, kwargs = torch.fx.map_arg((node.args, node.kwargs), lambda n: n.meta.get("val"))
+    try:
+        return functional(*args, **kwargs)
+    except Exception:  # no fake kernel, or arguments it rejects: not rewritable
+        return None
+
+
+def _same_type(a: torch.Tensor, b: object) -> bool:
+    return isinstance(b, torch.Tensor) and a.dtype == b.dtype and a.shape == b.shape
+
+
+def _returns_alias(target: object) -> bool:
+    schema = getattr(target, "_schema", None)
+    return schema is not None and any(r.alias_info is not None for r in schema.returns)
+
+
+def _functionalize(node: torch.fx.Node) -> None:
+    """``y = x.op_(…)`` → ``y = op(x, …)``; uses of ``x`` after the node read ``y``."""
+    mutated = node.args[0]
+    graph = node.graph
+    with graph.inserting_before(node):
+        replacement = graph.call_function(_functional_variant(node.target), node.args, node.kwargs)
+    replacement.meta.update(node.meta)
+    order = {n: i for i, n in enumerate(graph.nodes)}
+    for user in list(mutated.users):
+        if user is not node and user is not replacement and order[user] > order[node]:
+            user.replace_input_with(mutated, replacement)
+    node.replace_all_uses_with(replacement)
+    graph.erase_node(node)
+
+
+# -- decompositions spliced in place ---------------------------------------------------------------
+
+
+def _splice_decomposition(node: torch.fx.Node, table: dict[torch._ops.OperatorBase, Callable]) -> None:
+    """Replace `node` by the graph of its decomposition traced on its own fake inputs."""
+    flat_args, spec = torch.utils._pytree.tree_flatten((node.args, node.kwargs))
+    is_input = [isinstance(a, torch.fx.Node) for a in flat_args]
+    example = [a.meta["val"] if isinstance(a, torch.fx.Node) else a for a in flat_args]
+    target = node.target
+
+    def call(*inputs):
+        values = iter(inputs)
+        args, kwargs = torch.utils._pytree.tree_unflatten([next(values) if i else a for a, i in zip(flat_args, is_input)], spec)
+        return target(*args, **kwargs)
+
+    inputs = [v for v, i in zip(example, is_input) if i]
+    traced = make_fx(call, decomposition_table=table, tracing_mode="symbolic", _allow_non_fake_inputs=True)(*inputs)
+    graph = node.graph
+    env = dict(zip([n for n in traced.graph.nodes if n.op == "placeholder"], [a for a, i in zip(flat_args, is_input) if i]))
+    with graph.inserting_before(node):
+        for sub in traced.graph.nodes:
+            if sub.op == "placeholder":
+                continue
+            if sub.op == "output":
+                output = torch.fx.map_arg(sub.args[0], lambda n: env[n])
+                break
+            if sub.op == "get_attr":
+                raise NotImplementedError(f"the decomposition of {target} creates constants")
+            new = graph.node_copy(sub, lambda n: env[n])
+            new.meta.update({k: node.meta[k] for k in _KEPT_META if k in node.meta})
+            env[sub] = new
+    _replace_results(node, output)
+    graph.erase_node(node)
+
+
+def _replace_results(node: torch.fx.Node, output: object) -> None:
+    if isinstance(output, torch.fx.Node):
+        node.replace_all_uses_with(output)
+        return
+    for user in list(node.users):  # multiple results are read through getitem
+        assert user.target is operator.getitem, user
+        user.replace_all_uses_with(output[user.args[1]])
+        user.graph.erase_node(user)
 
 
 def _has_complex_input(node: torch.fx.Node) -> bool:

@@ -1,0 +1,120 @@
+"""Decomposition node by node: only the nodes the registry cannot translate change, they keep the
+user's source line, and in-place ops are rewritten only where nothing else sees the mutation."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import exporter
+from exporter.capture import FXGraphExtractor
+from exporter.diagnostics import DiagnosticContext
+from exporter.diagnostics.locations import stack_of
+from exporter.passes import decompose
+from exporter.registry import default_registry
+from helpers import assert_matches_eager
+
+
+def _line(fn, text: str) -> int:
+    import inspect
+
+    lines, start = inspect.getsourcelines(fn)
+    return start + next(i for i, line in enumerate(lines) if text in line)
+
+
+class Std(torch.nn.Module):
+    def forward(self, x):
+        y = x * 2
+        spread = torch.std(y, dim=1)  # aten.std.dim: no torchlib function, decomposed
+        return spread + 1
+
+
+class InPlaceOnPrivate(torch.nn.Module):
+    def forward(self, x):
+        y = x * 2
+        before = y.sum()
+        y.add_(1)
+        y.relu_()
+        return y, before
+
+
+class InPlaceThroughView(torch.nn.Module):
+    def forward(self, x):
+        y = x * 2
+        row = y[0]
+        row.add_(10)  # mutates y through the view
+        return y
+
+
+class InPlaceAfterView(torch.nn.Module):
+    def forward(self, x):
+        y = x * 2
+        flat = y.view(-1)
+        y.mul_(3)  # flat sees this
+        return flat
+
+
+class InPlaceThatWouldPromote(torch.nn.Module):
+    def forward(self, x, scale):
+        y = x.half() * 2
+        y.add_(scale)  # in place: stays float16; add(y, scale) would be float32
+        return y
+
+
+def _capture(model, *args, dynamic=False):
+    return FXGraphExtractor().generate_fx(model, args, {}, dynamic_shapes=dynamic, ctx=DiagnosticContext())
+
+
+def _targets(program) -> set:
+    return {n.target for n in program.graph.nodes if n.op == "call_function"}
+
+
+@pytest.fixture
+def no_whole_program_decomposition(monkeypatch):
+    def fail(*args, **kwargs):
+        raise AssertionError("run_decompositions re-traced the whole program")
+
+    monkeypatch.setattr(torch.export.ExportedProgram, "run_decompositions", fail)
+
+
+@pytest.mark.parametrize("dynamic", [False, True], ids=["static", "dynamic"])
+def test_a_decomposed_node_keeps_its_source_line(no_whole_program_decomposition, dynamic):
+    program = _capture(Std(), torch.randn(3, 5), dynamic=dynamic)
+    assert torch.ops.aten.std.correction in _targets(program) or torch.ops.aten.std.dim in _targets(program)
+    before = {n.name for n in program.graph.nodes}
+    program = decompose.decompose(program, default_registry())
+    new = [n for n in program.graph.nodes if n.op == "call_function" and n.name not in before]
+    assert new and not (_targets(program) & {torch.ops.aten.std.dim, torch.ops.aten.std.correction})
+    expected = _line(Std.forward, "torch.std(")
+    assert {(stack_of(n)[0].path, stack_of(n)[0].line) for n in new} == {(__file__, expected)}
+    assert decompose.untranslatable_targets(program, default_registry()) == set()
+
+
+@pytest.mark.parametrize("dynamic", [False, True], ids=["static", "dynamic"])
+def test_decomposed_models_match_eager(dynamic):
+    x = torch.randn(3, 5)
+    export_output = exporter.dynamo_export(Std(), x, export_options=exporter.ExportOptions(dynamic_shapes=dynamic))
+    assert_matches_eager(export_output, Std(), (x,))
+    if dynamic:
+        other = torch.randn(4, 7)
+        assert_matches_eager(export_output, Std(), (x,), run_args=(other,))
+
+
+def test_in_place_ops_on_a_private_tensor_become_functional(no_whole_program_decomposition):
+    program = _capture(InPlaceOnPrivate(), torch.randn(2, 3))
+    program = decompose.decompose(program, default_registry())
+    targets = _targets(program)
+    assert torch.ops.aten.add_.Tensor not in targets and torch.ops.aten.relu_.default not in targets
+    assert {torch.ops.aten.add.Tensor, torch.ops.aten.relu.default} <= targets
+
+
+@pytest.mark.parametrize("model", [InPlaceOnPrivate, InPlaceThroughView, InPlaceAfterView], ids=lambda m: m.__name__)
+def test_in_place_ops_compute_what_eager_computes(model):
+    x = torch.randn(2, 3)
+    assert_matches_eager(exporter.dynamo_export(model(), x), model(), (x,))
+
+
+def test_an_in_place_op_whose_functional_form_promotes_is_left_to_functionalization():
+    x, scale = torch.randn(2, 3), torch.randn(3)
+    export_output = exporter.dynamo_export(InPlaceThatWouldPromote(), x, scale)
+    assert_matches_eager(export_output, InPlaceThatWouldPromote(), (x, scale), atol=1e-2, rtol=1e-2)
