@@ -108,20 +108,20 @@ def test_a_string_output_is_an_error_at_the_return_line(models, tmp_path):
     assert not (tmp_path / "l.onnx").exists()
 
 
-def test_a_syntax_error_in_the_model_file_is_one_located_line(tmp_path):
+@pytest.mark.parametrize(
+    "source, where, error",
+    [
+        ("import torch\n\ndef f(:\n    pass\n", "3:7", "SyntaxError: invalid syntax"),
+        ("import torch\n\nSIZE = int('a')\n", "3", "ValueError: invalid literal for int() with base 10: 'a'"),
+    ],
+    ids=["syntax-error", "exception-at-import"],
+)
+def test_a_broken_model_file_is_one_located_line(tmp_path, source, where, error):
     path = tmp_path / "broken.py"
-    path.write_text("import torch\n\ndef f(:\n    pass\n")
+    path.write_text(source)
     result = _cli(path)
     assert result.returncode == 2
-    assert result.stderr.strip() == f"{path}:3:7: error: SyntaxError: invalid syntax"
-
-
-def test_an_exception_while_loading_the_model_file_is_one_located_line(tmp_path):
-    path = tmp_path / "raises.py"
-    path.write_text("import torch\n\nSIZE = int('a')\n")
-    result = _cli(path)
-    assert result.returncode == 2
-    assert result.stderr.strip() == f"{path}:3: error: ValueError: invalid literal for int() with base 10: 'a'"
+    assert result.stderr.strip() == f"{path}:{where}: error: {error}"
 
 
 @pytest.mark.parametrize(
