@@ -10,8 +10,9 @@ Here only the nodes that need it change:
   inputs (symbolic shapes included) and spliced into the graph, each new node keeping the original's
   ``stack_trace`` and ``nn_module_stack`` so diagnostics still point at the user's line.
 
-A program whose mutations cannot be rewritten locally (in-place ops on inputs, buffers or views)
-still goes through `run_decompositions` as a whole.
+A program whose mutations cannot be rewritten locally (in-place ops on inputs, buffers or views),
+or that decomposes ops on complex tensors (whose real representation the spliced shape arithmetic
+would not know), still goes through `run_decompositions` as a whole.
 """
 
 from __future__ import annotations
@@ -70,7 +71,7 @@ def decompose(program: torch.export.ExportedProgram, registry: OnnxRegistry) -> 
         if node.target._schema.is_mutable and _functionalizable(node, registry):
             _functionalize(node)
     nodes = _untranslatable_nodes(program, registry)
-    if any(node.target._schema.is_mutable for node in nodes):
+    if any(node.target._schema.is_mutable or _has_complex_input(node) for node in nodes):
         return program.run_decompositions(onnx_friendly_decomposition_table(registry, {n.target for n in nodes}))
     table = onnx_friendly_decomposition_table(registry, {n.target for n in nodes})
     for module in _graph_modules(program):
