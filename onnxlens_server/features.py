@@ -8,6 +8,7 @@ from collections.abc import Callable
 
 from lsprotocol import types
 
+from exporter.options import SETTINGS
 from onnxlens_server import fixes, traces
 from onnxlens_server.job import target_key
 from onnxlens_server.protocol import EXPORT, OPEN_SARIF_LOG
@@ -15,6 +16,7 @@ from onnxlens_server.state import States
 from onnxlens_server.targets import Discovery, discover
 
 LineText = Callable[[str, int], "str | None"]  # (path, 0-based line) -> the line's text
+_OP_LEVEL_DEBUG = SETTINGS["op_level_debug"].editor_key
 
 
 def code_lenses(uri: str, path: str, source: str, states: States) -> list[types.CodeLens]:
@@ -25,7 +27,7 @@ def code_lenses(uri: str, path: str, source: str, states: States) -> list[types.
         arguments = {"uri": uri, "target": target.name}
         lenses.append(types.CodeLens(at, types.Command(title="$(export) Export to ONNX", command=EXPORT, arguments=[arguments])))
         lenses.append(types.CodeLens(at, types.Command(
-            title="Export with op-level debug", command=EXPORT, arguments=[{**arguments, "options": {"opLevelDebug": True}}])))
+            title="Export with op-level debug", command=EXPORT, arguments=[{**arguments, "options": {_OP_LEVEL_DEBUG: True}}])))
         state = states.get(target_key(path, target.name))
         if state and state.sarif:
             lenses.append(types.CodeLens(at, types.Command(title="Open SARIF log", command=OPEN_SARIF_LOG, arguments=[state.sarif])))

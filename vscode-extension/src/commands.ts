@@ -19,6 +19,7 @@ import {
   Job,
   LIST_TARGETS,
   ListTargetsResult,
+  OP_LEVEL_DEBUG_OPTION,
   OPEN_SARIF_LOG,
 } from './protocol';
 import { SarifLogs } from './sarifViewer';
@@ -94,7 +95,7 @@ export class Commands {
             }
           });
           try {
-            const request: ExportArgs = { ...args, jobId, options: opLevelDebug ? { opLevelDebug } : {} };
+            const request: ExportArgs = { ...args, jobId, options: opLevelDebug ? { [OP_LEVEL_DEBUG_OPTION]: true } : {} };
             return (await client.sendRequest(ExecuteCommandRequest.type, { command: EXPORT, arguments: [request] })) as ExportResult;
           } finally {
             listener.dispose();

@@ -13,6 +13,8 @@ export const EXPORT_PROGRESS = 'onnxlens/exportProgress';
 export const EXPORT_FINISHED = 'onnxlens/exportFinished';
 
 export const CONFIGURATION_SECTION = 'onnxlens';
+/** The setting a request overrides to export with op-level debug (declared in package.json). */
+export const OP_LEVEL_DEBUG_OPTION = 'opLevelDebug';
 
 /** JSON-RPC error codes of requests the server refuses. */
 export enum ErrorCode {
