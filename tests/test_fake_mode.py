@@ -147,7 +147,7 @@ def test_mixing_real_and_fake_tensors_says_what_to_do():
 
 
 def test_models_over_2gib_go_to_external_data(tmp_path, monkeypatch):
-    monkeypatch.setattr(exporter.output, "_TWO_GIB", 1024)  # the threshold, scaled down for the test
+    monkeypatch.setattr("exporter.output.TWO_GIB", 1024)  # the threshold, scaled down for the test
     model, x = torch.nn.Linear(64, 64), torch.randn(2, 64)
     export_output = exporter.dynamo_export(model, x)
     export_output.save(tmp_path / "big.onnx")
