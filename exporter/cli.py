@@ -9,7 +9,7 @@ import time
 import traceback
 from typing import Any
 
-from exporter.constants import Stage
+from exporter.constants import Stage, progress_text
 
 DESCRIPTION = """Export PyTorch models to ONNX. A target is a function decorated with
 @exporter.export_target that returns (model, args) or (model, args, kwargs)."""
@@ -181,8 +181,7 @@ class _Progress:
     def __call__(self, stage: str, info: dict[str, Any]) -> None:
         if not self.active:
             return
-        detail = f" {info['done']}/{info['total']} nodes" if "done" in info else ""
-        self.stream.write(f"\r\033[K{stage}{detail}...")
+        self.stream.write(f"\r\033[K{progress_text(stage, info)}...")
         self.stream.flush()
 
     def done(self) -> None:

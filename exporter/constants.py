@@ -6,6 +6,8 @@ A leaf module: it imports nothing heavy, so the server (which never imports torc
 from __future__ import annotations
 
 import enum
+from collections.abc import Mapping
+from typing import Any
 
 DEFAULT_OPSET_VERSION = 18  # the seed's default; ExportOptions.opset_version changes it
 PRODUCER_NAME = "onnxlens"
@@ -43,3 +45,8 @@ class Stage(str, enum.Enum):
 
     def __str__(self) -> str:
         return self.value
+
+
+def progress_text(stage: str, info: Mapping[str, Any]) -> str:
+    """How a progress report reads: the stage, and the nodes translated so far ("translation 12/40 nodes")."""
+    return f"{stage} {info['done']}/{info['total']} nodes" if "done" in info else str(stage)

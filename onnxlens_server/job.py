@@ -14,6 +14,8 @@ import traceback
 from multiprocessing.connection import Connection
 from typing import Any
 
+from exporter.constants import Stage
+
 
 @dataclasses.dataclass(frozen=True)
 class ExportRequest:
@@ -23,6 +25,10 @@ class ExportRequest:
     settings: dict[str, Any]  # ExportOptions.from_settings keys
     output_dir: str
     source: str | None = None  # the editor's text of `path` (may be unsaved); None: read the file
+
+    @property
+    def key(self) -> str:
+        return target_key(self.path, self.target)
 
     @property
     def stem(self) -> str:
@@ -35,6 +41,11 @@ class ExportRequest:
     @property
     def sarif_path(self) -> str:
         return os.path.join(self.output_dir, self.stem + ".sarif")
+
+
+def target_key(path: str, target: str) -> str:
+    """The key of a target: one state, and one running export, per target."""
+    return f"{path}::{target}"
 
 
 def run(request: ExportRequest, conn: Connection) -> None:
@@ -57,12 +68,12 @@ def _export(request: ExportRequest, progress) -> dict[str, Any]:
     from exporter.output import count_nodes
     from exporter.targets import build_target, load_module, target_options
 
-    progress("load", {})
+    progress(Stage.LOAD.value, {})
     module = load_module(request.path, request.source)
     fn = getattr(module, request.target, None)
     if fn is None or not callable(fn):
         return {"status": "failed", "message": f"{os.path.basename(request.path)} has no export target {request.target!r}", "frames": []}
-    progress("build target", {})
+    progress(Stage.BUILD_TARGET.value, {})
     model, args, kwargs = build_target(fn)
     options = exporter.ExportOptions.from_settings({**target_options(fn), **request.settings})
     job = exporter.Exporter(options, model, args, kwargs, progress=progress)
@@ -72,7 +83,7 @@ def _export(request: ExportRequest, progress) -> dict[str, Any]:
     except exporter.OnnxExporterError as e:
         e.export_output.save_diagnostics(request.sarif_path)
         return {"status": "failed", "message": str(e), "sarif": request.sarif_path, "stages": job.timings}
-    progress("save", {})
+    progress(Stage.SAVE.value, {})
     output.save(request.onnx_path)
     output.save_diagnostics(request.sarif_path)
     graph = output.model.graph

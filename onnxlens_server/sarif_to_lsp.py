@@ -45,6 +45,11 @@ def to_range(line: int, text_line: str | None = None) -> types.Range:
     return types.Range(types.Position(line, start), types.Position(line, max(end, start)))
 
 
+def failure(message: str, code: str, line: int, text_line: str | None) -> types.Diagnostic:
+    """An error without a SARIF result (a crash, a timeout, a bad target) on a whole source line."""
+    return types.Diagnostic(range=to_range(line, text_line), message=message, severity=types.DiagnosticSeverity.Error, source=SOURCE, code=code)
+
+
 def diagnostics_by_path(log: dict[str, Any], read_line=None) -> dict[str, list[types.Diagnostic]]:
     """Problems for every file the log's results point into.
 

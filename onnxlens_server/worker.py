@@ -49,7 +49,7 @@ class WorkerPool:
         process.join()
 
     async def export(self, request: ExportRequest, progress: Progress, timeout: float) -> JobResult:
-        key = _key(request)
+        key = request.key
         if key in self._running:  # the newer request wins
             self.cancel(self._running[key][1].job_id)
         self._queued.add(request.job_id)
@@ -83,7 +83,7 @@ class WorkerPool:
         start = time.perf_counter()
         process.start()
         sender.close()
-        key = _key(request)
+        key = request.key
         self._running[key] = (process, request)
         messages: asyncio.Queue = asyncio.Queue()
 
@@ -120,10 +120,6 @@ class WorkerPool:
         if result is None:
             return JobResult("crashed", request, f"The export process {_describe_exit(process.exitcode)} during {stage}.", stage, seconds=seconds)
         return JobResult(result["status"], request, result.get("message", ""), stage, result, seconds)
-
-
-def _key(request: ExportRequest) -> str:
-    return f"{request.path}::{request.target}"
 
 
 def _describe_exit(code: int | None) -> str:

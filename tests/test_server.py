@@ -13,13 +13,14 @@ from collections.abc import Callable
 import pytest
 import pytest_lsp
 from lsprotocol import types
-from pygls.exceptions import JsonRpcInvalidParams
+from pygls.exceptions import JsonRpcException, JsonRpcInvalidParams
 from pytest_lsp import ClientServerConfig, LanguageClient
+
+from onnxlens_server.protocol import CANCEL, EXPORT, EXPORT_FINISHED, EXPORT_PROGRESS, LIST_TARGETS, ErrorCode
 
 HERE = pathlib.Path(__file__).parent
 SOURCE = HERE / "server_workspace"
 pytestmark = pytest.mark.asyncio(loop_scope="module")
-EXPORT_PROGRESS, EXPORT_FINISHED = "onnxlens/exportProgress", "onnxlens/exportFinished"
 
 
 def line_of(text: str, marker: str) -> int:
@@ -118,7 +119,7 @@ def open_document(client: LanguageClient, path: pathlib.Path) -> str:
 
 
 async def export(client: LanguageClient, **args) -> dict:
-    return await client.workspace_execute_command_async(types.ExecuteCommandParams(command="onnxlens.server.export", arguments=[args]))
+    return await client.workspace_execute_command_async(types.ExecuteCommandParams(command=EXPORT, arguments=[args]))
 
 
 def expect_notification(client: LanguageClient, predicate: Callable[[str, dict], bool]) -> asyncio.Future:
@@ -200,7 +201,7 @@ async def test_progress_arrives_in_order_and_success_clears_problems(client: Lan
     assert percents == sorted(percents)
     # The same stages as custom notifications (what the VS Code extension shows), then the result.
     *progress, (finished_method, finished) = client.export_notifications
-    assert [(method, p["jobId"], f"{p['stage']}{p['detail']}") for method, p in progress] == [
+    assert [(method, p["jobId"], p["message"]) for method, p in progress] == [
         (EXPORT_PROGRESS, "job-mlp", r.message) for r in reports[1:-1]]
     assert finished_method == EXPORT_FINISHED and finished == job
 
@@ -213,7 +214,7 @@ async def test_cancel_stops_an_export_quickly(client: LanguageClient, workspace:
     await asyncio.wait_for(sleeping, timeout=60)  # the target is sleeping in its own process now
     start = time.perf_counter()
     cancelled = await client.workspace_execute_command_async(types.ExecuteCommandParams(
-        command="onnxlens.server.cancel", arguments=[{"jobId": "job-slow"}]))
+        command=CANCEL, arguments=[{"jobId": "job-slow"}]))
     (job,) = (await asyncio.wait_for(task, timeout=10))["jobs"]
     assert cancelled == {"cancelled": True}
     assert job["status"] == "cancelled" and time.perf_counter() - start < 1.0
@@ -349,19 +350,32 @@ async def test_export_target_quick_fix_produces_an_exportable_target(client: Lan
 
 async def test_bad_requests_get_clear_errors(client: LanguageClient, workspace: pathlib.Path):
     uri = (workspace / "models.py").as_uri()
-    for args, message in [
-        ({"uri": (workspace / "nope.py").as_uri()}, "No such file"),
-        ({"uri": "untitled:Untitled-1"}, "save it first"),
-        ({"uri": (workspace / "custom_ops.py").as_uri()}, "no function decorated with @exporter.export_target"),
-        ({"uri": uri, "target": "nope"}, "no export target 'nope'"),
-        ({"uri": uri, "target": "mlp", "options": {"opset": "18"}}, "must be a int"),
-        ({"uri": uri, "target": "mlp", "options": {"dynamic": True}}, "Unknown export option 'dynamic'"),
-        ({}, "Missing or invalid 'uri'"),
+    for args, code, message in [
+        ({"uri": (workspace / "nope.py").as_uri()}, ErrorCode.NO_SUCH_FILE, "No such file"),
+        ({"uri": "untitled:Untitled-1"}, ErrorCode.NOT_ON_DISK, "save it first"),
+        ({"uri": (workspace / "custom_ops.py").as_uri()}, ErrorCode.NO_EXPORT_TARGET, "no function decorated with @exporter.export_target"),
+        ({"uri": uri, "target": "nope"}, ErrorCode.UNKNOWN_TARGET, "no export target 'nope'"),
+        ({"uri": uri, "target": "mlp", "options": {"opset": "18"}}, ErrorCode.INVALID_OPTIONS, "must be an integer"),
+        ({"uri": uri, "target": "mlp", "options": {"dynamic": True}}, ErrorCode.INVALID_OPTIONS, "Unknown export option 'dynamic'"),
+        ({}, JsonRpcInvalidParams.CODE, "While structuring ExportArgs"),  # the arguments' type says what is required
     ]:
-        with pytest.raises(JsonRpcInvalidParams, match=message):
+        with pytest.raises(JsonRpcException, match=message) as raised:
             await export(client, **args)
-    listed = await client.workspace_execute_command_async(types.ExecuteCommandParams(command="onnxlens.server.listTargets", arguments=[{"uri": uri}]))
+        assert raised.value.code == code
+    listed = await client.workspace_execute_command_async(types.ExecuteCommandParams(command=LIST_TARGETS, arguments=[{"uri": uri}]))
     assert [t["name"] for t in listed["targets"]] == ["custom_op", "mlp", "slow", "segfault", "broken"]
+
+
+async def test_settings_changes_are_checked_when_they_happen(client: LanguageClient):
+    client.set_configuration({"timeoutSeconds": 120, "opset": "18"}, section="onnxlens")
+    try:
+        waiter = client.protocol.wait_for_notification_async(types.WINDOW_SHOW_MESSAGE)
+        client.workspace_did_change_configuration(types.DidChangeConfigurationParams(settings=None))
+        shown = await asyncio.wait_for(waiter, timeout=10)
+    finally:
+        client.set_configuration({"timeoutSeconds": 120}, section="onnxlens")
+    assert shown.type == types.MessageType.Warning
+    assert shown.message == "onnxlens: Invalid onnxlens settings: export option 'opset_version' must be an integer, got '18'"
 
 
 async def test_a_newer_request_for_the_same_target_wins(client: LanguageClient, workspace: pathlib.Path):
@@ -374,7 +388,7 @@ async def test_a_newer_request_for_the_same_target_wins(client: LanguageClient, 
     (job,) = (await asyncio.wait_for(older, timeout=10))["jobs"]
     assert job["status"] == "cancelled"
     await asyncio.wait_for(newer_sleeping, timeout=60)  # it started once the older one had stopped
-    await client.workspace_execute_command_async(types.ExecuteCommandParams(command="onnxlens.server.cancel", arguments=[{"jobId": "newer"}]))
+    await client.workspace_execute_command_async(types.ExecuteCommandParams(command=CANCEL, arguments=[{"jobId": "newer"}]))
     (job,) = (await asyncio.wait_for(newer, timeout=10))["jobs"]
     assert job["status"] == "cancelled"
 

@@ -1,16 +1,25 @@
-// The language client: starts onnxlens-server with the chosen interpreter; shows its state.
+// The language client: starts onnxlens-server with the chosen interpreter, shows its state, and restarts
+// it (debounced) when the interpreter changes.
 import * as vscode from 'vscode';
 import { LanguageClient, LanguageClientOptions, ServerOptions, State } from 'vscode-languageclient/node';
 
-import { checkInterpreter, InterpreterStatus, resolveInterpreter } from './python';
-import { installCommand } from './settings';
+import { CONFIGURATION_SECTION } from './protocol';
+import { checkInterpreter, InterpreterStatus, onDidChangeInterpreter, resolveInterpreter } from './python';
+import { debounce, installCommand, needsRestart } from './settings';
 
 export type DiagnosticsFilter = (uri: vscode.Uri, diagnostics: vscode.Diagnostic[]) => vscode.Diagnostic[];
+
+const RESTART_DELAY_MS = 500;
 
 export class ServerConnection implements vscode.Disposable {
   client: LanguageClient | undefined;
   status: InterpreterStatus | undefined;
   private readonly statusItem = vscode.window.createStatusBarItem(vscode.StatusBarAlignment.Left, 10);
+  /** Listeners of the running client: disposed when it stops. */
+  private clientListeners: vscode.Disposable[] = [];
+  /** Starts and stops, one after the other. */
+  private queue: Promise<unknown> = Promise.resolve();
+  readonly scheduleRestart = debounce(() => void this.restart(), RESTART_DELAY_MS);
 
   constructor(
     private readonly context: vscode.ExtensionContext,
@@ -22,8 +31,44 @@ export class ServerConnection implements vscode.Disposable {
     this.statusItem.show();
   }
 
-  async start(): Promise<LanguageClient | undefined> {
-    const configured = vscode.workspace.getConfiguration('onnxlens').get<string>('interpreter', '');
+  /** Restart on a change of the interpreter: the `onnxlens` setting or the Python extension's selection. */
+  async watchInterpreter(): Promise<vscode.Disposable> {
+    const onSettings = vscode.workspace.onDidChangeConfiguration((e) => {
+      if (needsRestart((section) => e.affectsConfiguration(section), CONFIGURATION_SECTION)) {
+        this.log.info('The interpreter setting changed: restarting the server');
+        this.scheduleRestart();
+      }
+    });
+    const onPython = await onDidChangeInterpreter(() => {
+      this.log.info('The Python extension\'s interpreter changed: restarting the server');
+      this.scheduleRestart();
+    });
+    return vscode.Disposable.from(onSettings, onPython);
+  }
+
+  start(): Promise<LanguageClient | undefined> {
+    return this.enqueue(() => this.startNow());
+  }
+
+  stop(): Promise<void> {
+    return this.enqueue(() => this.stopNow());
+  }
+
+  restart(): Promise<LanguageClient | undefined> {
+    return this.enqueue(async () => {
+      await this.stopNow();
+      return vscode.workspace.isTrusted ? this.startNow() : undefined;
+    });
+  }
+
+  private enqueue<T>(step: () => Promise<T>): Promise<T> {
+    const next = this.queue.then(step, step);
+    this.queue = next.catch(() => undefined);
+    return next;
+  }
+
+  private async startNow(): Promise<LanguageClient | undefined> {
+    const configured = vscode.workspace.getConfiguration(CONFIGURATION_SECTION).get<string>('interpreter', '');
     const python = await resolveInterpreter(configured, vscode.window.activeTextEditor?.document.uri);
     const launcher = this.context.asAbsolutePath('bundled/launch_server.py');
     this.show('$(sync~spin) onnxlens', `Checking ${python}`);
@@ -31,17 +76,7 @@ export class ServerConnection implements vscode.Disposable {
     void vscode.commands.executeCommand('setContext', 'onnxlens.netronAvailable', this.status.netron);
     if (!this.status.ok) {
       this.show('$(error) onnxlens', `Not installed in ${python}`);
-      const command = installCommand(python);
-      this.log.error(`${this.status.missing.join(', ')} missing in ${python}. Install with: ${command}`);
-      void vscode.window.showErrorMessage(`onnxlens needs ${this.status.missing.join(', ')} in ${python}. Install with: ${command}`, 'Copy Command', 'Run in Terminal').then((choice) => {
-        if (choice === 'Copy Command') {
-          void vscode.env.clipboard.writeText(command);
-        } else if (choice === 'Run in Terminal') {
-          const terminal = vscode.window.createTerminal('onnxlens install');
-          terminal.show();
-          terminal.sendText(command);
-        }
-      });
+      this.offerInstall(python, this.status.missing);
       return undefined;
     }
     const serverOptions: ServerOptions = {
@@ -53,37 +88,53 @@ export class ServerConnection implements vscode.Disposable {
       documentSelector: [{ scheme: 'file', language: 'python' }],
       outputChannel: this.log,
       traceOutputChannel: this.log,
-      synchronize: { configurationSection: 'onnxlens' },
+      synchronize: { configurationSection: CONFIGURATION_SECTION }, // didChangeConfiguration: the server checks the settings
       middleware: {
         handleDiagnostics: (uri, diagnostics, next) => next(uri, this.filterDiagnostics(uri, diagnostics)),
       },
     };
-    this.client = new LanguageClient('onnxlens', 'onnxlens', serverOptions, clientOptions);
-    this.client.onDidChangeState((e) => {
-      if (e.newState === State.Running) {
-        this.show('$(check) onnxlens', `Running with ${python}`);
-      } else if (e.newState === State.Stopped) {
-        this.show('$(error) onnxlens', 'Stopped');
-      }
-    });
+    const client = new LanguageClient('onnxlens', 'onnxlens', serverOptions, clientOptions);
+    this.clientListeners.push(
+      client.onDidChangeState((e) => {
+        if (e.newState === State.Running) {
+          this.show('$(check) onnxlens', `Running with ${python}`);
+        } else if (e.newState === State.Stopped) {
+          this.show('$(error) onnxlens', 'Stopped');
+        }
+      }),
+    );
+    this.client = client;
     this.show('$(sync~spin) onnxlens', `Starting with ${python}`);
     const started = Date.now();
-    await this.client.start();
+    await client.start();
     this.log.info(`Server started with ${python} in ${Date.now() - started} ms`);
-    return this.client;
+    return client;
   }
 
-  async stop(): Promise<void> {
+  private async stopNow(): Promise<void> {
     const client = this.client;
     this.client = undefined;
+    for (const listener of this.clientListeners.splice(0)) {
+      listener.dispose();
+    }
     if (client) {
-      await client.stop();
+      await client.stop().catch((error) => this.log.warn(`Stopping the server: ${error}`));
+      this.show('$(circle-slash) onnxlens', 'Stopped');
     }
   }
 
-  async restart(): Promise<LanguageClient | undefined> {
-    await this.stop();
-    return this.start();
+  private offerInstall(python: string, missing: string[]): void {
+    const command = installCommand(python);
+    this.log.error(`${missing.join(', ')} missing in ${python}. Install with: ${command}`);
+    void vscode.window.showErrorMessage(`onnxlens needs ${missing.join(', ')} in ${python}. Install with: ${command}`, 'Copy Command', 'Run in Terminal').then((choice) => {
+      if (choice === 'Copy Command') {
+        void vscode.env.clipboard.writeText(command);
+      } else if (choice === 'Run in Terminal') {
+        const terminal = vscode.window.createTerminal('onnxlens install');
+        terminal.show();
+        terminal.sendText(command);
+      }
+    });
   }
 
   private show(text: string, tooltip: string): void {
@@ -92,6 +143,7 @@ export class ServerConnection implements vscode.Disposable {
   }
 
   dispose(): void {
+    this.scheduleRestart.cancel();
     this.statusItem.dispose();
     void this.stop();
   }

@@ -1,35 +1,28 @@
 // The extension's commands (ids differ from the server's: the client auto-registers those).
-import { spawn } from 'node:child_process';
 import { randomUUID } from 'node:crypto';
 import * as path from 'node:path';
 import * as vscode from 'vscode';
 import { ExecuteCommandRequest } from 'vscode-languageclient/node';
 
 import { ServerConnection } from './client';
+import { openInNetron } from './netron';
+import {
+  CANCEL,
+  CONFIGURATION_SECTION,
+  EXPORT,
+  EXPORT_PROGRESS,
+  ErrorCode,
+  errorCode,
+  ExportArgs,
+  ExportProgress,
+  ExportResult,
+  Job,
+  LIST_TARGETS,
+  ListTargetsResult,
+  OP_LEVEL_DEBUG_OPTION,
+  OPEN_SARIF_LOG,
+} from './protocol';
 import { SarifLogs } from './sarifViewer';
-import { exportOptions, readSettings } from './settings';
-
-const SERVER_EXPORT = 'onnxlens.server.export';
-const SERVER_CANCEL = 'onnxlens.server.cancel';
-const SERVER_LIST_TARGETS = 'onnxlens.server.listTargets';
-
-interface Job {
-  jobId: string;
-  target: string;
-  status: 'ok' | 'failed' | 'crashed' | 'timeout' | 'cancelled';
-  message: string;
-  onnx: string | null;
-  sarif: string | null;
-  summary: { nodes: number; warnings: number } | null;
-  seconds: number;
-}
-
-interface ExportArgs {
-  uri: string;
-  target?: string;
-  line?: number;
-  all?: boolean;
-}
 
 export class Commands {
   private lastSarif: string | undefined;
@@ -43,7 +36,7 @@ export class Commands {
       'onnxlens.exportAtCursor': () => this.exportAtCursor(false),
       'onnxlens.exportWithOpLevelDebug': () => this.exportAtCursor(true),
       'onnxlens.exportFile': (uri?: vscode.Uri) => this.exportFile(uri),
-      'onnxlens.openSarifLog': (sarifPath?: string) => this.openSarif(sarifPath),
+      [OPEN_SARIF_LOG]: (sarifPath?: string) => this.openSarif(sarifPath),
       'onnxlens.openInNetron': (onnxPath?: string) => this.openInNetron(onnxPath),
       'onnxlens.cancelExport': () => this.cancelAll(),
       'onnxlens.restartServer': () => this.server.restart(),
@@ -74,6 +67,7 @@ export class Commands {
     }
   }
 
+  /** Exports with the `onnxlens` settings (the server reads them); `opLevelDebug` overrides its setting. */
   private async export(args: ExportArgs, opLevelDebug: boolean): Promise<void> {
     if (!vscode.workspace.isTrusted) {
       void vscode.window.showWarningMessage('Exporting runs your model code: trust this workspace to export (Workspaces: Manage Workspace Trust).');
@@ -84,7 +78,7 @@ export class Commands {
       void vscode.window.showErrorMessage('The onnxlens server is not running: see onnxlens: Show Log.', 'Show Log').then((c) => c && this.server.log.show());
       return;
     }
-    const settings = readSettings((key) => vscode.workspace.getConfiguration('onnxlens').get(key));
+    const openLogOnFailure = vscode.workspace.getConfiguration(CONFIGURATION_SECTION).get<boolean>('openSarifViewerOnFailure', false);
     const jobId = randomUUID();
     const name = args.target ?? (args.all ? path.basename(vscode.Uri.parse(args.uri).fsPath) : 'the target at the cursor');
     this.running.add(jobId);
@@ -95,16 +89,14 @@ export class Commands {
         { location: vscode.ProgressLocation.Notification, title: `onnxlens: exporting ${name}`, cancellable: true },
         async (progress, token) => {
           token.onCancellationRequested(() => this.cancel(jobId));
-          const listener = client.onNotification('onnxlens/exportProgress', (p: { jobId: string; stage: string; detail: string }) => {
+          const listener = client.onNotification(EXPORT_PROGRESS, (p: ExportProgress) => {
             if (p.jobId.startsWith(jobId)) {
-              progress.report({ message: `${p.stage}${p.detail}` });
+              progress.report({ message: p.message });
             }
           });
           try {
-            return (await client.sendRequest(ExecuteCommandRequest.type, {
-              command: SERVER_EXPORT,
-              arguments: [{ ...args, jobId, options: exportOptions(settings, opLevelDebug ? { opLevelDebug } : {}) }],
-            })) as { jobs: Job[] };
+            const request: ExportArgs = { ...args, jobId, options: opLevelDebug ? { [OP_LEVEL_DEBUG_OPTION]: true } : {} };
+            return (await client.sendRequest(ExecuteCommandRequest.type, { command: EXPORT, arguments: [request] })) as ExportResult;
           } finally {
             listener.dispose();
           }
@@ -112,13 +104,12 @@ export class Commands {
       );
       this.server.log.info(`Export of ${name} answered in ${Date.now() - started} ms: ${JSON.stringify(result.jobs.map((j) => [j.target, j.status]))}`);
       // Side by side: each report waits until its notification is closed.
-      await Promise.all(result.jobs.map((job) => this.report(job, settings.openSarifViewerOnFailure)));
+      await Promise.all(result.jobs.map((job) => this.report(job, openLogOnFailure)));
     } catch (error: any) {
-      const message: string = error?.message ?? String(error);
-      if (message.includes('no function decorated with @exporter.export_target')) {
+      if (errorCode(error) === ErrorCode.NoExportTarget) {
         await this.offerTarget(args.uri);
       } else {
-        void vscode.window.showErrorMessage(`onnxlens: ${message}`);
+        void vscode.window.showErrorMessage(`onnxlens: ${error?.message ?? String(error)}`);
       }
     } finally {
       this.running.delete(jobId);
@@ -164,9 +155,7 @@ export class Commands {
   /** No target in the file: offer the quick fix that creates one for an nn.Module class. */
   private async offerTarget(uri: string): Promise<void> {
     const client = this.server.client;
-    const listed = (await client?.sendRequest(ExecuteCommandRequest.type, { command: SERVER_LIST_TARGETS, arguments: [{ uri }] })) as
-      | { modules: { name: string; line: number }[] }
-      | undefined;
+    const listed = (await client?.sendRequest(ExecuteCommandRequest.type, { command: LIST_TARGETS, arguments: [{ uri }] })) as ListTargetsResult | undefined;
     const module = listed?.modules[0];
     if (!module) {
       void vscode.window.showWarningMessage('This file has no @exporter.export_target function and no nn.Module class to make one for.');
@@ -197,13 +186,11 @@ export class Commands {
       void vscode.window.showInformationMessage('No exported model yet: export a model first.');
       return;
     }
-    const script = 'import sys, netron; a = netron.start(sys.argv[1], browse=False); print("http://%s:%d" % a, flush=True); netron.wait()';
-    const netron = spawn(python, ['-c', script, model], { stdio: ['ignore', 'pipe', 'pipe'] });
-    netron.stdout.once('data', (data: Buffer) => void vscode.env.openExternal(vscode.Uri.parse(data.toString().trim())));
+    openInNetron(python, model, this.server.log);
   }
 
   private cancel(jobId: string): void {
-    void this.server.client?.sendRequest(ExecuteCommandRequest.type, { command: SERVER_CANCEL, arguments: [{ jobId }] });
+    void this.server.client?.sendRequest(ExecuteCommandRequest.type, { command: CANCEL, arguments: [{ jobId }] });
   }
 
   private cancelAll(): void {

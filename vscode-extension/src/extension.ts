@@ -16,13 +16,7 @@ export async function activate(context: vscode.ExtensionContext): Promise<void> 
   connection = new ServerConnection(context, log, (uri, diagnostics) => sarif.filter(uri, diagnostics));
   new Commands(connection, sarif).register(context);
   context.subscriptions.push(log, connection, vscode.window.registerTreeDataProvider('onnxlens.results', view));
-  context.subscriptions.push(
-    vscode.workspace.onDidChangeConfiguration((e) => {
-      if (e.affectsConfiguration('onnxlens.interpreter')) {
-        void connection?.restart();
-      }
-    }),
-  );
+  context.subscriptions.push(await connection.watchInterpreter());
   if (vscode.workspace.isTrusted) {
     await connection.start();
   } else {

@@ -1,54 +1,27 @@
-// Editor settings → the export options the language server takes (no vscode import: unit-testable).
+// Settings the extension itself acts on (no vscode import: unit-testable). The settings are declared in
+// package.json; the server reads the export settings from the `onnxlens` configuration itself.
 
-export interface OnnxlensSettings {
-  interpreter: string;
-  outputFolder: string;
-  opset: number;
-  dynamicShapes: boolean;
-  opLevelDebug: boolean;
-  timeoutSeconds: number;
-  verbosity: 'debug' | 'info' | 'warning' | 'error';
-  warningsAsErrors: boolean;
-  openSarifViewerOnFailure: boolean;
-}
+/** Settings whose change restarts the server: the ones it is started with. */
+export const RESTART_SETTINGS = ['interpreter'];
 
-export const DEFAULTS: OnnxlensSettings = {
-  interpreter: '',
-  outputFolder: 'onnxlens-out',
-  opset: 18,
-  dynamicShapes: false,
-  opLevelDebug: false,
-  timeoutSeconds: 300,
-  verbosity: 'info',
-  warningsAsErrors: false,
-  openSarifViewerOnFailure: false,
-};
-
-/** Reads every setting through `get`, falling back to the defaults. */
-export function readSettings(get: <T>(key: string) => T | undefined): OnnxlensSettings {
-  const settings = { ...DEFAULTS };
-  for (const key of Object.keys(DEFAULTS) as (keyof OnnxlensSettings)[]) {
-    const value = get(key);
-    if (value !== undefined && value !== null) {
-      (settings as Record<string, unknown>)[key] = value;
-    }
-  }
-  return settings;
-}
-
-/** The per-request export options (the server reads the rest of the settings itself). */
-export function exportOptions(settings: OnnxlensSettings, overrides: { opLevelDebug?: boolean } = {}): Record<string, unknown> {
-  return {
-    opset: settings.opset,
-    dynamicShapes: settings.dynamicShapes,
-    opLevelDebug: overrides.opLevelDebug ?? settings.opLevelDebug,
-    verbosity: settings.verbosity,
-    warningsAsErrors: settings.warningsAsErrors,
-  };
+/** Whether a configuration change (`affects(section)`, as `ConfigurationChangeEvent.affectsConfiguration`) needs a restart. */
+export function needsRestart(affects: (section: string) => boolean, section: string): boolean {
+  return RESTART_SETTINGS.some((key) => affects(`${section}.${key}`));
 }
 
 /** The command that installs what the server needs into `python`. */
 export function installCommand(python: string): string {
   const quoted = /\s/.test(python) ? `"${python}"` : python;
   return `${quoted} -m pip install "onnxlens[server]"`;
+}
+
+/** `fn` called once, `ms` after the last of a burst of calls. */
+export function debounce(fn: () => void, ms: number): { (): void; cancel(): void } {
+  let timer: ReturnType<typeof setTimeout> | undefined;
+  const debounced = () => {
+    clearTimeout(timer);
+    timer = setTimeout(fn, ms);
+  };
+  debounced.cancel = () => clearTimeout(timer);
+  return debounced;
 }

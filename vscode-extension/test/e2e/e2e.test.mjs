@@ -106,9 +106,9 @@ function resolvePython() {
   const venv = join(REPO, '.venv/bin/python');
   const python = process.env.ONNXLENS_PYTHON || (existsSync(venv) ? venv : 'python3');
   try {
-    return execFileSync(python, ['-c', 'import sys, exporter, server, pygls, torch; print(sys.executable)'], { encoding: 'utf8' }).trim();
+    return execFileSync(python, ['-c', 'import sys, exporter, onnxlens_server, pygls, torch; print(sys.executable)'], { encoding: 'utf8' }).trim();
   } catch (error) {
-    throw new Error(`${python} cannot import onnxlens (exporter, server, pygls, torch): set ONNXLENS_PYTHON. ${error.message}`);
+    throw new Error(`${python} cannot import onnxlens (exporter, onnxlens_server, pygls, torch): set ONNXLENS_PYTHON. ${error.message}`);
   }
 }
 

@@ -1,21 +1,28 @@
 import * as assert from 'node:assert/strict';
 import { test } from 'node:test';
 
-import { DEFAULTS, exportOptions, installCommand, readSettings } from '../../src/settings';
+import { debounce, installCommand, needsRestart } from '../../src/settings';
 
-test('settings fall back to defaults and keep what is set', () => {
-  const stored: Record<string, unknown> = { opset: 20, dynamicShapes: true, interpreter: null };
-  const settings = readSettings((key) => stored[key] as any);
-  assert.equal(settings.opset, 20);
-  assert.equal(settings.dynamicShapes, true);
-  assert.equal(settings.interpreter, DEFAULTS.interpreter);
-  assert.equal(settings.timeoutSeconds, 300);
+test('only a change of the interpreter setting restarts the server', () => {
+  assert.equal(needsRestart((section) => section === 'onnxlens.interpreter', 'onnxlens'), true);
+  assert.equal(needsRestart((section) => section === 'onnxlens.opset', 'onnxlens'), false);
 });
 
-test('export options carry the settings the server maps to ExportOptions', () => {
-  const settings = readSettings(() => undefined);
-  assert.deepEqual(exportOptions(settings), { opset: 18, dynamicShapes: false, opLevelDebug: false, verbosity: 'info', warningsAsErrors: false });
-  assert.equal(exportOptions(settings, { opLevelDebug: true }).opLevelDebug, true);
+test('a burst of calls runs the debounced function once, after the last', async () => {
+  let calls = 0;
+  const debounced = debounce(() => calls++, 20);
+  debounced();
+  debounced();
+  await new Promise((done) => setTimeout(done, 10));
+  debounced();
+  await new Promise((done) => setTimeout(done, 15));
+  assert.equal(calls, 0);
+  await new Promise((done) => setTimeout(done, 20));
+  assert.equal(calls, 1);
+  debounced();
+  debounced.cancel();
+  await new Promise((done) => setTimeout(done, 30));
+  assert.equal(calls, 1);
 });
 
 test('the install command quotes interpreters with spaces', () => {

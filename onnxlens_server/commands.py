@@ -1,0 +1,184 @@
+"""The server's commands: export targets (in worker processes, with progress), list them, cancel an export.
+
+An export's result replaces its target's problems and traces (`state`), which are published at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import pathlib
+import uuid
+from typing import Any
+
+from lsprotocol import types
+from pygls.lsp.server import LanguageServer
+from pygls.uris import to_fs_path
+
+from exporter.constants import Stage, progress_text
+from onnxlens_server import documents, sarif_to_lsp, traces
+from onnxlens_server.job import ExportRequest
+from onnxlens_server.protocol import (
+    EXPORT_FINISHED,
+    EXPORT_PROGRESS,
+    CancelArgs,
+    DocumentArgs,
+    ErrorCode,
+    ExportArgs,
+    RequestError,
+)
+from onnxlens_server.settings import export_settings, read_configuration
+from onnxlens_server.state import States, TargetState
+from onnxlens_server.targets import Discovery, discover, target_at
+from onnxlens_server.worker import JobResult, WorkerPool
+
+logger = logging.getLogger(__name__)
+_STAGES = list(Stage)
+
+
+class Commands:
+    def __init__(self, ls: LanguageServer, states: States, pool: WorkerPool) -> None:
+        self.ls = ls
+        self.states = states
+        self.pool = pool
+
+    async def export(self, args: ExportArgs) -> dict[str, Any]:
+        path, source = documents.read(self.ls.workspace, args.uri)
+        names = _select_targets(args, discover(source), path)
+        configuration = await read_configuration(self.ls, args.uri)
+        root = to_fs_path(self.ls.workspace.root_uri or "") or os.path.dirname(path)
+        chosen = export_settings(configuration, args.options, root)
+        job_id = args.job_id or uuid.uuid4().hex
+        requests = [
+            ExportRequest(job_id if len(names) == 1 else f"{job_id}-{name}", path, name, chosen.settings, chosen.output_dir, source)
+            for name in names
+        ]
+        results = await asyncio.gather(*(self._run(request, chosen.timeout) for request in requests))
+        return {"jobs": [_job_json(result) for result in results]}
+
+    def list_targets(self, args: DocumentArgs) -> dict[str, Any]:
+        _, source = documents.read(self.ls.workspace, args.uri)
+        found = discover(source)
+        return {
+            "targets": [{"name": t.name, "line": t.line} for t in found.targets],
+            "modules": [{"name": m.name, "line": m.line} for m in found.modules],
+        }
+
+    def cancel(self, args: CancelArgs) -> dict[str, Any]:
+        cancelled = self.pool.cancel(args.job_id)
+        logger.info("Cancel of %s: %s", args.job_id, "done" if cancelled else "no such job")
+        return {"cancelled": cancelled}
+
+    def publish(self, path: str) -> None:
+        """Send the problems of every target in `path` to the client."""
+        diagnostics = self.states.diagnostics(path)
+        self.ls.text_document_publish_diagnostics(types.PublishDiagnosticsParams(uri=pathlib.Path(path).as_uri(), diagnostics=diagnostics))
+
+    async def _run(self, request: ExportRequest, timeout: float) -> JobResult:
+        logger.info("Export of %s (job %s) with %s", request.target, request.job_id, request.settings)
+        progress = self.ls.work_done_progress
+        token = str(uuid.uuid4())
+        capabilities = self.ls.client_capabilities
+        if capabilities and capabilities.window and capabilities.window.work_done_progress:
+            await progress.create_async(token)
+            progress.tokens[token].add_done_callback(lambda f: f.cancelled() and self.pool.cancel(request.job_id))
+            progress.begin(token, types.WorkDoneProgressBegin(title=f"Exporting {request.target}", cancellable=True, percentage=0))
+
+        def report(stage: str, info: dict[str, Any]) -> None:
+            message = progress_text(stage, info)
+            self.ls.protocol.notify(EXPORT_PROGRESS, {"jobId": request.job_id, "target": request.target, "stage": stage, "message": message})
+            if token in progress.tokens:
+                progress.report(token, types.WorkDoneProgressReport(message=message, percentage=_percent(stage)))
+
+        result = await self.pool.export(request, report, timeout)
+        if token in progress.tokens:
+            progress.end(token, types.WorkDoneProgressEnd(message=f"{request.target}: {result.status}"))
+            progress.tokens.pop(token, None)
+        logger.info("Export of %s (job %s): %s in %.1f s %s", request.target, request.job_id, result.status, result.seconds, result.message)
+        self._apply(result)
+        self.ls.protocol.notify(EXPORT_FINISHED, _job_json(result))
+        return result
+
+    def _apply(self, result: JobResult) -> None:
+        """Replace the target's problems and traces with this export's, and publish them."""
+        request = result.request
+        state = TargetState(sarif=result.data.get("sarif"), onnx=result.data.get("onnx"))
+        log = _read_json(state.sarif) if state.sarif else None
+        line_text = self._line_text
+        if log is not None:
+            state.diagnostics = sarif_to_lsp.diagnostics_by_path(log, line_text)
+            state.traces = traces.line_traces(log)
+        if result.status != "ok" and not any(d.severity == types.DiagnosticSeverity.Error for ds in state.diagnostics.values() for d in ds):
+            path, line = _failure_location(result)
+            failure = sarif_to_lsp.failure(f"Export of {request.target} {result.status}: {result.message}", f"export-{result.status}", line, line_text(path, line))
+            state.diagnostics.setdefault(path, []).append(failure)
+        for path in self.states.replace(request.key, state) | {request.path}:  # the target's file always
+            self.publish(path)
+        workspace = getattr(self.ls.client_capabilities, "workspace", None)
+        if getattr(getattr(workspace, "inlay_hint", None), "refresh_support", False):
+            self.ls.workspace_inlay_hint_refresh(None)
+        if getattr(getattr(workspace, "code_lens", None), "refresh_support", False):
+            self.ls.workspace_code_lens_refresh(None)
+
+    def _line_text(self, path: str, line: int) -> str | None:
+        return documents.line_text(self.ls.workspace, path, line)
+
+
+def _select_targets(args: ExportArgs, found: Discovery, path: str) -> list[str]:
+    names = [t.name for t in found.targets]
+    if not names:
+        raise RequestError(
+            ErrorCode.NO_EXPORT_TARGET,
+            f"{os.path.basename(path)} has no function decorated with @exporter.export_target (a quick fix on an nn.Module class creates one).",
+        )
+    if args.all:
+        return names
+    if args.target is not None:
+        if args.target not in names:
+            raise RequestError(ErrorCode.UNKNOWN_TARGET, f"{os.path.basename(path)} has no export target {args.target!r}; targets: {', '.join(names)}")
+        return [args.target]
+    return [target_at(found.targets, args.line).name]
+
+
+def _failure_location(result: JobResult) -> tuple[str, int]:
+    """Where a failure without a located SARIF result (crash, timeout, bad target) goes: the user frame
+    it was raised from, else the target's line."""
+    frames = result.data.get("frames") or []
+    if frames:
+        return frames[0]["path"], frames[0]["line"] - 1
+    request = result.request
+    return request.path, next((t.line for t in discover(request.source or "").targets if t.name == request.target), 0)
+
+
+def _percent(stage: str) -> int:
+    """Work done so far at the start of `stage`: the stages share 5–95 %, in order."""
+    try:
+        index = _STAGES.index(Stage(stage))
+    except ValueError:
+        index = len(_STAGES) // 2
+    return 5 + 90 * index // (len(_STAGES) - 1)
+
+
+def _job_json(result: JobResult) -> dict[str, Any]:
+    return {
+        "jobId": result.request.job_id,
+        "uri": pathlib.Path(result.request.path).as_uri(),
+        "target": result.request.target,
+        "status": result.status,
+        "message": result.message,
+        "stage": result.stage,
+        "onnx": result.data.get("onnx"),
+        "sarif": result.data.get("sarif"),
+        "summary": result.data.get("summary"),
+        "seconds": round(result.seconds, 3),
+    }
+
+
+def _read_json(path: str) -> dict[str, Any] | None:
+    try:
+        with open(path, encoding="utf-8") as f:
+            return json.load(f)
+    except (OSError, ValueError):
+        return None

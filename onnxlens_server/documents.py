@@ -1,0 +1,38 @@
+"""Documents as the server sees them: the editor's text when open, else the file on disk."""
+
+from __future__ import annotations
+
+import os
+import pathlib
+
+from pygls.uris import to_fs_path
+from pygls.workspace import Workspace
+
+from onnxlens_server.protocol import ErrorCode, RequestError
+
+
+def read(workspace: Workspace, uri: str) -> tuple[str, str]:
+    """(path, text) of the document `uri`; `RequestError` if it is not a file on disk."""
+    path = to_fs_path(uri)
+    if path is None:
+        raise RequestError(ErrorCode.NOT_ON_DISK, f"{uri} is not a file on disk: save it first, then export.")
+    document = workspace.text_documents.get(uri)
+    if document is not None:
+        return path, document.source
+    if not os.path.isfile(path):
+        raise RequestError(ErrorCode.NO_SUCH_FILE, f"No such file: {path}")
+    return path, pathlib.Path(path).read_text(encoding="utf-8")
+
+
+def line_text(workspace: Workspace, path: str, line: int) -> str | None:
+    """The text of a 0-based line of `path` (None past its end)."""
+    document = workspace.text_documents.get(pathlib.Path(path).as_uri())
+    lines = document.lines if document is not None else _file_lines(path)
+    return lines[line] if 0 <= line < len(lines) else None
+
+
+def _file_lines(path: str) -> list[str]:
+    try:
+        return pathlib.Path(path).read_text(encoding="utf-8").splitlines(keepends=True)
+    except (OSError, UnicodeDecodeError):
+        return []

@@ -1,0 +1,81 @@
+"""What the editor asks about a document: code lenses on targets, op-level debug traces inline
+(inlay hints, hovers) and quick fixes."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+
+from lsprotocol import types
+
+from exporter.options import SETTINGS
+from onnxlens_server import fixes, traces
+from onnxlens_server.job import target_key
+from onnxlens_server.protocol import EXPORT, OPEN_SARIF_LOG
+from onnxlens_server.state import States
+from onnxlens_server.targets import Discovery, discover
+
+LineText = Callable[[str, int], "str | None"]  # (path, 0-based line) -> the line's text
+_OP_LEVEL_DEBUG = SETTINGS["op_level_debug"].editor_key
+
+
+def code_lenses(uri: str, path: str, source: str, states: States) -> list[types.CodeLens]:
+    """Export (plain and with op-level debug) on every target; its SARIF log once it has one."""
+    lenses = []
+    for target in discover(source).targets:
+        at = types.Range(types.Position(target.decorator_line, 0), types.Position(target.decorator_line, 0))
+        arguments = {"uri": uri, "target": target.name}
+        lenses.append(types.CodeLens(at, types.Command(title="$(export) Export to ONNX", command=EXPORT, arguments=[arguments])))
+        lenses.append(types.CodeLens(at, types.Command(
+            title="Export with op-level debug", command=EXPORT, arguments=[{**arguments, "options": {_OP_LEVEL_DEBUG: True}}])))
+        state = states.get(target_key(path, target.name))
+        if state and state.sarif:
+            lenses.append(types.CodeLens(at, types.Command(title="Open SARIF log", command=OPEN_SARIF_LOG, arguments=[state.sarif])))
+    return lenses
+
+
+def inlay_hints(path: str, lines: types.Range, states: States, line_text: LineText) -> list[types.InlayHint]:
+    """A trace summary at the end of each traced line in `lines`."""
+    hints = []
+    for trace in states.traces(path):
+        if lines.start.line <= trace.line <= lines.end.line and (text := line_text(path, trace.line)) is not None:
+            hints.append(traces.inlay_hint(trace, text))
+    return hints
+
+
+def hover(path: str, line: int, states: States) -> types.Hover | None:
+    """The traces of `line`, op by op."""
+    found = [t for t in states.traces(path) if t.line == line]
+    if not found:
+        return None
+    return types.Hover(types.MarkupContent(types.MarkupKind.Markdown, "\n\n".join(traces.hover_markdown(t) for t in found)))
+
+
+def code_actions(uri: str, source: str, params: types.CodeActionParams) -> list[types.CodeAction]:
+    """A stub ONNX function for each FXE0011 problem; an export target for the module class at the cursor."""
+    found = discover(source)
+    end = len(source.splitlines())
+    actions = []
+    for diagnostic in params.context.diagnostics:
+        schema = (diagnostic.data or {}).get("properties", {}).get("schema") if isinstance(diagnostic.data, dict) else None
+        if diagnostic.code == "FXE0011" and schema and (edits := fixes.register_stub(schema, found, end)):
+            actions.append(types.CodeAction(
+                title=f"Add an ONNX function stub for {schema.split('(')[0]} and register it",
+                kind=types.CodeActionKind.QuickFix, diagnostics=[diagnostic],
+                edit=types.WorkspaceEdit(changes={uri: edits}), is_preferred=True,
+            ))
+    line = params.range.start.line
+    for module in found.modules:
+        if module.line <= line <= module.end_line and not _has_target_for(source, found, module.name):
+            actions.append(types.CodeAction(
+                title=f"Create an export target for {module.name}",
+                kind=types.CodeActionKind.QuickFix,
+                edit=types.WorkspaceEdit(changes={uri: fixes.export_target_for(module, found)}),
+            ))
+    return actions
+
+
+def _has_target_for(source: str, found: Discovery, class_name: str) -> bool:
+    lines = source.splitlines()
+    pattern = re.compile(rf"\b{re.escape(class_name)}\s*\(")
+    return any(pattern.search("\n".join(lines[t.line : t.end_line + 1])) for t in found.targets)

@@ -1,0 +1,63 @@
+"""The editor's ``onnxlens`` configuration, and a request's overrides, as export settings.
+
+The export settings' editor keys come from `exporter.options.SETTINGS` (declared once, with the
+option fields); the two keys below are the server's own.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import logging
+import os
+from collections.abc import Mapping
+from typing import Any
+
+from lsprotocol import types
+from pygls.lsp.server import LanguageServer
+
+from exporter.options import SETTINGS, validate_settings
+from onnxlens_server.protocol import CONFIGURATION_SECTION, ErrorCode, RequestError
+
+logger = logging.getLogger(__name__)
+
+TIMEOUT_KEY, OUTPUT_FOLDER_KEY = "timeoutSeconds", "outputFolder"
+DEFAULT_TIMEOUT = 300.0
+DEFAULT_OUTPUT_FOLDER = "onnxlens-out"
+_NAMES = {s.editor_key: s.name for s in SETTINGS.values()}  # editor key -> setting name
+
+
+@dataclasses.dataclass(frozen=True)
+class ExportSettings:
+    settings: dict[str, Any]  # `ExportOptions.from_settings` keys, validated
+    timeout: float
+    output_dir: str
+
+
+def export_settings(configuration: Mapping[str, Any], overrides: Mapping[str, Any], root: str) -> ExportSettings:
+    """The configuration's export settings updated with a request's `overrides` (editor keys both);
+    output folders are relative to `root`. Raises `RequestError` (INVALID_OPTIONS) for bad values."""
+    unknown = sorted(set(overrides) - set(_NAMES))
+    if unknown:
+        raise RequestError(ErrorCode.INVALID_OPTIONS, f"Unknown export option {unknown[0]!r}; known: {', '.join(_NAMES)}")
+    merged = {**{k: v for k, v in configuration.items() if k in _NAMES}, **overrides}
+    try:
+        settings = validate_settings({_NAMES[k]: v for k, v in merged.items()})
+    except ValueError as e:
+        raise RequestError(ErrorCode.INVALID_OPTIONS, f"Invalid onnxlens settings: {e}") from None
+    timeout = float(configuration.get(TIMEOUT_KEY) or DEFAULT_TIMEOUT)
+    output_dir = os.path.normpath(os.path.join(root, configuration.get(OUTPUT_FOLDER_KEY) or DEFAULT_OUTPUT_FOLDER))
+    return ExportSettings(settings, timeout, output_dir)
+
+
+async def read_configuration(ls: LanguageServer, scope_uri: str | None) -> dict[str, Any]:
+    """The client's ``onnxlens`` configuration for `scope_uri` ({} if it offers none or does not answer)."""
+    if not getattr(getattr(ls.client_capabilities, "workspace", None), "configuration", False):
+        return {}
+    item = types.ConfigurationItem(scope_uri=scope_uri, section=CONFIGURATION_SECTION)
+    try:
+        (configuration,) = await asyncio.wait_for(ls.workspace_configuration_async(types.ConfigurationParams(items=[item])), timeout=5)
+    except (asyncio.TimeoutError, ValueError):
+        logger.warning("The client did not answer workspace/configuration: default settings")
+        return {}
+    return configuration if isinstance(configuration, dict) else {}

@@ -1,0 +1,59 @@
+"""Quick-fix edits: an ONNX function stub for an unsupported operator, an export target for a module."""
+
+from __future__ import annotations
+
+import textwrap
+
+from lsprotocol import types
+
+from onnxlens_server import fixes
+from onnxlens_server.targets import discover
+
+SOURCE = textwrap.dedent('''\
+    import torch
+
+
+    class Net(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc = torch.nn.Linear(4, 2)
+''')
+
+
+def apply(text: str, edits: list[types.TextEdit]) -> str:
+    lines = text.splitlines(keepends=True)
+    for edit in sorted(edits, key=lambda e: e.range.start.line, reverse=True):
+        assert edit.range.start == edit.range.end  # insertions only
+        lines[edit.range.start.line : edit.range.start.line] = [edit.new_text]
+    return "".join(lines)
+
+
+def test_stub_has_inputs_attributes_and_its_registration():
+    found = discover(SOURCE)
+    schema = "mylib::scaled(Tensor x, SymInt n, float scale=1.0, *, Tensor? bias=None) -> (Tensor, Tensor)"
+    fixed = apply(SOURCE, fixes.register_stub(schema, found, len(SOURCE.splitlines())))
+    assert fixed.startswith("import torch\nimport onnxscript\nfrom onnxscript import opset18 as op\nimport exporter\n")
+    assert "def mylib_scaled(x, n: int, scale: float = 1.0, bias=None):" in fixed
+    assert "    return op.Identity(x), op.Identity(x)  # TODO" in fixed
+    assert fixed.endswith('exporter.default_registry().register_op(mylib_scaled, "mylib", "scaled", "default")\n')
+    compile(fixed, "net.py", "exec")
+
+
+def test_stub_for_an_overload_and_an_unparsable_schema():
+    found = discover(SOURCE)
+    edits = fixes.register_stub("mylib::op.out(Tensor self) -> Tensor", found, 7)
+    assert "def mylib_op_out(self):" in edits[-1].new_text and '"mylib", "op", "out")' in edits[-1].new_text
+    assert fixes.register_stub("not a schema", found, 7) is None
+
+
+def test_export_target_after_the_class_with_the_missing_import():
+    found = discover(SOURCE)
+    (module,) = found.modules
+    fixed = apply(SOURCE, fixes.export_target_for(module, found))
+    assert fixed == SOURCE.replace("import torch\n", "import torch\nimport exporter\n") + textwrap.dedent('''
+
+        @exporter.export_target
+        def export_net():
+            """Build Net with example inputs for onnxlens (check the input shape)."""
+            return Net().eval(), (torch.randn(2, 4),)
+    ''')

@@ -1,0 +1,45 @@
+"""The extension and the server agree: command ids, notifications, error codes, argument fields and settings."""
+
+from __future__ import annotations
+
+import json
+import pathlib
+import re
+
+import attrs
+
+from exporter.options import SETTINGS
+from onnxlens_server import protocol, settings
+
+EXTENSION = pathlib.Path(__file__).resolve().parent.parent / "vscode-extension"
+PROTOCOL_TS = (EXTENSION / "src" / "protocol.ts").read_text()
+
+
+def test_names_are_spelled_the_same_on_both_sides():
+    constants = dict(re.findall(r"^export const (\w+) = '([^']*)';", PROTOCOL_TS, re.M))
+    names = ["EXPORT", "LIST_TARGETS", "CANCEL", "OPEN_SARIF_LOG", "EXPORT_PROGRESS", "EXPORT_FINISHED", "CONFIGURATION_SECTION"]
+    assert constants == {**{name: getattr(protocol, name) for name in names}, "OP_LEVEL_DEBUG_OPTION": SETTINGS["op_level_debug"].editor_key}
+
+
+def test_error_codes_are_the_same_on_both_sides():
+    enum = re.search(r"export enum ErrorCode \{(.*?)\}", PROTOCOL_TS, re.S)[1]
+    codes = {re.sub(r"(?<!^)(?=[A-Z])", "_", name).upper(): int(value) for name, value in re.findall(r"(\w+) = (\d+)", enum)}
+    assert codes == {code.name: code.value for code in protocol.ErrorCode}
+
+
+def test_export_arguments_have_the_same_fields():
+    interface = re.search(r"export interface ExportArgs \{(.*?)\}", PROTOCOL_TS, re.S)[1]
+    assert re.findall(r"^\s*(\w+)\??:", interface, re.M) == [f.alias for f in attrs.fields(protocol.ExportArgs)]
+
+
+def test_the_extension_declares_every_setting_the_server_reads():
+    declared = json.loads((EXTENSION / "package.json").read_text())["contributes"]["configuration"]["properties"]
+    types = {bool: "boolean", int: "integer", str: "string"}
+    for setting in SETTINGS.values():
+        entry = declared[f"onnxlens.{setting.editor_key}"]
+        assert entry["type"] == types[setting.kind], setting.name
+        assert tuple(entry.get("enum", ())) == setting.choices, setting.name
+        if setting.default is not None:
+            assert entry["default"] == setting.default, setting.name
+    assert declared[f"onnxlens.{settings.TIMEOUT_KEY}"]["default"] == settings.DEFAULT_TIMEOUT
+    assert declared[f"onnxlens.{settings.OUTPUT_FOLDER_KEY}"]["default"] == settings.DEFAULT_OUTPUT_FOLDER

@@ -1,0 +1,69 @@
+// What the extension and the language server say to each other. The server spells the same names in
+// onnxlens_server/protocol.py (tests/test_protocol.py checks that the two agree). No vscode import.
+
+/** Commands the server executes (`workspace/executeCommand`); the client registers them itself. */
+export const EXPORT = 'onnxlens.server.export';
+export const LIST_TARGETS = 'onnxlens.server.listTargets';
+export const CANCEL = 'onnxlens.server.cancel';
+/** A command of the extension the server's code lenses invoke. */
+export const OPEN_SARIF_LOG = 'onnxlens.openSarifLog';
+
+/** Notifications from the server. */
+export const EXPORT_PROGRESS = 'onnxlens/exportProgress';
+export const EXPORT_FINISHED = 'onnxlens/exportFinished';
+
+export const CONFIGURATION_SECTION = 'onnxlens';
+/** The setting a request overrides to export with op-level debug (declared in package.json). */
+export const OP_LEVEL_DEBUG_OPTION = 'opLevelDebug';
+
+/** JSON-RPC error codes of requests the server refuses. */
+export enum ErrorCode {
+  NotOnDisk = 1001,
+  NoSuchFile = 1002,
+  NoExportTarget = 1003,
+  UnknownTarget = 1004,
+  InvalidOptions = 1005,
+}
+
+/** `EXPORT`'s argument: a target by name, all targets of the file, or the one at `line` (0-based). */
+export interface ExportArgs {
+  uri: string;
+  target?: string;
+  line?: number;
+  all?: boolean;
+  options?: Record<string, unknown>; // per-request overrides of the onnxlens settings (their keys)
+  jobId?: string;
+}
+
+export interface Job {
+  jobId: string;
+  target: string;
+  status: 'ok' | 'failed' | 'crashed' | 'timeout' | 'cancelled';
+  message: string;
+  onnx: string | null;
+  sarif: string | null;
+  summary: { nodes: number; warnings: number } | null;
+  seconds: number;
+}
+
+export interface ExportResult {
+  jobs: Job[];
+}
+
+export interface ExportProgress {
+  jobId: string;
+  target: string;
+  stage: string;
+  message: string;
+}
+
+export interface ListTargetsResult {
+  targets: { name: string; line: number }[];
+  modules: { name: string; line: number }[];
+}
+
+/** The server's error code of a failed request, if it has one. */
+export function errorCode(error: unknown): number | undefined {
+  const code = (error as { code?: unknown } | null)?.code;
+  return typeof code === 'number' ? code : undefined;
+}
