@@ -23,7 +23,7 @@ import onnx_ir as ir
 import torch
 from onnx_ir.tensor_adapters import from_torch_dtype
 
-from exporter.files import atomic_path
+from exporter.files import atomic_path, temporary_prefix
 
 WEIGHT_META = "onnxlens.weight"  # ir.Value.meta key marking graph inputs that stand for weights
 WEIGHT_NAMES_META = "onnxlens.weight_names"  # ir.Model.meta key: every parameter/buffer name of the captured model
@@ -114,7 +114,7 @@ def save_with_state_dict(
     kept_initializers = {t.name: t for t in model_proto.graph.initializer}
     del model_proto.graph.initializer[:]
 
-    staging = tempfile.mkdtemp(dir=directory, prefix=f".tmp-{folder}-")
+    staging = tempfile.mkdtemp(dir=directory, prefix=temporary_prefix(folder))
     try:
         written: dict[str, onnx.TensorProto] = {}
         unknown: list[str] = []

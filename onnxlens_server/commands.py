@@ -18,7 +18,7 @@ from pygls.lsp.server import LanguageServer
 from pygls.uris import to_fs_path
 
 from exporter.constants import Stage, progress_text
-from onnxlens_server import documents, sarif_to_lsp, traces
+from onnxlens_server import documents, outputs, sarif_to_lsp, traces
 from onnxlens_server.job import ExportRequest
 from onnxlens_server.protocol import (
     EXPORT_FINISHED,
@@ -47,12 +47,21 @@ class Commands:
     async def export(self, args: ExportArgs) -> dict[str, Any]:
         path, source = documents.read(self.ls.workspace, args.uri)
         names = _select_targets(args, discover(source), path)
+        root = outputs.workspace_folder(path, self._workspace_folders())
         configuration = await read_configuration(self.ls, args.uri)
-        root = to_fs_path(self.ls.workspace.root_uri or "") or os.path.dirname(path)
-        chosen = export_settings(configuration, args.options, root)
+        chosen = export_settings(configuration, args.options)
         job_id = args.job_id or uuid.uuid4().hex
         requests = [
-            ExportRequest(job_id if len(names) == 1 else f"{job_id}-{name}", path, name, chosen.settings, chosen.output_dir, source)
+            ExportRequest(
+                job_id=job_id if len(names) == 1 else f"{job_id}-{name}",
+                path=path,
+                target=name,
+                settings=chosen.settings,
+                output_stem=outputs.output_stem(path, name, root, chosen.output_folder, chosen.output_folder_chosen_by_user),
+                cwd=root,
+                memory_limit_mb=chosen.memory_limit_mb,
+                source=source,
+            )
             for name in names
         ]
         results = await asyncio.gather(*(self._run(request, chosen.timeout) for request in requests))
@@ -70,6 +79,11 @@ class Commands:
         cancelled = self.pool.cancel(args.job_id)
         logger.info("Cancel of %s: %s", args.job_id, "done" if cancelled else "no such job")
         return {"cancelled": cancelled}
+
+    def _workspace_folders(self) -> list[str]:
+        workspace = self.ls.workspace
+        uris = [folder.uri for folder in workspace.folders.values()] or [workspace.root_uri or ""]
+        return [path for uri in uris if (path := to_fs_path(uri))]
 
     def publish(self, path: str) -> None:
         """Send the problems of every target in `path` to the client."""

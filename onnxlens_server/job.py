@@ -1,20 +1,22 @@
-"""One export, run inside a forked worker process; it reports back over a pipe.
+"""One export, run inside a process forked by the fork server; it reports back over a socket.
 
-Messages sent (tuples): ``("progress", stage, info)`` while exporting, then exactly one
-``("result", dict)``. If the process dies without a result (crash, ``os._exit``, kill), the
-server knows from the missing result and the exit code.
+Messages sent (tuples, `wire`): ``("started", pid)``, ``("progress", stage, info)`` while exporting,
+then exactly one ``("result", dict)``. If the process dies without a result (crash, ``os._exit``,
+kill), the server knows from the missing result and the exit code the fork server sends.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import os
+import resource
+import socket
 import time
 import traceback
-from multiprocessing.connection import Connection
 from typing import Any
 
 from exporter.constants import Stage
+from onnxlens_server import wire
 
 
 @dataclasses.dataclass(frozen=True)
@@ -23,7 +25,9 @@ class ExportRequest:
     path: str  # the model file (absolute)
     target: str  # an @exporter.export_target function in it
     settings: dict[str, Any]  # ExportOptions.from_settings keys
-    output_dir: str
+    output_stem: str  # the output files' path without suffix (`onnx_path`, `sarif_path`)
+    cwd: str  # the working directory of the export (the workspace folder)
+    memory_limit_mb: int = 0  # the export process's data size limit; 0: none
     source: str | None = None  # the editor's text of `path` (may be unsaved); None: read the file
 
     @property
@@ -31,16 +35,16 @@ class ExportRequest:
         return target_key(self.path, self.target)
 
     @property
-    def stem(self) -> str:
-        return f"{os.path.splitext(os.path.basename(self.path))[0]}.{self.target}"
+    def output_dir(self) -> str:
+        return os.path.dirname(self.output_stem)
 
     @property
     def onnx_path(self) -> str:
-        return os.path.join(self.output_dir, self.stem + ".onnx")
+        return self.output_stem + ".onnx"
 
     @property
     def sarif_path(self) -> str:
-        return os.path.join(self.output_dir, self.stem + ".sarif")
+        return self.output_stem + ".sarif"
 
 
 def target_key(path: str, target: str) -> str:
@@ -48,19 +52,38 @@ def target_key(path: str, target: str) -> str:
     return f"{path}::{target}"
 
 
-def run(request: ExportRequest, conn: Connection) -> None:
+def run(request: ExportRequest, conn: socket.socket) -> None:
     """Process entry point: export `request.target`, writing .onnx and .sarif atomically."""
     from exporter.diagnostics.locations import add_library_root
 
+    wire.send(conn, ("started", os.getpid()))
     add_library_root(os.path.dirname(__file__))  # this package's frames are not the user's
-    start = time.perf_counter()
+    start, stage = time.perf_counter(), Stage.LOAD.value
+
+    def progress(new_stage: str, info: dict[str, Any]) -> None:
+        nonlocal stage
+        stage = new_stage
+        wire.send(conn, ("progress", new_stage, info))
+
     try:
-        result = _export(request, lambda stage, info: conn.send(("progress", stage, info)))
+        os.chdir(request.cwd)
+        if request.memory_limit_mb:
+            limit = request.memory_limit_mb << 20
+            resource.setrlimit(resource.RLIMIT_DATA, (limit, limit))
+        result = _export(request, progress)
     except BaseException as e:  # anything user code raises is a result, not a crash
-        result = {"status": "failed", "message": f"{type(e).__name__}: {e}", "frames": _user_frames(e, request.path)}
+        if _out_of_memory(e):
+            result = {"status": "failed", "message": f"Out of memory at {stage}: the export process reached its limit of {request.memory_limit_mb} MiB (setting onnxlens.memoryLimitMB).", "frames": []}
+        else:
+            result = {"status": "failed", "message": f"{type(e).__name__}: {e}", "frames": _user_frames(e, request.path)}
     result["seconds"] = time.perf_counter() - start
-    conn.send(("result", result))
+    wire.send(conn, ("result", result))
     conn.close()
+
+
+def _out_of_memory(error: BaseException) -> bool:
+    """A failed allocation: Python's MemoryError, or torch's allocator error (a RuntimeError)."""
+    return isinstance(error, MemoryError) or "can't allocate memory" in str(error)
 
 
 def _export(request: ExportRequest, progress) -> dict[str, Any]:

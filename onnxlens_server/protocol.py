@@ -26,6 +26,9 @@ EXPORT_PROGRESS = "onnxlens/exportProgress"  # {jobId, target, stage, detail, me
 EXPORT_FINISHED = "onnxlens/exportFinished"  # {jobId, uri, target, status, message, stage, onnx, sarif, summary, seconds}
 
 CONFIGURATION_SECTION = "onnxlens"
+# Added by the extension to the configuration it answers: "user" when the user's own settings chose
+# onnxlens.outputFolder (then it may lead outside the workspace), else "workspace" or "default".
+OUTPUT_FOLDER_SCOPE = "outputFolderScope"
 
 
 class ErrorCode(enum.IntEnum):
@@ -36,6 +39,7 @@ class ErrorCode(enum.IntEnum):
     NO_EXPORT_TARGET = 1003  # the file has no @exporter.export_target function (the extension offers one)
     UNKNOWN_TARGET = 1004
     INVALID_OPTIONS = 1005
+    OUTSIDE_WORKSPACE = 1006  # the model file, or the output folder, is outside the workspace folders
 
 
 class RequestError(JsonRpcException):

@@ -6,10 +6,8 @@ Commands and custom notifications are listed in `onnxlens_server.protocol`; expo
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import os
-import time
 from typing import Any
 
 from lsprotocol import types
@@ -59,9 +57,12 @@ def cancel_command(ls: OnnxlensServer, args: protocol.CancelArgs) -> dict[str, A
 @server.feature(types.INITIALIZED)
 async def initialized(ls: OnnxlensServer, params: types.InitializedParams) -> None:
     log_to_client(ls)
-    start = time.perf_counter()
-    await asyncio.get_running_loop().run_in_executor(None, ls.pool.warm_up)
-    logger.info("Export workers warm in %.1f s", time.perf_counter() - start)
+    await ls.pool.start()  # it warms up in the background; exports wait for it, nothing else does
+
+
+@server.feature(types.SHUTDOWN)
+def shutdown(ls: OnnxlensServer, params: None) -> None:
+    ls.pool.close()
 
 
 @server.feature(types.WORKSPACE_DID_CHANGE_CONFIGURATION)
@@ -69,7 +70,7 @@ async def did_change_configuration(ls: OnnxlensServer, params: types.DidChangeCo
     """Exports read the settings when they start; a bad value is reported now rather than then."""
     configuration = await read_configuration(ls, None)
     try:
-        export_settings(configuration, {}, ".")
+        export_settings(configuration, {})
     except protocol.RequestError as e:
         logger.warning("%s", e)
         ls.window_show_message(types.ShowMessageParams(types.MessageType.Warning, f"onnxlens: {e}"))

@@ -1,7 +1,9 @@
 """The editor's ``onnxlens`` configuration, and a request's overrides, as export settings.
 
 The export settings' editor keys come from `exporter.options.SETTINGS` (declared once, with the
-option fields); the two keys below are the server's own.
+option fields); the keys below are the server's own. ``outputFolderScope`` is not a setting: the
+extension adds it, saying whether the user chose the output folder in their own settings
+(``user``) rather than the workspace (`onnxlens_server.outputs`).
 """
 
 from __future__ import annotations
@@ -17,11 +19,11 @@ from lsprotocol import types
 from pygls.lsp.server import LanguageServer
 
 from exporter.options import SETTINGS, validate_settings
-from onnxlens_server.protocol import CONFIGURATION_SECTION, ErrorCode, RequestError
+from onnxlens_server.protocol import CONFIGURATION_SECTION, OUTPUT_FOLDER_SCOPE, ErrorCode, RequestError
 
 logger = logging.getLogger(__name__)
 
-TIMEOUT_KEY, OUTPUT_FOLDER_KEY = "timeoutSeconds", "outputFolder"
+TIMEOUT_KEY, OUTPUT_FOLDER_KEY, MEMORY_LIMIT_KEY = "timeoutSeconds", "outputFolder", "memoryLimitMB"
 DEFAULT_TIMEOUT = 300.0
 DEFAULT_OUTPUT_FOLDER = "onnxlens-out"
 _NAMES = {s.editor_key: s.name for s in SETTINGS.values()}  # editor key -> setting name
@@ -31,12 +33,14 @@ _NAMES = {s.editor_key: s.name for s in SETTINGS.values()}  # editor key -> sett
 class ExportSettings:
     settings: dict[str, Any]  # `ExportOptions.from_settings` keys, validated
     timeout: float
-    output_dir: str
+    output_folder: str  # relative to the model's workspace folder (`outputs.output_stem`)
+    output_folder_chosen_by_user: bool
+    memory_limit_mb: int  # of each export process; 0: none
 
 
-def export_settings(configuration: Mapping[str, Any], overrides: Mapping[str, Any], root: str) -> ExportSettings:
-    """The configuration's export settings updated with a request's `overrides` (editor keys both);
-    output folders are relative to `root`. Raises `RequestError` (INVALID_OPTIONS) for bad values."""
+def export_settings(configuration: Mapping[str, Any], overrides: Mapping[str, Any]) -> ExportSettings:
+    """The configuration's export settings updated with a request's `overrides` (editor keys both).
+    Raises `RequestError` (INVALID_OPTIONS) for bad values."""
     unknown = sorted(set(overrides) - set(_NAMES))
     if unknown:
         raise RequestError(ErrorCode.INVALID_OPTIONS, f"Unknown export option {unknown[0]!r}; known: {', '.join(_NAMES)}")
@@ -46,8 +50,17 @@ def export_settings(configuration: Mapping[str, Any], overrides: Mapping[str, An
     except ValueError as e:
         raise RequestError(ErrorCode.INVALID_OPTIONS, f"Invalid onnxlens settings: {e}") from None
     timeout = float(configuration.get(TIMEOUT_KEY) or DEFAULT_TIMEOUT)
-    output_dir = os.path.normpath(os.path.join(root, configuration.get(OUTPUT_FOLDER_KEY) or DEFAULT_OUTPUT_FOLDER))
-    return ExportSettings(settings, timeout, output_dir)
+    memory_limit = configuration.get(MEMORY_LIMIT_KEY)
+    memory_limit = default_memory_limit_mb() if memory_limit is None else memory_limit
+    if not isinstance(memory_limit, int) or isinstance(memory_limit, bool) or memory_limit < 0:
+        raise RequestError(ErrorCode.INVALID_OPTIONS, f"Invalid onnxlens settings: {MEMORY_LIMIT_KEY} must be a whole number of MiB >= 0 (0: no limit), not {memory_limit!r}")
+    output_folder = configuration.get(OUTPUT_FOLDER_KEY) or DEFAULT_OUTPUT_FOLDER
+    return ExportSettings(settings, timeout, output_folder, configuration.get(OUTPUT_FOLDER_SCOPE) == "user", memory_limit)
+
+
+def default_memory_limit_mb() -> int:
+    """Half of the machine's memory: a leaking model fails long before the machine swaps."""
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") // 2 >> 20
 
 
 async def read_configuration(ls: LanguageServer, scope_uri: str | None) -> dict[str, Any]:

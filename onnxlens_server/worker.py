@@ -1,21 +1,34 @@
-"""Export jobs in separate processes, forked from a warm fork server.
+"""Export jobs in separate processes, forked from a warm fork server (`onnxlens_server.forkserver`).
 
-The fork server imports torch, onnxscript and the exporter's registry once (`onnxlens_server.warm`); each
-export is a fresh fork of it, so edited user code is picked up, and a crash, a hang or a leak in
-user code dies with its process. The language server's own process never imports torch.
+Each export is a fresh fork, so edited user code is picked up, and a crash, a hang or a leak in
+user code dies with its process group. The language server's own process never imports torch and
+never waits for the fork server: it is started, and restarted after it dies, without blocking the
+event loop; exports queue until it is warm.
 """
 
 from __future__ import annotations
 
 import asyncio
 import dataclasses
-import multiprocessing
+import logging
+import os
 import signal
+import socket
+import subprocess
+import sys
 import time
 from collections.abc import Callable
 from typing import Any
 
-from onnxlens_server.job import ExportRequest, run
+from exporter.files import remove_stale_temporaries
+from onnxlens_server import wire
+from onnxlens_server.job import ExportRequest
+
+logger = logging.getLogger(__name__)
+
+# The fork server's working directory: the one holding this package, not the workspace, so no
+# module of the workspace shadows one the fork server imports.
+_NEUTRAL_DIRECTORY = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 @dataclasses.dataclass
@@ -31,107 +44,166 @@ class JobResult:
 Progress = Callable[[str, dict[str, Any]], None]
 
 
+@dataclasses.dataclass(eq=False)
+class _Job:
+    request: ExportRequest
+    pid: int | None = None  # the export process (and its process group), once started
+    ended: bool = False  # its process has exited
+    cancelled: str = ""  # why it was cancelled ("" while it is not)
+    waiting: asyncio.Future | None = None  # its wait for the export slot
+
+    def cancel(self, why: str) -> None:
+        self.cancelled = self.cancelled or why
+        if self.waiting is not None:
+            self.waiting.cancel()  # a no-op once it has the slot
+        self.kill()
+
+    def kill(self) -> None:
+        if self.pid is not None and not self.ended:
+            try:
+                os.killpg(self.pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+
+
 class WorkerPool:
-    """Runs one export at a time; a newer request for the same target replaces a running one."""
+    """Runs one export at a time; a new request for a target cancels its earlier ones, queued or running."""
 
     def __init__(self) -> None:
-        self._context = multiprocessing.get_context("forkserver")
-        self._context.set_forkserver_preload(["onnxlens_server.warm"])
-        self._running: dict[str, tuple[multiprocessing.Process, ExportRequest]] = {}
-        self._queued: set[str] = set()  # job ids waiting for the slot
-        self._cancelled: set[str] = set()
+        self._forkserver: asyncio.subprocess.Process | None = None
+        self._control: socket.socket | None = None  # passes each export's socket to the fork server
+        self._jobs: dict[str, _Job] = {}  # by job id: queued and running
         self._slot = asyncio.Semaphore(1)
 
-    def warm_up(self) -> None:
-        """Start the fork server now (it imports torch: seconds) rather than on the first export."""
-        process = self._context.Process(target=_noop, daemon=True)
-        process.start()
-        process.join()
+    @property
+    def forkserver_pid(self) -> int | None:
+        return self._forkserver.pid if self._forkserver else None
+
+    async def start(self) -> None:
+        """Start the fork server unless it runs (it warms up in the background: seconds)."""
+        if self._forkserver is not None and self._forkserver.returncode is None:
+            return
+        ours, theirs = socket.socketpair()
+        self._forkserver = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "onnxlens_server.forkserver", str(theirs.fileno()),
+            stdin=subprocess.DEVNULL, stdout=sys.stderr.fileno(), pass_fds=(theirs.fileno(),), cwd=_NEUTRAL_DIRECTORY,
+        )
+        theirs.close()
+        if self._control is not None:
+            self._control.close()
+        self._control = ours
+        logger.info("Export fork server started (pid %d)", self._forkserver.pid)
+        asyncio.ensure_future(self._watch(self._forkserver))
+
+    def close(self) -> None:
+        """Stop every export; the fork server exits when it sees its control socket closed."""
+        for job in self._jobs.values():
+            job.cancel("The server is shutting down")
+        if self._control is not None:
+            self._control.close()
+            self._control = None
 
     async def export(self, request: ExportRequest, progress: Progress, timeout: float) -> JobResult:
-        key = request.key
-        if key in self._running:  # the newer request wins
-            self.cancel(self._running[key][1].job_id)
-        self._queued.add(request.job_id)
+        for earlier in [job for job in self._jobs.values() if job.request.key == request.key]:
+            earlier.cancel("Superseded by a newer export of this target")
+        job = self._jobs[request.job_id] = _Job(request)
         try:
-            async with self._slot:
-                self._queued.discard(request.job_id)
-                if request.job_id in self._cancelled:
-                    return JobResult("cancelled", request, "Cancelled before it started.")
-                return await self._run(request, progress, timeout)
+            job.waiting = asyncio.ensure_future(self._slot.acquire())
+            try:
+                await job.waiting
+            except asyncio.CancelledError:
+                if not job.cancelled:
+                    raise
+            if job.cancelled:  # while it waited (or as it got the slot)
+                if job.waiting.done() and not job.waiting.cancelled():
+                    self._slot.release()
+                return JobResult("cancelled", request, f"{job.cancelled} before it started.")
+            try:
+                return await self._run(job, progress, timeout)
+            finally:
+                self._slot.release()
         finally:
-            self._queued.discard(request.job_id)
-            self._cancelled.discard(request.job_id)
+            if self._jobs.get(request.job_id) is job:
+                del self._jobs[request.job_id]
 
     def cancel(self, job_id: str) -> bool:
-        """Kill the job's process (within milliseconds), or drop it if it is still queued;
+        """Kill the job's process group (within milliseconds), or drop it if it is still queued;
         False if there is no such job."""
-        if job_id in self._queued:
-            self._cancelled.add(job_id)
-            return True
-        for process, request in self._running.values():
-            if request.job_id == job_id:
-                self._cancelled.add(job_id)
-                process.kill()
-                return True
-        return False
+        job = self._jobs.get(job_id)
+        if job is None:
+            return False
+        job.cancel("Cancelled")
+        return True
 
-    async def _run(self, request: ExportRequest, progress: Progress, timeout: float) -> JobResult:
-        loop = asyncio.get_running_loop()
-        receiver, sender = self._context.Pipe(duplex=False)
-        process = self._context.Process(target=run, args=(request, sender), daemon=True)
-        start = time.perf_counter()
-        process.start()
-        sender.close()
-        key = request.key
-        self._running[key] = (process, request)
-        messages: asyncio.Queue = asyncio.Queue()
-
-        def readable() -> None:
+    async def _run(self, job: _Job, progress: Progress, timeout: float) -> JobResult:
+        request = job.request
+        remove_stale_temporaries(request.output_dir)
+        await self.start()
+        ours, theirs = socket.socketpair()
+        try:
             try:
-                messages.put_nowait(receiver.recv())
-            except (EOFError, OSError):
-                loop.remove_reader(receiver.fileno())
-                messages.put_nowait(None)
-
-        loop.add_reader(receiver.fileno(), readable)
-        stage, result = "start", None
+                socket.send_fds(self._control, [b"j"], [theirs.fileno()])
+            except OSError:  # the fork server died and nobody noticed yet
+                self._forkserver = None
+                await self.start()
+                socket.send_fds(self._control, [b"j"], [theirs.fileno()])
+        finally:
+            theirs.close()
+        ours.setblocking(False)
+        reader, writer = await asyncio.open_unix_connection(sock=ours)
+        writer.write(wire.frame(request))
+        start = time.perf_counter()
+        stage, result, code = "start", None, None
         try:
             async with asyncio.timeout(timeout):
-                while (message := await messages.get()) is not None:
-                    if message[0] == "progress":
+                while (message := await wire.read(reader)) is not None:
+                    if message[0] == "started":
+                        job.pid = message[1]
+                        if job.cancelled:
+                            job.kill()
+                    elif message[0] == "progress":
                         stage = message[1]
                         progress(message[1], message[2])
-                    else:
+                    elif message[0] == "result":
                         result = message[1]
+                    else:  # ("exit", code): the fork server has reaped it and killed its group
+                        code, job.ended = message[1], True
         except TimeoutError:
-            process.kill()
+            job.kill()
             return JobResult("timeout", request, f"Timed out after {timeout:g} s during {stage}.", stage, seconds=timeout)
         finally:
-            if receiver.fileno() >= 0:
-                loop.remove_reader(receiver.fileno())
-            receiver.close()
-            await loop.run_in_executor(None, process.join)
-            if self._running.get(key, (None,))[0] is process:
-                del self._running[key]
+            writer.close()
+            if code is None:  # the fork server died first: nobody else kills what the export started
+                job.kill()
+            if result is None and job.pid is not None:
+                remove_stale_temporaries(request.output_dir, job.pid)
         seconds = time.perf_counter() - start
-        if request.job_id in self._cancelled:
-            return JobResult("cancelled", request, f"Cancelled during {stage}.", stage, seconds=seconds)
+        if job.cancelled:
+            return JobResult("cancelled", request, f"{job.cancelled} during {stage}.", stage, seconds=seconds)
         if result is None:
-            return JobResult("crashed", request, f"The export process {_describe_exit(process.exitcode)} during {stage}.", stage, seconds=seconds)
+            return JobResult("crashed", request, f"The export process {_describe_exit(code)} during {stage}.", stage, seconds=seconds)
         return JobResult(result["status"], request, result.get("message", ""), stage, result, seconds)
+
+    async def _watch(self, process: asyncio.subprocess.Process) -> None:
+        code = await process.wait()
+        if process is self._forkserver:
+            logger.warning("The export fork server exited (%s); the next export starts a new one", _describe_code(code))
 
 
 def _describe_exit(code: int | None) -> str:
-    if code is not None and code < 0:
-        try:
-            name = signal.Signals(-code).name
-        except ValueError:
-            name = f"signal {-code}"
-        hint = " (out of memory?)" if name == "SIGKILL" else ""
-        return f"was killed by {name}{hint}"
+    if code is None:
+        return "ended without a result (the fork server stopped)"
+    if code < 0:
+        return f"was killed by {_signal_name(-code)}" + (" (out of memory?)" if code == -signal.SIGKILL else "")
     return f"exited with code {code} without a result"
 
 
-def _noop() -> None:
-    pass
+def _describe_code(code: int) -> str:
+    return f"killed by {_signal_name(-code)}" if code < 0 else f"code {code}"
+
+
+def _signal_name(number: int) -> str:
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        return f"signal {number}"

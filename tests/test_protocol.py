@@ -17,7 +17,7 @@ PROTOCOL_TS = (EXTENSION / "src" / "protocol.ts").read_text()
 
 def test_names_are_spelled_the_same_on_both_sides():
     constants = dict(re.findall(r"^export const (\w+) = '([^']*)';", PROTOCOL_TS, re.M))
-    names = ["EXPORT", "LIST_TARGETS", "CANCEL", "OPEN_SARIF_LOG", "EXPORT_PROGRESS", "EXPORT_FINISHED", "CONFIGURATION_SECTION"]
+    names = ["EXPORT", "LIST_TARGETS", "CANCEL", "OPEN_SARIF_LOG", "EXPORT_PROGRESS", "EXPORT_FINISHED", "CONFIGURATION_SECTION", "OUTPUT_FOLDER_SCOPE"]
     assert constants == {**{name: getattr(protocol, name) for name in names}, "OP_LEVEL_DEBUG_OPTION": SETTINGS["op_level_debug"].editor_key}
 
 
@@ -43,3 +43,4 @@ def test_the_extension_declares_every_setting_the_server_reads():
             assert entry["default"] == setting.default, setting.name
     assert declared[f"onnxlens.{settings.TIMEOUT_KEY}"]["default"] == settings.DEFAULT_TIMEOUT
     assert declared[f"onnxlens.{settings.OUTPUT_FOLDER_KEY}"]["default"] == settings.DEFAULT_OUTPUT_FOLDER
+    assert declared[f"onnxlens.{settings.MEMORY_LIMIT_KEY}"]["default"] is None  # the server's default: half the machine

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import pytest
 from lsprotocol import types
 
@@ -13,21 +15,26 @@ from onnxlens_server.traces import LineTrace
 
 def test_request_overrides_win_over_the_configuration():
     configuration = {"opset": 20, "opLevelDebug": False, "verbosity": "DEBUG", "interpreter": "/py", "timeoutSeconds": 30, "outputFolder": "out"}
-    chosen = export_settings(configuration, {"opLevelDebug": True}, "/ws")
+    chosen = export_settings({**configuration, "memoryLimitMB": 900}, {"opLevelDebug": True})
     assert chosen.settings == {"opset_version": 20, "op_level_debug": True, "verbosity": "debug"}
-    assert (chosen.timeout, chosen.output_dir) == (30.0, "/ws/out")
-    defaults = export_settings({}, {}, "/ws")
-    assert (defaults.settings, defaults.timeout, defaults.output_dir) == ({}, 300.0, "/ws/onnxlens-out")
+    assert (chosen.timeout, chosen.output_folder, chosen.output_folder_chosen_by_user, chosen.memory_limit_mb) == (30.0, "out", False, 900)
+    defaults = export_settings({}, {})
+    memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    assert (defaults.settings, defaults.timeout, defaults.output_folder) == ({}, 300.0, "onnxlens-out")
+    assert defaults.memory_limit_mb == memory // 2**21  # half of the machine, in MiB
+    assert export_settings({"outputFolder": "~/o", "outputFolderScope": "user"}, {}).output_folder_chosen_by_user
 
 
 @pytest.mark.parametrize("configuration, overrides, message", [
     ({}, {"dynamic": True}, "Unknown export option 'dynamic'; known: dynamicShapes, opLevelDebug, opset"),
     ({"opset": "18"}, {}, "export option 'opset_version' must be an integer, got '18'"),
     ({}, {"verbosity": "loud"}, "export option 'verbosity' must be one of debug, info, warning, error"),
+    ({"memoryLimitMB": -1}, {}, "memoryLimitMB must be a whole number of MiB >= 0"),
+    ({"memoryLimitMB": "2G"}, {}, "memoryLimitMB must be a whole number of MiB >= 0"),
 ])
 def test_bad_settings_are_refused_with_their_code(configuration, overrides, message):
     with pytest.raises(RequestError, match=message) as raised:
-        export_settings(configuration, overrides, "/ws")
+        export_settings(configuration, overrides)
     assert raised.value.code == ErrorCode.INVALID_OPTIONS
 
 

@@ -3,9 +3,9 @@
 import * as vscode from 'vscode';
 import { LanguageClient, LanguageClientOptions, ServerOptions, State } from 'vscode-languageclient/node';
 
-import { CONFIGURATION_SECTION } from './protocol';
+import { CONFIGURATION_SECTION, OUTPUT_FOLDER_SCOPE } from './protocol';
 import { checkInterpreter, InterpreterStatus, onDidChangeInterpreter, resolveInterpreter } from './python';
-import { debounce, installCommand, needsRestart } from './settings';
+import { debounce, installCommand, needsRestart, outputFolderScope } from './settings';
 
 export type DiagnosticsFilter = (uri: vscode.Uri, diagnostics: vscode.Diagnostic[]) => vscode.Diagnostic[];
 
@@ -91,6 +91,24 @@ export class ServerConnection implements vscode.Disposable {
       synchronize: { configurationSection: CONFIGURATION_SECTION }, // didChangeConfiguration: the server checks the settings
       middleware: {
         handleDiagnostics: (uri, diagnostics, next) => next(uri, this.filterDiagnostics(uri, diagnostics)),
+        workspace: {
+          // The server writes outside the workspace only where the user (not the workspace) chose so.
+          configuration: async (params, token, next) => {
+            const answers = await next(params, token);
+            if (!Array.isArray(answers)) {
+              return answers;
+            }
+            return answers.map((answer, i) => {
+              const item = params.items[i];
+              if (item?.section !== CONFIGURATION_SECTION || typeof answer !== 'object' || answer === null) {
+                return answer;
+              }
+              const scope = item.scopeUri ? vscode.Uri.parse(item.scopeUri) : undefined;
+              const inspected = vscode.workspace.getConfiguration(CONFIGURATION_SECTION, scope).inspect('outputFolder');
+              return { ...answer, [OUTPUT_FOLDER_SCOPE]: outputFolderScope(inspected) };
+            });
+          },
+        },
       },
     };
     const client = new LanguageClient('onnxlens', 'onnxlens', serverOptions, clientOptions);

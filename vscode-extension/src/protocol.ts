@@ -15,6 +15,8 @@ export const EXPORT_FINISHED = 'onnxlens/exportFinished';
 export const CONFIGURATION_SECTION = 'onnxlens';
 /** The setting a request overrides to export with op-level debug (declared in package.json). */
 export const OP_LEVEL_DEBUG_OPTION = 'opLevelDebug';
+/** Added by the extension to the configuration it answers: who chose `outputFolder` (`outputFolderScope()`). */
+export const OUTPUT_FOLDER_SCOPE = 'outputFolderScope';
 
 /** JSON-RPC error codes of requests the server refuses. */
 export enum ErrorCode {
@@ -23,6 +25,7 @@ export enum ErrorCode {
   NoExportTarget = 1003,
   UnknownTarget = 1004,
   InvalidOptions = 1005,
+  OutsideWorkspace = 1006,
 }
 
 /** `EXPORT`'s argument: a target by name, all targets of the file, or the one at `line` (0-based). */

@@ -25,3 +25,22 @@ export function debounce(fn: () => void, ms: number): { (): void; cancel(): void
   debounced.cancel = () => clearTimeout(timer);
   return debounced;
 }
+
+/** The values of one setting by scope, as `WorkspaceConfiguration.inspect` gives them. */
+export interface InspectedSetting {
+  globalValue?: unknown;
+  workspaceValue?: unknown;
+  workspaceFolderValue?: unknown;
+}
+
+/**
+ * Who chose the effective `outputFolder`: `user` when it comes from the user's own settings, `workspace`
+ * when the workspace's settings set it (a repository may ship them), else `default`. The server writes
+ * outside the workspace only for `user`.
+ */
+export function outputFolderScope(inspected: InspectedSetting | undefined): 'user' | 'workspace' | 'default' {
+  if (inspected?.workspaceFolderValue !== undefined || inspected?.workspaceValue !== undefined) {
+    return 'workspace';
+  }
+  return inspected?.globalValue !== undefined ? 'user' : 'default';
+}

@@ -1,7 +1,7 @@
 import * as assert from 'node:assert/strict';
 import { test } from 'node:test';
 
-import { debounce, installCommand, needsRestart } from '../../src/settings';
+import { debounce, installCommand, needsRestart, outputFolderScope } from '../../src/settings';
 
 test('only a change of the interpreter setting restarts the server', () => {
   assert.equal(needsRestart((section) => section === 'onnxlens.interpreter', 'onnxlens'), true);
@@ -28,4 +28,12 @@ test('a burst of calls runs the debounced function once, after the last', async 
 test('the install command quotes interpreters with spaces', () => {
   assert.equal(installCommand('/usr/bin/python3'), '/usr/bin/python3 -m pip install "onnxlens[server]"');
   assert.equal(installCommand('/My Envs/python'), '"/My Envs/python" -m pip install "onnxlens[server]"');
+});
+
+test('only an output folder from the user settings counts as chosen by the user', () => {
+  assert.equal(outputFolderScope({ globalValue: '/elsewhere' }), 'user');
+  assert.equal(outputFolderScope({ globalValue: '/elsewhere', workspaceValue: '../out' }), 'workspace');
+  assert.equal(outputFolderScope({ globalValue: '/elsewhere', workspaceFolderValue: 'out' }), 'workspace');
+  assert.equal(outputFolderScope({}), 'default');
+  assert.equal(outputFolderScope(undefined), 'default');
 });

@@ -1,0 +1,102 @@
+"""The export fork server: one warm process that forks a fresh process for every export.
+
+`WorkerPool` starts it as ``python -m onnxlens_server.forkserver FD`` with stdin from /dev/null,
+stdout to the server's log and a neutral working directory: neither the editor's messages nor the
+workspace's modules can reach it. It imports torch, torchlib and the registry and does one tiny
+export (`onnxlens_server.warm`), then serves: for each socket the server passes over the control
+socket FD, it reads an `ExportRequest` and forks; the child runs the export in a session of its
+own (`job.run`). When an export process exits, its whole process group is killed (what the model
+started dies with it) and ``("exit", code)`` is the last message on its socket.
+
+It exits when the server closes the control socket or is gone, killing the exports still running.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import select
+import signal
+import socket
+import sys
+import time
+
+from onnxlens_server import job, wire
+
+logger = logging.getLogger("onnxlens_server.forkserver")
+
+
+def main() -> None:
+    logging.basicConfig(stream=sys.stderr, level=logging.INFO, format="%(asctime)s onnxlens fork server: %(message)s")
+    control = socket.socket(fileno=int(sys.argv[1]))
+    server = os.getppid()
+    start = time.perf_counter()
+    import onnxlens_server.warm  # noqa: F401  (seconds: torch, torchlib, one export)
+
+    logger.info("warm in %.1f s (pid %d)", time.perf_counter() - start, os.getpid())
+    jobs: dict[int, socket.socket] = {}  # export process id -> its socket
+    try:
+        while os.getppid() == server:
+            readable, _, _ = select.select([control], [], [], 0.1)
+            if readable and not _fork_next(control, jobs):
+                break
+            _reap(jobs)
+    finally:
+        for pid in jobs:
+            _kill_group(pid)
+
+
+def _fork_next(control: socket.socket, jobs: dict[int, socket.socket]) -> bool:
+    """Start the export whose socket arrives on `control`; False when the server has closed it."""
+    _, fds, _, _ = socket.recv_fds(control, 1, 1)
+    if not fds:
+        return False
+    conn = socket.socket(fileno=fds[0])
+    try:
+        request = wire.receive(conn)
+    except (EOFError, OSError):  # the server gave up on it already
+        conn.close()
+        return True
+    pid = os.fork()
+    if pid == 0:
+        code = 1
+        try:
+            control.close()
+            for other in jobs.values():
+                other.close()
+            os.setsid()
+            job.run(request, conn)
+            code = 0
+        finally:
+            os._exit(code)
+    jobs[pid] = conn
+    return True
+
+
+def _reap(jobs: dict[int, socket.socket]) -> None:
+    """For each export process that has exited: kill its process group, then report its exit code.
+    (The zombie is reaped only after the kill, so its group id cannot have been reused.)"""
+    while jobs:
+        info = os.waitid(os.P_ALL, 0, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+        if info is None:
+            return
+        _kill_group(info.si_pid)
+        _, status = os.waitpid(info.si_pid, 0)
+        conn = jobs.pop(info.si_pid, None)
+        if conn is not None:
+            try:
+                wire.send(conn, ("exit", os.waitstatus_to_exitcode(status)))
+            except OSError:
+                pass
+            conn.close()
+
+
+def _kill_group(pid: int) -> None:
+    try:
+        os.killpg(pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+if __name__ == "__main__":
+    main()
