@@ -353,7 +353,7 @@ def main() -> None:
         client.notify("textDocument/didOpen", {"textDocument": {"uri": uri, "languageId": "python", "version": 1, "text": source}})
         results = measure(client, uri, hover_line, sizes)
     except BaseException:
-        print(f"failed; the server's log: {log}", file=sys.stderr)
+        print(f"stopped early; the server's log: {log}", file=sys.stderr)
         raise
     finally:
         client.close()
