@@ -22,6 +22,7 @@ import json
 import math
 import os
 import pathlib
+import shutil
 import signal
 import statistics
 import subprocess
@@ -357,6 +358,7 @@ def main() -> None:
         raise
     finally:
         client.close()
+    shutil.rmtree(root)
     results["sizes"] = dataclasses.asdict(sizes)
     print_table(results)
     if args.json:
