@@ -13,7 +13,7 @@ from exporter import adapters, analysis, capture
 from exporter.diagnostics import DiagnosticContext, Level
 from exporter.diagnostics import rules
 from exporter.diagnostics.torch_logs import captured_logs
-from exporter.errors import OnnxExporterError
+from exporter.errors import OnnxExporterError, is_out_of_memory
 from exporter.fake import check_fake_consistency
 from exporter.options import ExportOptions
 from exporter.output import ExportOutput
@@ -75,6 +75,8 @@ class Exporter:
         except OnnxExporterErrorWithin as e:
             raise OnnxExporterError(self._partial(e), str(e)) from e.__cause__
         except Exception as e:  # an unexpected failure still leaves a located result in the log
+            if is_out_of_memory(e):
+                raise
             message = f"Failed to export the model to ONNX: {type(e).__name__}: {e}"
             self.ctx.report(rules.FX_GRAPH_TO_ONNX, Level.ERROR, message, stack=capture.user_frames_of(e), exception=e)
             raise OnnxExporterError(self._partial(e), message) from e

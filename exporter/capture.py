@@ -20,6 +20,7 @@ from exporter.adapters import flatten_outputs
 from exporter.diagnostics import DiagnosticContext, Level
 from exporter.diagnostics import rules
 from exporter.diagnostics.locations import Frame, is_user_file, parse_stack_trace
+from exporter.errors import is_out_of_memory
 
 
 class _CallableModule(torch.nn.Module):
@@ -98,6 +99,8 @@ class FXGraphExtractor:
                 with _maybe(fake_mode), _flat_outputs(module), full_user_stacks():
                     program = strategy.capture(module, args, kwargs, shapes)
             except Exception as e:  # each failure is recorded and the next strategy tried
+                if is_out_of_memory(e):
+                    raise
                 attempt = CaptureAttempt(strategy.name, time.perf_counter() - start, e)
                 self.attempts.append(attempt)
                 ctx.report(

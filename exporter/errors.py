@@ -1,4 +1,4 @@
-"""The exporter's public error."""
+"""The exporter's public error, and how it tells running out of memory from a failure of the model."""
 
 from __future__ import annotations
 
@@ -17,3 +17,9 @@ class OnnxExporterError(RuntimeError):
     def __init__(self, export_output: ExportOutput, message: str) -> None:
         super().__init__(message)
         self.export_output = export_output
+
+
+def is_out_of_memory(error: BaseException) -> bool:
+    """A failed allocation: Python's MemoryError, or the RuntimeError of torch's CPU allocator.
+    The export does not go on (no other capture strategy, no partial result): it is re-raised."""
+    return isinstance(error, MemoryError) or (isinstance(error, RuntimeError) and "can't allocate memory" in str(error))

@@ -27,13 +27,13 @@ logger = logging.getLogger("onnxlens_server.forkserver")
 
 
 def main() -> None:
-    logging.basicConfig(stream=sys.stderr, level=logging.INFO, format="%(asctime)s onnxlens fork server: %(message)s")
+    logging.basicConfig(stream=sys.stderr, level=logging.INFO, format="%(asctime)s onnxlens worker %(process)d: %(message)s")
     control = socket.socket(fileno=int(sys.argv[1]))
     server = os.getppid()
     start = time.perf_counter()
     import onnxlens_server.warm  # noqa: F401  (seconds: torch, torchlib, one export)
 
-    logger.info("warm in %.1f s (pid %d)", time.perf_counter() - start, os.getpid())
+    logger.info("fork server warm in %.1f s", time.perf_counter() - start)
     jobs: dict[int, socket.socket] = {}  # export process id -> its socket
     try:
         while os.getppid() == server:

@@ -16,6 +16,7 @@ import traceback
 from typing import Any
 
 from exporter.constants import Stage
+from exporter.errors import is_out_of_memory
 from onnxlens_server import wire
 
 
@@ -72,8 +73,8 @@ def run(request: ExportRequest, conn: socket.socket) -> None:
             resource.setrlimit(resource.RLIMIT_DATA, (limit, limit))
         result = _export(request, progress)
     except BaseException as e:  # anything user code raises is a result, not a crash
-        if _out_of_memory(e):
-            result = {"status": "failed", "message": f"Out of memory at {stage}: the export process reached its limit of {request.memory_limit_mb} MiB (setting onnxlens.memoryLimitMB).", "frames": []}
+        if is_out_of_memory(e):
+            result = {"status": "failed", "message": _out_of_memory_message(stage, request.memory_limit_mb), "frames": []}
         else:
             result = {"status": "failed", "message": f"{type(e).__name__}: {e}", "frames": _user_frames(e, request.path)}
     result["seconds"] = time.perf_counter() - start
@@ -81,9 +82,10 @@ def run(request: ExportRequest, conn: socket.socket) -> None:
     conn.close()
 
 
-def _out_of_memory(error: BaseException) -> bool:
-    """A failed allocation: Python's MemoryError, or torch's allocator error (a RuntimeError)."""
-    return isinstance(error, MemoryError) or "can't allocate memory" in str(error)
+def _out_of_memory_message(stage: str, limit_mb: int) -> str:
+    if not limit_mb:
+        return f"Out of memory at {stage}."
+    return f"Out of memory at {stage}: the export process reached its limit of {limit_mb} MiB (setting onnxlens.memoryLimitMB)."
 
 
 def _export(request: ExportRequest, progress) -> dict[str, Any]:

@@ -29,7 +29,7 @@ def workspace_folder(path: str, folders: Iterable[str]) -> str:
 
 def output_stem(path: str, target: str, root: str, output_folder: str, chosen_by_user: bool) -> str:
     """The output files' path without suffix for `target` of `path` (in workspace folder `root`)."""
-    folder = os.path.expanduser(output_folder) if chosen_by_user else output_folder
+    folder = os.path.expanduser(output_folder)
     relative = os.path.splitext(os.path.relpath(path, root))[0]
     stem = os.path.normpath(os.path.join(root, folder, f"{relative}.{target}"))
     if not chosen_by_user and not _inside(os.path.realpath(os.path.dirname(stem)), os.path.realpath(root)):

@@ -1,0 +1,293 @@
+"""The language server under hostile model code: each test starts its own server over stdio (as the
+editor does, with the workspace as its working directory) and checks that it stays up, answers, and
+keeps what the model starts or writes where it belongs."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import pathlib
+import signal
+import statistics
+import sys
+import textwrap
+import time
+from collections.abc import AsyncIterator
+
+import pytest
+from lsprotocol import types
+from pygls.exceptions import JsonRpcException
+from pytest_lsp import LanguageClient
+from pytest_lsp.client import make_test_lsp_client
+
+from onnxlens_server.protocol import EXPORT, EXPORT_PROGRESS, ErrorCode
+
+pytestmark = pytest.mark.asyncio
+
+# A model file's header and a small model; `{body}` is the target's code before it returns it.
+MODEL = """\
+import os, subprocess, sys, time
+import torch
+import exporter
+
+
+class Small(torch.nn.Module):
+    def __init__(self, width: int = 4):
+        super().__init__()
+        self.linear = torch.nn.Linear(width, 2)
+
+    def forward(self, x):
+{forward}
+        return self.linear(x).relu()
+
+
+@exporter.export_target
+def t():
+{body}
+    return Small(), (torch.randn(3, 4),)
+"""
+
+
+def model(forward: str = "", body: str = "") -> str:
+    return MODEL.format(forward=textwrap.indent(forward, " " * 8) or "        pass", body=textwrap.indent(body, " " * 4) or "    pass")
+
+
+@contextlib.asynccontextmanager
+async def server(root: pathlib.Path, configuration: dict | None = None, env: dict | None = None) -> AsyncIterator[LanguageClient]:
+    """A server for workspace `root`, started in it as VS Code does; its onnxlens/exportProgress
+    notifications are recorded in ``client.stages`` as (job id, stage)."""
+    client = make_test_lsp_client()
+    client.stages = []
+
+    @client.feature(EXPORT_PROGRESS)
+    def progress(params):
+        client.stages.append((params.jobId, params.stage))
+
+    await client.start_io(sys.executable, "-m", "onnxlens_server", cwd=root, env={**os.environ, **(env or {})})
+    capabilities = types.ClientCapabilities(workspace=types.WorkspaceClientCapabilities(configuration=True))
+    await client.initialize_session(types.InitializeParams(capabilities=capabilities, root_uri=root.as_uri()))
+    client.set_configuration({"timeoutSeconds": 120, **(configuration or {})}, section="onnxlens")
+    try:
+        yield client
+    finally:
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(client.shutdown_session(), 10)
+
+
+async def export(client: LanguageClient, path: pathlib.Path, target: str = "t", **args) -> dict:
+    (job,) = (await client.workspace_execute_command_async(
+        types.ExecuteCommandParams(command=EXPORT, arguments=[{"uri": path.as_uri(), "target": target, **args}])))["jobs"]
+    return job
+
+
+async def hover_seconds(client: LanguageClient, path: pathlib.Path) -> float:
+    start = time.perf_counter()
+    await client.text_document_hover_async(types.HoverParams(types.TextDocumentIdentifier(path.as_uri()), types.Position(0, 0)))
+    return time.perf_counter() - start
+
+
+async def hovers_while(client: LanguageClient, path: pathlib.Path, task: asyncio.Future) -> list[float]:
+    """Hover latencies, one hover every 20 ms until `task` is done."""
+    latencies = []
+    while not task.done():
+        latencies.append(await hover_seconds(client, path))
+        await asyncio.sleep(0.02)
+    return latencies
+
+
+def processes_with(argument: str) -> list[int]:
+    """Live processes (not zombies) whose command line has `argument`."""
+    found = []
+    for entry in pathlib.Path("/proc").iterdir():
+        try:
+            if entry.name.isdigit() and argument in (entry / "cmdline").read_bytes().decode(errors="replace").split("\0"):
+                if (entry / "stat").read_text().rsplit(")", 1)[1].split()[0] != "Z":
+                    found.append(int(entry.name))
+        except OSError:
+            pass
+    return found
+
+
+def descendants(pid: int) -> list[int]:
+    children = []
+    for entry in pathlib.Path(f"/proc/{pid}/task").glob("*/children"):
+        children += [int(c) for c in entry.read_text().split()]
+    return children + [d for child in children for d in descendants(child)]
+
+
+def forkserver_of(client: LanguageClient) -> int:
+    server_pid = client._server.pid
+    (pid,) = [p for p in descendants(server_pid)
+              if b"onnxlens_server.forkserver" in pathlib.Path(f"/proc/{p}/cmdline").read_bytes()]
+    return pid
+
+
+async def test_model_code_cannot_read_the_editors_messages(tmp_path: pathlib.Path):
+    """Reading stdin (directly, or in a child process) gets end-of-file, not the editor's messages."""
+    path = tmp_path / "m.py"
+    path.write_text(model(body='got = sys.stdin.read() + os.read(0, 1 << 16).decode()\n'
+                               'got += subprocess.run(["cat"], capture_output=True, text=True, timeout=5).stdout\n'
+                               'assert not got, got'))
+    async with server(tmp_path) as client:
+        job = asyncio.ensure_future(export(client, path))
+        latencies = await hovers_while(client, path, job)  # the messages the model would have stolen
+        assert job.result()["status"] == "ok", job.result()
+        assert len(latencies) > 3 and max(latencies) < 2
+        assert (await export(client, path))["status"] == "ok"  # and the server still answers
+
+
+async def test_workspace_modules_do_not_run_before_an_export(tmp_path: pathlib.Path):
+    """Modules in the workspace root named like what the server or its helpers import never load."""
+    for name in ("multiprocessing", "torch", "onnx", "subprocess", "socket", "pygls"):
+        (tmp_path / f"{name}.py").write_text(f"open({str(tmp_path / ('imported-' + name))!r}, 'w').close()\n")
+    path = tmp_path / "m.py"
+    path.write_text(model())
+    async with server(tmp_path) as client:
+        assert (await export(client, path))["status"] == "ok"  # with the real torch, in a warm worker
+    assert sorted(p.name for p in tmp_path.glob("imported-*")) == []
+
+
+async def test_a_leaking_forward_stops_at_the_memory_limit(tmp_path: pathlib.Path):
+    path = tmp_path / "m.py"
+    path.write_text(model(forward="leak = [bytearray(64 << 20) for _ in range(1000)]"))
+    async with server(tmp_path, {"memoryLimitMB": 1200}) as client:
+        job = await export(client, path)
+    assert job["status"] == "failed"
+    assert job["message"].startswith("Out of memory at capture: the export process reached its limit of 1200 MiB")
+    (problem,) = [d for d in client.diagnostics[path.as_uri()] if d.message.startswith("Export of t failed: Out of memory")]
+    assert problem.range.start.line == path.read_text().splitlines().index("def t():")
+
+
+async def test_what_a_model_starts_dies_with_its_export(tmp_path: pathlib.Path):
+    """A process started by the model is killed when the export ends, and when it is cancelled."""
+    path = tmp_path / "m.py"
+    path.write_text(model(body='subprocess.Popen(["sleep", "771.5"])'))
+    hanging = tmp_path / "h.py"
+    hanging.write_text(model(body='subprocess.Popen(["sleep", "772.5"])\ntime.sleep(600)'))
+    async with server(tmp_path) as client:
+        assert (await export(client, path))["status"] == "ok"
+        await asyncio.sleep(0.2)
+        assert processes_with("771.5") == []
+        job = asyncio.ensure_future(export(client, hanging, jobId="hang"))
+        while ("hang", "build target") not in client.stages:
+            await asyncio.sleep(0.05)
+        while not processes_with("772.5"):
+            await asyncio.sleep(0.05)
+        await client.workspace_execute_command_async(types.ExecuteCommandParams(command="onnxlens.server.cancel", arguments=[{"jobId": "hang"}]))
+        assert (await job)["status"] == "cancelled"
+        await asyncio.sleep(0.2)
+        assert processes_with("772.5") == []
+
+
+async def test_hovers_never_wait_for_the_fork_server(tmp_path: pathlib.Path):
+    """Neither the first export after start-up nor one after the fork server died blocks hovers."""
+    path = tmp_path / "m.py"
+    path.write_text(model())
+    async with server(tmp_path) as client:
+        client.text_document_did_open(types.DidOpenTextDocumentParams(types.TextDocumentItem(path.as_uri(), "python", 1, path.read_text())))
+        first = asyncio.ensure_future(export(client, path))
+        at_start = await hovers_while(client, path, first)
+        assert first.result()["status"] == "ok"
+        os.kill(forkserver_of(client), signal.SIGKILL)
+        await asyncio.sleep(0.2)
+        again = asyncio.ensure_future(export(client, path))
+        at_restart = await hovers_while(client, path, again)
+        assert again.result()["status"] == "ok"
+    for latencies in (at_start, at_restart):
+        assert len(latencies) > 10  # the export takes seconds: the fork server warms up meanwhile
+        assert max(latencies) < 0.5, (statistics.median(latencies), max(latencies))
+
+
+async def test_a_new_request_cancels_every_earlier_one_of_its_target(tmp_path: pathlib.Path):
+    path = tmp_path / "m.py"
+    path.write_text(model(body="time.sleep(0.5)"))
+    async with server(tmp_path) as client:
+        assert (await export(client, path))["status"] == "ok"  # warm
+        start = time.perf_counter()
+        single = await export(client, path)
+        one = time.perf_counter() - start
+        client.stages.clear()
+        start = time.perf_counter()
+        jobs = await asyncio.gather(*(export(client, path, jobId=f"burst-{i}") for i in range(20)))
+        burst = time.perf_counter() - start
+    assert single["status"] == "ok"
+    assert [job["status"] for job in jobs] == ["cancelled"] * 19 + ["ok"]
+    built = {job_id for job_id, stage in client.stages if stage == "build target"}
+    assert len(built) <= 2, sorted(built)  # the newest, and at most the one running when the burst began
+    assert burst < 3 * one + 1, (burst, one)
+
+
+@pytest.mark.parametrize("folder", ["../elsewhere", "/tmp/onnxlens-elsewhere", "~/onnxlens-out", "link/out"])
+async def test_the_workspace_settings_cannot_write_outside_it(tmp_path: pathlib.Path, folder: str):
+    root, outside = tmp_path / "ws", tmp_path / "outside"
+    root.mkdir()
+    outside.mkdir()
+    (root / "link").symlink_to(outside)  # a symlink committed in the repository
+    path = root / "m.py"
+    path.write_text(model())
+    async with server(root, {"outputFolder": folder, "outputFolderScope": "workspace"}, env={"HOME": str(outside)}) as client:
+        with pytest.raises(JsonRpcException) as refused:
+            await export(client, path)
+    assert refused.value.code == ErrorCode.OUTSIDE_WORKSPACE
+    assert f"The output folder {folder!r} leads outside the workspace folder {root}" in refused.value.message
+    assert list(outside.rglob("*")) == [] and not (root / "~").exists()
+    assert not pathlib.Path("/tmp/onnxlens-elsewhere").exists()
+
+
+async def test_the_users_own_settings_may_write_anywhere(tmp_path: pathlib.Path):
+    root, home = tmp_path / "ws", tmp_path / "home"
+    root.mkdir()
+    path = root / "m.py"
+    path.write_text(model())
+    async with server(root, {"outputFolder": "~/exports", "outputFolderScope": "user"}, env={"HOME": str(home)}) as client:
+        job = await export(client, path)
+    assert job["status"] == "ok" and job["onnx"] == str(home / "exports" / "m.t.onnx")
+
+
+async def test_a_file_outside_the_workspace_is_not_exported(tmp_path: pathlib.Path):
+    root = tmp_path / "ws"
+    root.mkdir()
+    path = tmp_path / "m.py"
+    path.write_text(model())
+    async with server(root) as client:
+        with pytest.raises(JsonRpcException) as refused:
+            await export(client, path)
+    assert refused.value.code == ErrorCode.OUTSIDE_WORKSPACE and "is outside the workspace folders" in refused.value.message
+    assert not (tmp_path / "onnxlens-out").exists() and not (root / "onnxlens-out").exists()
+
+
+async def test_same_named_files_and_targets_get_their_own_outputs(tmp_path: pathlib.Path):
+    a, b = tmp_path / "a" / "model.py", tmp_path / "b" / "model.py"
+    for path, width in ((a, 4), (b, 6)):
+        path.parent.mkdir()
+        path.write_text(model().replace("Small(), (torch.randn(3, 4),)", f"Small({width}), (torch.randn(3, {width}),)"))
+    async with server(tmp_path) as client:
+        job_a, job_b = await export(client, a), await export(client, b)
+    out = tmp_path / "onnxlens-out"
+    assert (job_a["onnx"], job_a["sarif"]) == (str(out / "a" / "model.t.onnx"), str(out / "a" / "model.t.sarif"))
+    assert (job_b["onnx"], job_b["sarif"]) == (str(out / "b" / "model.t.onnx"), str(out / "b" / "model.t.sarif"))
+    import onnx
+
+    widths = [onnx.load(job["onnx"]).graph.input[0].type.tensor_type.shape.dim[1].dim_value for job in (job_a, job_b)]
+    assert widths == [4, 6]
+
+
+async def test_temporary_files_of_killed_exports_are_removed(tmp_path: pathlib.Path):
+    """A cancel while saving leaves no temporary file; ones a dead process left are swept."""
+    out = tmp_path / "onnxlens-out"
+    out.mkdir()
+    stale, live = out / ".tmp-999999999-m.t.onnx", out / f".tmp-{os.getpid()}-m.t.onnx"  # no such pid / a live one
+    stale.write_bytes(b"x")
+    live.write_bytes(b"x")
+    path = tmp_path / "m.py"
+    path.write_text(model().replace("Small(), (torch.randn(3, 4),)", "Small(8192), (torch.randn(3, 8192),)").replace(
+        "torch.nn.Linear(width, 2)", "torch.nn.Linear(width, 8192)"))  # 256 MiB of weights: seconds to save
+    async with server(tmp_path) as client:
+        job = asyncio.ensure_future(export(client, path, jobId="big"))
+        while ("big", "save") not in client.stages:
+            await asyncio.sleep(0.01)
+        await asyncio.sleep(0.05)
+        await client.workspace_execute_command_async(types.ExecuteCommandParams(command="onnxlens.server.cancel", arguments=[{"jobId": "big"}]))
+        assert (await job)["status"] == "cancelled"
+    assert sorted(p.name for p in out.iterdir()) == [live.name]
