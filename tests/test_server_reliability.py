@@ -73,17 +73,36 @@ async def server(root: pathlib.Path, configuration: dict | None = None, env: dic
     finally:
         with contextlib.suppress(Exception):
             await asyncio.wait_for(client.shutdown_session(), 10)
+        with contextlib.suppress(ProcessLookupError):
+            client._server.kill()  # one that stopped answering
+
+
+ANSWER_TIMEOUT = 90  # seconds: a server that stopped answering fails the test instead of hanging it
 
 
 async def export(client: LanguageClient, path: pathlib.Path, target: str = "t", **args) -> dict:
-    (job,) = (await client.workspace_execute_command_async(
-        types.ExecuteCommandParams(command=EXPORT, arguments=[{"uri": path.as_uri(), "target": target, **args}])))["jobs"]
+    (job,) = (await asyncio.wait_for(client.workspace_execute_command_async(
+        types.ExecuteCommandParams(command=EXPORT, arguments=[{"uri": path.as_uri(), "target": target, **args}])), ANSWER_TIMEOUT))["jobs"]
     return job
+
+
+async def cancel(client: LanguageClient, job_id: str) -> None:
+    await asyncio.wait_for(client.workspace_execute_command_async(
+        types.ExecuteCommandParams(command="onnxlens.server.cancel", arguments=[{"jobId": job_id}])), ANSWER_TIMEOUT)
+
+
+async def until(condition, what: str) -> None:
+    """Wait for `condition()` (polling), at most ANSWER_TIMEOUT seconds."""
+    deadline = time.monotonic() + ANSWER_TIMEOUT
+    while not condition():
+        assert time.monotonic() < deadline, f"no {what} in {ANSWER_TIMEOUT} s"
+        await asyncio.sleep(0.01)
 
 
 async def hover_seconds(client: LanguageClient, path: pathlib.Path) -> float:
     start = time.perf_counter()
-    await client.text_document_hover_async(types.HoverParams(types.TextDocumentIdentifier(path.as_uri()), types.Position(0, 0)))
+    await asyncio.wait_for(client.text_document_hover_async(
+        types.HoverParams(types.TextDocumentIdentifier(path.as_uri()), types.Position(0, 0))), ANSWER_TIMEOUT)
     return time.perf_counter() - start
 
 
@@ -170,11 +189,8 @@ async def test_what_a_model_starts_dies_with_its_export(tmp_path: pathlib.Path):
         await asyncio.sleep(0.2)
         assert processes_with("771.5") == []
         job = asyncio.ensure_future(export(client, hanging, jobId="hang"))
-        while ("hang", "build target") not in client.stages:
-            await asyncio.sleep(0.05)
-        while not processes_with("772.5"):
-            await asyncio.sleep(0.05)
-        await client.workspace_execute_command_async(types.ExecuteCommandParams(command="onnxlens.server.cancel", arguments=[{"jobId": "hang"}]))
+        await until(lambda: processes_with("772.5"), "sleep process")
+        await cancel(client, "hang")
         assert (await job)["status"] == "cancelled"
         await asyncio.sleep(0.2)
         assert processes_with("772.5") == []
@@ -285,9 +301,8 @@ async def test_temporary_files_of_killed_exports_are_removed(tmp_path: pathlib.P
         "torch.nn.Linear(width, 2)", "torch.nn.Linear(width, 8192)"))  # 256 MiB of weights: seconds to save
     async with server(tmp_path) as client:
         job = asyncio.ensure_future(export(client, path, jobId="big"))
-        while ("big", "save") not in client.stages:
-            await asyncio.sleep(0.01)
+        await until(lambda: ("big", "save") in client.stages, "save stage")
         await asyncio.sleep(0.05)
-        await client.workspace_execute_command_async(types.ExecuteCommandParams(command="onnxlens.server.cancel", arguments=[{"jobId": "big"}]))
+        await cancel(client, "big")
         assert (await job)["status"] == "cancelled"
     assert sorted(p.name for p in out.iterdir()) == [live.name]
