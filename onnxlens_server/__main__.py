@@ -5,6 +5,8 @@ from __future__ import annotations
 import os
 import sys
 
+from onnxlens_server.framing import CheckedStdin
+
 
 def main() -> None:
     # JSON-RPC gets a private copy of the real stdout; fd 1 (print, C/C++ output of torch and of
@@ -14,7 +16,10 @@ def main() -> None:
     sys.stdout = sys.stderr
     from onnxlens_server.server import server
 
-    server.start_io(sys.stdin.buffer, rpc_out)
+    stdin = CheckedStdin(sys.stdin.fileno())
+    server.start_io(stdin, rpc_out)
+    if stdin.error:  # the stream is out of step: a new server starts clean
+        sys.exit(f"onnxlens-server: bad message from the client: {stdin.error}; exiting (the client restarts the server)")
 
 
 if __name__ == "__main__":

@@ -25,6 +25,10 @@ TIMEOUT_KEY, OUTPUT_FOLDER_KEY = "timeoutSeconds", "outputFolder"
 DEFAULT_TIMEOUT = 300.0
 DEFAULT_OUTPUT_FOLDER = "onnxlens-out"
 _NAMES = {s.editor_key: s.name for s in SETTINGS.values()}  # editor key -> setting name
+_SERVER_KEYS = {  # the server's own keys: what a value must be (None: the default)
+    TIMEOUT_KEY: (lambda v: type(v) in (int, float) and v > 0, "a positive number of seconds"),
+    OUTPUT_FOLDER_KEY: (lambda v: isinstance(v, str), "a string (a folder path)"),
+}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -45,6 +49,9 @@ def export_settings(configuration: Mapping[str, Any], overrides: Mapping[str, An
         settings = validate_settings({_NAMES[k]: v for k, v in merged.items()})
     except ValueError as e:
         raise RequestError(ErrorCode.INVALID_OPTIONS, f"Invalid onnxlens settings: {e}") from None
+    for key, (valid, expected) in _SERVER_KEYS.items():
+        if configuration.get(key) is not None and not valid(configuration[key]):
+            raise RequestError(ErrorCode.INVALID_OPTIONS, f"Invalid onnxlens settings: {key} must be {expected}, got {configuration[key]!r}")
     timeout = float(configuration.get(TIMEOUT_KEY) or DEFAULT_TIMEOUT)
     output_dir = os.path.normpath(os.path.join(root, configuration.get(OUTPUT_FOLDER_KEY) or DEFAULT_OUTPUT_FOLDER))
     return ExportSettings(settings, timeout, output_dir)
