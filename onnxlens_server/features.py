@@ -53,7 +53,7 @@ def hover(path: str, line: int, states: States) -> types.Hover | None:
 
 def code_actions(uri: str, source: str, found: Discovery, params: types.CodeActionParams) -> list[types.CodeAction]:
     """A stub ONNX function for each FXE0011 problem; an export target for the module class at the cursor.
-    None while the file does not parse: the last good discovery's lines may be stale, an edit would land wrong."""
+    No action while the file does not parse: the last good discovery's lines may be stale, an edit would land wrong."""
     if found.syntax_error:
         return []
     end = len(source.splitlines())
