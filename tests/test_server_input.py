@@ -23,10 +23,10 @@ from lsprotocol import types
 from pygls.exceptions import JsonRpcException
 from pytest_lsp import ClientServerConfig, LanguageClient
 
+from onnxlens_server.framing import STALL_SECONDS
 from onnxlens_server.protocol import CANCEL, EXPORT, LIST_TARGETS, ErrorCode
 
 INVALID_PARAMS = -32602
-STALL_SECONDS = 5  # onnxlens_server.framing.STALL_SECONDS
 
 # --- message framing: a raw server process -------------------------------------------------------
 
@@ -80,7 +80,7 @@ HOVER_BODY = len(framed(HOVER).partition(b"\r\n\r\n")[2])
     (b"Content-Length 12\r\n\r\n{}", "not a header line: b'Content-Length 12\\r\\n'"),
     (framed(HOVER, HOVER_BODY - 10), f"the {HOVER_BODY - 10}-byte body is not one JSON message (a wrong Content-Length?)"),  # too small
     (framed(HOVER, HOVER_BODY + len(framed(HOVER))), f"the {HOVER_BODY + len(framed(HOVER))}-byte body is not one JSON message (a wrong Content-Length?)"),  # too large: swallows the next message
-    (framed(HOVER, HOVER_BODY + 10_000), f"the message stopped arriving ({STALL_SECONDS} s without a byte of it)"),  # too large: waits for more
+    (framed(HOVER, HOVER_BODY + 10_000), f"the message stopped arriving ({STALL_SECONDS:g} s without a byte of it)"),  # too large: waits for more
 ], ids=["non-numeric", "negative", "zero", "missing", "malformed-header", "too-small", "too-large-swallows-next", "too-large-stalls"])
 def test_bad_framing_makes_the_server_exit_saying_why(bad: bytes, reason: str):
     """Before, the server stayed alive and never answered again; now it exits, the client restarts it."""
@@ -144,6 +144,11 @@ TARGETS = textwrap.dedent('''\
         @exporter.export_target
         def second():
             return Model(), (torch.randn(3),)
+
+
+    class Untargeted(torch.nn.Module):
+        def forward(self, x):
+            return x * 2
 ''')
 
 
@@ -190,6 +195,11 @@ async def lenses_by_target(client: LanguageClient, uri: str) -> dict[str, int]:
     """The export lenses of `uri`: target -> the line they sit on."""
     lenses = await client.text_document_code_lens_async(types.CodeLensParams(types.TextDocumentIdentifier(uri)))
     return {l.command.arguments[0]["target"]: l.range.start.line for l in lenses if l.command.title.endswith("Export to ONNX")}
+
+
+async def code_actions(client: LanguageClient, uri: str, at: types.Range) -> list[types.CodeAction]:
+    return list(await client.text_document_code_action_async(types.CodeActionParams(
+        types.TextDocumentIdentifier(uri), at, types.CodeActionContext(diagnostics=[], trigger_kind=types.CodeActionTriggerKind.Invoked))))
 
 
 EXPORT_FIELDS = "uri, target, line, all, options, jobId"
@@ -290,9 +300,13 @@ async def test_a_syntax_error_keeps_the_lenses_and_an_export_reports_its_line(cl
     good = await lenses_by_target(client, uri)
     assert good == {"first": 14, "second": 24}
 
+    untargeted = types.Range(types.Position(29, 6), types.Position(29, 6))
+    assert [a.title for a in await code_actions(client, uri, untargeted)] == ["Create an export target for Untargeted"]
+
     broken = TARGETS.replace("        return Model(), (torch.randn(3),)", "        return Model(), (torch.randn(3),) +")
     change_document(client, uri, 2, broken)
     assert await lenses_by_target(client, uri) == good  # the last good lenses stay while the file does not parse
+    assert await code_actions(client, uri, untargeted) == []  # their lines may be stale: no edit is offered
     published = client.protocol.wait_for_notification_async(types.TEXT_DOCUMENT_PUBLISH_DIAGNOSTICS)
     assert await refused(client, EXPORT, {"uri": uri, "target": "first"}) == (ErrorCode.SYNTAX_ERROR, "syntax.py:27: SyntaxError: invalid syntax", None)
     published = await asyncio.wait_for(published, timeout=10)
@@ -348,6 +362,5 @@ async def test_hovers_do_not_wait_for_the_lenses_of_a_long_file(client: Language
         latencies.append(loop.time() - start)
         order.append("hover")
         assert len(await lenses) == 2 * text.count("@exporter.export_target")
-    print(order, latencies)
     assert order == ["hover", "lenses"] * 6
     assert max(latencies) < 0.25, latencies
