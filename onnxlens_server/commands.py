@@ -1,6 +1,7 @@
 """The server's commands: export targets (in worker processes, with progress), list them, cancel an export.
 
 An export's result replaces its target's problems and traces (`state`), which are published at once.
+A file's targets are discovered off the event loop, once per text (`targets.Discoveries`).
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from pygls.uris import to_fs_path
 
 from exporter.constants import Stage, progress_text
 from onnxlens_server import documents, outputs, sarif_to_lsp, traces
-from onnxlens_server.job import ExportRequest
+from onnxlens_server.job import ExportRequest, target_key
 from onnxlens_server.protocol import (
     EXPORT_FINISHED,
     EXPORT_PROGRESS,
@@ -31,7 +32,7 @@ from onnxlens_server.protocol import (
 )
 from onnxlens_server.settings import export_settings, read_configuration
 from onnxlens_server.state import States, TargetState
-from onnxlens_server.targets import Discovery, discover, target_at
+from onnxlens_server.targets import Discoveries, Discovery, SyntaxProblem, discover, target_at
 from onnxlens_server.worker import JobResult, WorkerPool
 
 logger = logging.getLogger(__name__)
@@ -43,10 +44,14 @@ class Commands:
         self.ls = ls
         self.states = states
         self.pool = pool
+        self.discoveries = Discoveries()
 
     async def export(self, args: ExportArgs) -> dict[str, Any]:
-        path, source = documents.read(self.ls.workspace, args.uri)
-        names = _select_targets(args, discover(source), path)
+        path, source, found = await self.discover(args.uri)
+        if found.syntax_error:
+            self._show_syntax_error(path, found.syntax_error)
+            raise RequestError(ErrorCode.SYNTAX_ERROR, f"{os.path.basename(path)}:{found.syntax_error.line + 1}: SyntaxError: {found.syntax_error.message}")
+        names = _select_targets(args, found, path)
         root = outputs.workspace_folder(path, self._workspace_folders())
         configuration = await read_configuration(self.ls, args.uri)
         chosen = export_settings(configuration, args.options)
@@ -67,9 +72,8 @@ class Commands:
         results = await asyncio.gather(*(self._run(request, chosen.timeout) for request in requests))
         return {"jobs": [_job_json(result) for result in results]}
 
-    def list_targets(self, args: DocumentArgs) -> dict[str, Any]:
-        _, source = documents.read(self.ls.workspace, args.uri)
-        found = discover(source)
+    async def list_targets(self, args: DocumentArgs) -> dict[str, Any]:
+        _, _, found = await self.discover(args.uri)
         return {
             "targets": [{"name": t.name, "line": t.line} for t in found.targets],
             "modules": [{"name": m.name, "line": m.line} for m in found.modules],
@@ -79,6 +83,15 @@ class Commands:
         cancelled = self.pool.cancel(args.job_id)
         logger.info("Cancel of %s: %s", args.job_id, "done" if cancelled else "no such job")
         return {"cancelled": cancelled}
+
+    async def discover(self, uri: str) -> tuple[str, str, Discovery]:
+        """The path, text and discovery of document `uri` (off the event loop: `Discoveries`). The syntax
+        error an export showed goes once the file parses."""
+        path, source = documents.read(self.ls.workspace, uri)
+        found = await self.discoveries.get(uri, source)
+        if found.syntax_error is None:
+            self._show_syntax_error(path, None)
+        return path, source, found
 
     def _workspace_folders(self) -> list[str]:
         workspace = self.ls.workspace
@@ -135,6 +148,15 @@ class Commands:
             self.ls.workspace_inlay_hint_refresh(None)
         if getattr(getattr(workspace, "code_lens", None), "refresh_support", False):
             self.ls.workspace_code_lens_refresh(None)
+
+    def _show_syntax_error(self, path: str, error: SyntaxProblem | None) -> None:
+        """Publish `error` as the file's problem (None: remove the one published, if any)."""
+        key = target_key(path, "")  # the file's own problems (no target has an empty name)
+        if error is None and not getattr(self.states.get(key), "diagnostics", None):
+            return
+        problems = [sarif_to_lsp.failure(f"SyntaxError: {error.message}", "syntax-error", error.line, self._line_text(path, error.line))] if error else []
+        for changed in self.states.replace(key, TargetState(diagnostics={path: problems} if problems else {})):
+            self.publish(changed)
 
     def _line_text(self, path: str, line: int) -> str | None:
         return documents.line_text(self.ls.workspace, path, line)

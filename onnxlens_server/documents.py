@@ -12,7 +12,7 @@ from onnxlens_server.protocol import ErrorCode, RequestError
 
 
 def read(workspace: Workspace, uri: str) -> tuple[str, str]:
-    """(path, text) of the document `uri`; `RequestError` if it is not a file on disk."""
+    """(path, text) of the document `uri`; `RequestError` if it is not a UTF-8 file on disk."""
     path = to_fs_path(uri)
     if path is None:
         raise RequestError(ErrorCode.NOT_ON_DISK, f"{uri} is not a file on disk: save it first, then export.")
@@ -21,7 +21,12 @@ def read(workspace: Workspace, uri: str) -> tuple[str, str]:
         return path, document.source
     if not os.path.isfile(path):
         raise RequestError(ErrorCode.NO_SUCH_FILE, f"No such file: {path}")
-    return path, pathlib.Path(path).read_text(encoding="utf-8")
+    try:
+        return path, pathlib.Path(path).read_text(encoding="utf-8")
+    except UnicodeDecodeError as e:
+        raise RequestError(ErrorCode.UNREADABLE_FILE, f"{path} is not UTF-8 text (byte 0x{e.object[e.start]:02x} at offset {e.start}): save it as UTF-8") from None
+    except OSError as e:
+        raise RequestError(ErrorCode.UNREADABLE_FILE, f"Cannot read {path}: {e.strerror}") from None
 
 
 def line_text(workspace: Workspace, path: str, line: int) -> str | None:

@@ -13,16 +13,16 @@ from onnxlens_server import fixes, traces
 from onnxlens_server.job import target_key
 from onnxlens_server.protocol import EXPORT, OPEN_SARIF_LOG
 from onnxlens_server.state import States
-from onnxlens_server.targets import Discovery, discover
+from onnxlens_server.targets import Discovery
 
 LineText = Callable[[str, int], "str | None"]  # (path, 0-based line) -> the line's text
 _OP_LEVEL_DEBUG = SETTINGS["op_level_debug"].editor_key
 
 
-def code_lenses(uri: str, path: str, source: str, states: States) -> list[types.CodeLens]:
+def code_lenses(uri: str, path: str, found: Discovery, states: States) -> list[types.CodeLens]:
     """Export (plain and with op-level debug) on every target; its SARIF log once it has one."""
     lenses = []
-    for target in discover(source).targets:
+    for target in found.targets:
         at = types.Range(types.Position(target.decorator_line, 0), types.Position(target.decorator_line, 0))
         arguments = {"uri": uri, "target": target.name}
         lenses.append(types.CodeLens(at, types.Command(title="$(export) Export to ONNX", command=EXPORT, arguments=[arguments])))
@@ -51,9 +51,11 @@ def hover(path: str, line: int, states: States) -> types.Hover | None:
     return types.Hover(types.MarkupContent(types.MarkupKind.Markdown, "\n\n".join(traces.hover_markdown(t) for t in found)))
 
 
-def code_actions(uri: str, source: str, params: types.CodeActionParams) -> list[types.CodeAction]:
-    """A stub ONNX function for each FXE0011 problem; an export target for the module class at the cursor."""
-    found = discover(source)
+def code_actions(uri: str, source: str, found: Discovery, params: types.CodeActionParams) -> list[types.CodeAction]:
+    """A stub ONNX function for each FXE0011 problem; an export target for the module class at the cursor.
+    No action while the file does not parse: the last good discovery's lines may be stale, an edit would land wrong."""
+    if found.syntax_error:
+        return []
     end = len(source.splitlines())
     actions = []
     for diagnostic in params.context.diagnostics:

@@ -2,7 +2,7 @@
 custom notifications and error codes. ``vscode-extension/src/protocol.ts`` spells the same names
 (a test checks that the two agree).
 
-Commands (``workspace/executeCommand``), each taking one JSON object:
+Commands (``workspace/executeCommand``), each taking one JSON object, checked by `parse_arguments`:
 
 - `EXPORT` `ExportArgs` → ``{jobs: [job, ...]}`` (a job as in `EXPORT_FINISHED`)
 - `LIST_TARGETS` `DocumentArgs` → ``{targets: [{name, line}], modules: [{name, line}]}``
@@ -12,10 +12,12 @@ Commands (``workspace/executeCommand``), each taking one JSON object:
 from __future__ import annotations
 
 import enum
-from typing import Any
+import json
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
 
 import attrs
-from pygls.exceptions import JsonRpcException
+from pygls.exceptions import JsonRpcException, JsonRpcInvalidParams
 
 EXPORT = "onnxlens.server.export"
 LIST_TARGETS = "onnxlens.server.listTargets"
@@ -32,14 +34,17 @@ OUTPUT_FOLDER_SCOPE = "outputFolderScope"
 
 
 class ErrorCode(enum.IntEnum):
-    """JSON-RPC error codes of refused requests (application codes: outside JSON-RPC's and LSP's ranges)."""
+    """JSON-RPC error codes of refused requests: JSON-RPC's InvalidParams for a wrong argument or setting,
+    application codes (outside JSON-RPC's and LSP's ranges) for the rest."""
 
+    INVALID_OPTIONS = JsonRpcInvalidParams.CODE  # -32602: a command argument, export option or setting is wrong
     NOT_ON_DISK = 1001  # an unsaved (untitled) document
     NO_SUCH_FILE = 1002
     NO_EXPORT_TARGET = 1003  # the file has no @exporter.export_target function (the extension offers one)
     UNKNOWN_TARGET = 1004
-    INVALID_OPTIONS = 1005
-    OUTSIDE_WORKSPACE = 1006  # the model file, or the output folder, is outside the workspace folders
+    UNREADABLE_FILE = 1006  # not UTF-8 text, or not readable
+    SYNTAX_ERROR = 1007  # the model file does not parse (the message says file:line)
+    OUTSIDE_WORKSPACE = 1008  # the model file, or the output folder, is outside the workspace folders
 
 
 class RequestError(JsonRpcException):
@@ -49,23 +54,63 @@ class RequestError(JsonRpcException):
         super().__init__(message, code=int(code))
 
 
+_JSON_TYPES = {str: "a string", int: "an integer", bool: "a boolean", dict: "an object", type(None): "null"}
+
+
+def _json(*kinds: type) -> Callable[[Any, attrs.Attribute, Any], None]:
+    """An attrs validator: the argument is a JSON value of one of `kinds` (``true`` is not an integer, nor is 1.5)."""
+
+    def check(_: Any, attribute: attrs.Attribute, value: Any) -> None:
+        if type(value) not in kinds:
+            expected = " or ".join(_JSON_TYPES[kind] for kind in kinds)
+            raise ValueError(f"argument {attribute.alias!r} must be {expected}, got {json.dumps(value)[:80]}")
+
+    return check
+
+
+def _not_negative(_: Any, attribute: attrs.Attribute, value: int) -> None:
+    if value < 0:
+        raise ValueError(f"argument {attribute.alias!r} must be 0 or more, got {value}")
+
+
 @attrs.define
 class DocumentArgs:
-    uri: str
+    uri: str = attrs.field(validator=_json(str))
 
 
 @attrs.define
 class ExportArgs:
     """Which targets of `uri` to export: `target` by name, all of them, or the one at `line` (0-based)."""
 
-    uri: str
-    target: str | None = None
-    line: int = 0
-    all: bool = False
-    options: dict[str, Any] = attrs.field(factory=dict)  # per-request overrides of the onnxlens settings
-    job_id: str | None = attrs.field(default=None, alias="jobId")
+    uri: str = attrs.field(validator=_json(str))
+    target: str | None = attrs.field(default=None, validator=_json(str, type(None)))
+    line: int = attrs.field(default=0, validator=[_json(int), _not_negative])
+    all: bool = attrs.field(default=False, validator=_json(bool))
+    options: dict[str, Any] = attrs.field(factory=dict, validator=_json(dict))  # per-request overrides of the onnxlens settings
+    job_id: str | None = attrs.field(default=None, alias="jobId", validator=_json(str, type(None)))
 
 
 @attrs.define
 class CancelArgs:
-    job_id: str = attrs.field(alias="jobId")
+    job_id: str = attrs.field(alias="jobId", validator=_json(str))
+
+
+Args = TypeVar("Args")
+
+
+def parse_arguments(command: str, cls: type[Args], arguments: Sequence[Any]) -> Args:
+    """`command`'s arguments (one JSON object) as `cls`, every field checked: a wrong one is
+    `JsonRpcInvalidParams` with one line saying which and what it should be."""
+    fields = attrs.fields(cls)
+    known = ", ".join(f.alias for f in fields)
+    try:
+        if len(arguments) != 1 or not isinstance(arguments[0], dict):
+            raise ValueError(f"expects one argument, an object with {known}")
+        (given,) = arguments
+        if missing := [f.alias for f in fields if f.default is attrs.NOTHING and f.alias not in given]:
+            raise ValueError(f"missing argument {missing[0]!r}")
+        if unknown := sorted(set(given) - {f.alias for f in fields}):
+            raise ValueError(f"unknown argument {unknown[0]!r} (known: {known})")
+        return cls(**given)
+    except ValueError as e:
+        raise JsonRpcInvalidParams(f"{command}: {e}") from None

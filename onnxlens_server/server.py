@@ -39,19 +39,22 @@ class OnnxlensServer(LanguageServer):
 server = OnnxlensServer()
 
 
+# Commands take their JSON arguments as sent (`*arguments`) and check them in `protocol.parse_arguments`.
+
+
 @server.command(protocol.EXPORT)
-async def export_command(ls: OnnxlensServer, args: protocol.ExportArgs) -> dict[str, Any]:
-    return await ls.commands.export(args)
+async def export_command(ls: OnnxlensServer, *arguments: Any) -> dict[str, Any]:
+    return await ls.commands.export(protocol.parse_arguments(protocol.EXPORT, protocol.ExportArgs, arguments))
 
 
 @server.command(protocol.LIST_TARGETS)
-def list_targets_command(ls: OnnxlensServer, args: protocol.DocumentArgs) -> dict[str, Any]:
-    return ls.commands.list_targets(args)
+async def list_targets_command(ls: OnnxlensServer, *arguments: Any) -> dict[str, Any]:
+    return await ls.commands.list_targets(protocol.parse_arguments(protocol.LIST_TARGETS, protocol.DocumentArgs, arguments))
 
 
 @server.command(protocol.CANCEL)
-def cancel_command(ls: OnnxlensServer, args: protocol.CancelArgs) -> dict[str, Any]:
-    return ls.commands.cancel(args)
+def cancel_command(ls: OnnxlensServer, *arguments: Any) -> dict[str, Any]:
+    return ls.commands.cancel(protocol.parse_arguments(protocol.CANCEL, protocol.CancelArgs, arguments))
 
 
 @server.feature(types.INITIALIZED)
@@ -87,10 +90,16 @@ def did_change(ls: OnnxlensServer, params: types.DidChangeTextDocumentParams) ->
         ls.commands.publish(path)
 
 
+@server.feature(types.TEXT_DOCUMENT_DID_CLOSE)
+def did_close(ls: OnnxlensServer, params: types.DidCloseTextDocumentParams) -> None:
+    ls.commands.discoveries.forget(params.text_document.uri)
+
+
 @server.feature(types.TEXT_DOCUMENT_CODE_LENS)
-def code_lens(ls: OnnxlensServer, params: types.CodeLensParams) -> list[types.CodeLens]:
-    path, source = documents.read(ls.workspace, params.text_document.uri)
-    return features.code_lenses(params.text_document.uri, path, source, ls.states)
+async def code_lens(ls: OnnxlensServer, params: types.CodeLensParams) -> list[types.CodeLens]:
+    uri = params.text_document.uri
+    path, _, found = await ls.commands.discover(uri)
+    return features.code_lenses(uri, path, found, ls.states)
 
 
 @server.feature(types.TEXT_DOCUMENT_INLAY_HINT)
@@ -105,10 +114,10 @@ def hover(ls: OnnxlensServer, params: types.HoverParams) -> types.Hover | None:
 
 
 @server.feature(types.TEXT_DOCUMENT_CODE_ACTION, types.CodeActionOptions(code_action_kinds=[types.CodeActionKind.QuickFix]))
-def code_actions(ls: OnnxlensServer, params: types.CodeActionParams) -> list[types.CodeAction]:
+async def code_actions(ls: OnnxlensServer, params: types.CodeActionParams) -> list[types.CodeAction]:
     uri = params.text_document.uri
-    _, source = documents.read(ls.workspace, uri)
-    actions = features.code_actions(uri, source, params)
+    _, source, found = await ls.commands.discover(uri)
+    actions = features.code_actions(uri, source, found, params)
     if ls.protocol.trace != types.TraceValue.Off:  # the client asked for a trace (VS Code: the log level Trace)
         line = params.range.start.line
         trigger = params.context.trigger_kind.name.lower() if params.context.trigger_kind else "unknown"

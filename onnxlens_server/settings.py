@@ -27,6 +27,10 @@ TIMEOUT_KEY, OUTPUT_FOLDER_KEY, MEMORY_LIMIT_KEY = "timeoutSeconds", "outputFold
 DEFAULT_TIMEOUT = 300.0
 DEFAULT_OUTPUT_FOLDER = "onnxlens-out"
 _NAMES = {s.editor_key: s.name for s in SETTINGS.values()}  # editor key -> setting name
+_SERVER_KEYS = {  # the server's own keys: what a value must be (None: the default)
+    TIMEOUT_KEY: (lambda v: type(v) in (int, float) and v > 0, "a positive number of seconds"),
+    OUTPUT_FOLDER_KEY: (lambda v: isinstance(v, str), "a string (a folder path)"),
+}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -49,6 +53,9 @@ def export_settings(configuration: Mapping[str, Any], overrides: Mapping[str, An
         settings = validate_settings({_NAMES[k]: v for k, v in merged.items()})
     except ValueError as e:
         raise RequestError(ErrorCode.INVALID_OPTIONS, f"Invalid onnxlens settings: {e}") from None
+    for key, (valid, expected) in _SERVER_KEYS.items():
+        if configuration.get(key) is not None and not valid(configuration[key]):
+            raise RequestError(ErrorCode.INVALID_OPTIONS, f"Invalid onnxlens settings: {key} must be {expected}, got {configuration[key]!r}")
     timeout = float(configuration.get(TIMEOUT_KEY) or DEFAULT_TIMEOUT)
     memory_limit = configuration.get(MEMORY_LIMIT_KEY)
     memory_limit = default_memory_limit_mb() if memory_limit is None else memory_limit

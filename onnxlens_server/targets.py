@@ -5,12 +5,21 @@ A target is a function decorated with ``exporter.export_target`` in any import s
     import exporter                          @exporter.export_target / @exporter.export_target(...)
     import exporter as ex                    @ex.export_target
     from exporter import export_target as t  @t / @t(...)
+
+Only module-level functions are targets (also those under a module-level ``if``, ``try``, ...): the
+export looks the target up in the module's namespace and calls it without arguments, so a method or
+a nested function cannot be one.
 """
 
 from __future__ import annotations
 
 import ast
+import asyncio
 import dataclasses
+import multiprocessing
+from collections.abc import Iterator
+from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 
 
 @dataclasses.dataclass(frozen=True)
@@ -30,36 +39,80 @@ class ModuleClass:
 
 
 @dataclasses.dataclass(frozen=True)
+class SyntaxProblem:
+    message: str  # Python's, e.g. "invalid syntax"
+    line: int  # 0-based
+
+
+@dataclasses.dataclass(frozen=True)
 class Discovery:
     targets: list[Target]
     modules: list[ModuleClass]
     imports_torch: bool
     imports_exporter: bool
     last_import_line: int  # 0-based line after which new imports go (-1: top of file)
+    syntax_error: SyntaxProblem | None = None  # the source does not parse
 
 
 def discover(source: str) -> Discovery:
-    """Targets and module classes of `source`; a file with syntax errors has none."""
+    """Targets and module classes of `source`; a file with a syntax error has none, and says where it is."""
     try:
         tree = ast.parse(source)
-    except SyntaxError:
-        return Discovery([], [], False, False, -1)
+    except SyntaxError as e:
+        return Discovery([], [], False, False, -1, SyntaxProblem(e.msg, (e.lineno or 1) - 1))
     aliases = _ImportAliases(tree)
     targets = [
         Target(node.name, node.lineno - 1, (node.end_lineno or node.lineno) - 1, decorator.lineno - 1)
-        for node in ast.walk(tree)
+        for node in _module_level(tree)
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
         for decorator in node.decorator_list
         if aliases.is_export_target(decorator)
     ]
     import_ends = [(n.end_lineno or n.lineno) - 1 for n in tree.body if isinstance(n, (ast.Import, ast.ImportFrom))]
     return Discovery(
-        sorted(targets, key=lambda t: t.line),
+        targets,
         _module_classes(tree, aliases),
         imports_torch=bool(aliases.torch_names),
         imports_exporter=bool(aliases.exporter_modules or aliases.target_names),
         last_import_line=max(import_ends, default=-1),
     )
+
+
+class Discoveries:
+    """The discovery of each document's text, computed once per text, in a separate process: parsing a
+    long file takes a while and holds the GIL, so in the server's process, even in a thread, it would
+    hold up every other request. While a document does not parse, its last good discovery stands,
+    with the syntax error."""
+
+    def __init__(self) -> None:
+        self._last: dict[str, tuple[str, Discovery]] = {}  # uri -> (text, its discovery)
+        self._good: dict[str, Discovery] = {}  # uri -> its last discovery without a syntax error
+        self._parser: ProcessPoolExecutor | None = None  # started on first use
+
+    async def get(self, uri: str, source: str) -> Discovery:
+        last = self._last.get(uri)
+        if last is not None and last[0] == source:
+            return last[1]
+        found = await self._discover(source)
+        if found.syntax_error is None:
+            self._good[uri] = found
+        elif uri in self._good:
+            found = dataclasses.replace(self._good[uri], syntax_error=found.syntax_error)
+        self._last[uri] = (source, found)
+        return found
+
+    def forget(self, uri: str) -> None:
+        self._last.pop(uri, None)
+        self._good.pop(uri, None)
+
+    async def _discover(self, source: str) -> Discovery:
+        if self._parser is None:
+            self._parser = ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn"))
+        try:
+            return await asyncio.wrap_future(self._parser.submit(discover, source))
+        except BrokenProcessPool:  # the parser process died (killed?): this once here, a new one next time
+            self._parser = None
+            return discover(source)
 
 
 def target_at(targets: list[Target], line: int) -> Target | None:
@@ -80,7 +133,7 @@ class _ImportAliases:
         self.module_names: set[str] = set()  # names bound to torch.nn.Module
         self.nn_names: set[str] = set()  # names bound to torch.nn
         self.torch_names: set[str] = set()
-        for node in ast.walk(tree):
+        for node in _module_level(tree):
             if isinstance(node, ast.Import):
                 for alias in node.names:
                     bound = alias.asname or alias.name.split(".")[0]
@@ -115,6 +168,19 @@ class _ImportAliases:
             return True
         head, _, tail = dotted.rpartition(".")
         return tail == "Module" and (head in self.nn_names or head in {f"{t}.nn" for t in self.torch_names})
+
+
+def _module_level(node: ast.AST) -> Iterator[ast.stmt]:
+    """The statements that run in the module's namespace, in file order: those of `node`'s body and of
+    the blocks nested in them (if, try, with, for, while, match), not those of functions or classes."""
+    for child in ast.iter_child_nodes(node):
+        if isinstance(child, ast.stmt):
+            yield child
+        if isinstance(child, (ast.stmt, ast.excepthandler, ast.match_case)) and not isinstance(child, _SCOPES):
+            yield from _module_level(child)
+
+
+_SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
 
 
 def _module_classes(tree: ast.Module, aliases: _ImportAliases) -> list[ModuleClass]:

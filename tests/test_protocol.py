@@ -23,7 +23,7 @@ def test_names_are_spelled_the_same_on_both_sides():
 
 def test_error_codes_are_the_same_on_both_sides():
     enum = re.search(r"export enum ErrorCode \{(.*?)\}", PROTOCOL_TS, re.S)[1]
-    codes = {re.sub(r"(?<!^)(?=[A-Z])", "_", name).upper(): int(value) for name, value in re.findall(r"(\w+) = (\d+)", enum)}
+    codes = {re.sub(r"(?<!^)(?=[A-Z])", "_", name).upper(): int(value) for name, value in re.findall(r"(\w+) = (-?\d+)", enum)}
     assert codes == {code.name: code.value for code in protocol.ErrorCode}
 
 

@@ -357,7 +357,7 @@ async def test_bad_requests_get_clear_errors(client: LanguageClient, workspace: 
         ({"uri": uri, "target": "nope"}, ErrorCode.UNKNOWN_TARGET, "no export target 'nope'"),
         ({"uri": uri, "target": "mlp", "options": {"opset": "18"}}, ErrorCode.INVALID_OPTIONS, "must be an integer"),
         ({"uri": uri, "target": "mlp", "options": {"dynamic": True}}, ErrorCode.INVALID_OPTIONS, "Unknown export option 'dynamic'"),
-        ({}, JsonRpcInvalidParams.CODE, "While structuring ExportArgs"),  # the arguments' type says what is required
+        ({}, JsonRpcInvalidParams.CODE, "^onnxlens.server.export: missing argument 'uri'$"),  # more in test_server_input.py
     ]:
         with pytest.raises(JsonRpcException, match=message) as raised:
             await export(client, **args)

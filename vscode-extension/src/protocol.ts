@@ -20,12 +20,14 @@ export const OUTPUT_FOLDER_SCOPE = 'outputFolderScope';
 
 /** JSON-RPC error codes of requests the server refuses. */
 export enum ErrorCode {
+  InvalidOptions = -32602, // JSON-RPC's InvalidParams: a wrong command argument, export option or setting
   NotOnDisk = 1001,
   NoSuchFile = 1002,
   NoExportTarget = 1003,
   UnknownTarget = 1004,
-  InvalidOptions = 1005,
-  OutsideWorkspace = 1006,
+  UnreadableFile = 1006, // not UTF-8 text, or not readable
+  SyntaxError = 1007, // the model file does not parse (the message says file:line)
+  OutsideWorkspace = 1008, // the model file, or the output folder, is outside the workspace folders
 }
 
 /** `EXPORT`'s argument: a target by name, all targets of the file, or the one at `line` (0-based). */
