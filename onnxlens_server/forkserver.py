@@ -35,10 +35,16 @@ def main() -> None:
 
     logger.info("fork server warm in %.1f s", time.perf_counter() - start)
     jobs: dict[int, socket.socket] = {}  # export process id -> its socket
+    exited, wake = os.pipe()  # SIGCHLD writes a byte: an export process has exited
+    os.set_blocking(wake, False)
+    signal.set_wakeup_fd(wake)
+    signal.signal(signal.SIGCHLD, lambda *_: None)
     try:
         while os.getppid() == server:
-            readable, _, _ = select.select([control], [], [], 0.1)
-            if readable and not _fork_next(control, jobs):
+            readable, _, _ = select.select([control, exited], [], [], 1.0)
+            if exited in readable:
+                os.read(exited, 4096)
+            if control in readable and not _fork_next(control, jobs):
                 break
             _reap(jobs)
     finally:
@@ -61,6 +67,8 @@ def _fork_next(control: socket.socket, jobs: dict[int, socket.socket]) -> bool:
     if pid == 0:
         code = 1
         try:
+            signal.set_wakeup_fd(-1)
+            signal.signal(signal.SIGCHLD, signal.SIG_DFL)
             control.close()
             for other in jobs.values():
                 other.close()
