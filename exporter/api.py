@@ -12,6 +12,7 @@ import torch
 from exporter import adapters, analysis, capture
 from exporter.diagnostics import DiagnosticContext, Level
 from exporter.diagnostics import rules
+from exporter.diagnostics.explain import explain
 from exporter.diagnostics.torch_logs import captured_logs
 from exporter.errors import OnnxExporterError, is_out_of_memory
 from exporter.fake import check_fake_consistency
@@ -113,15 +114,18 @@ class Exporter:
             )
         except capture.GraphCaptureError as e:
             first = e.attempts[0].error
+            torch_message = f"{type(first).__name__}: {capture._first_line(first)}"
+            explanation = next((x for a in e.attempts if (x := explain(a.error, e.location))), None)
+            if explanation is None:
+                message, details = f"Could not capture the model: {torch_message}", {}
+            else:
+                message = f"{explanation.message} {explanation.fix}"
+                details = {"cause": explanation.cause, "fix": explanation.fix, "torchMessage": torch_message}
             self.ctx.report(
-                rules.GRAPH_CAPTURE,
-                Level.ERROR,
-                f"Could not capture the model: {type(first).__name__}: {capture._first_line(first)}",
-                stack=e.location,
-                exception=first,
-                strategies=[a.strategy for a in e.attempts],
+                rules.GRAPH_CAPTURE, Level.ERROR, message, stack=e.location, exception=first,
+                strategies=[a.strategy for a in e.attempts], **details,
             )
-            raise OnnxExporterErrorWithin(str(e)) from first
+            raise OnnxExporterErrorWithin(message if explanation else str(e)) from first
 
     def _check_outputs(self, program: torch.export.ExportedProgram) -> None:
         try:

@@ -9,6 +9,8 @@ from typing import Any
 from lsprotocol import types
 
 SOURCE = "onnxlens"
+CAPTURE_RULE = "FXE0017"  # graph capture: one error, plus a note per strategy tried
+SUMMARY_RULE, DETAIL_RULE = "FXE0012", "FXE0011"  # unsupported operators: all of them / one each
 
 _SEVERITY = {
     "error": types.DiagnosticSeverity.Error,
@@ -51,38 +53,56 @@ def failure(message: str, code: str, line: int, text_line: str | None) -> types.
 
 
 def diagnostics_by_path(log: dict[str, Any], read_line=None) -> dict[str, list[types.Diagnostic]]:
-    """Problems for every file the log's results point into.
+    """Problems for every file the log's results point into, one per cause.
 
-    Results at level none (the DEBUG trail) and op-level-debug line summaries (shown inline
-    instead) are left out. `read_line(path, line)` gives a line's text for a precise range.
+    Left out (they stay in the log and the results view): results at level none (the DEBUG trail),
+    op-level-debug line summaries (shown inline instead), the unsupported-operator summary (FXE0012)
+    when each operator has its own FXE0011 problem, and the capture strategies' attempts, which
+    become related information of the capture error. `read_line(path, line)` gives a line's text
+    for a precise range.
     """
     found: dict[str, list[types.Diagnostic]] = {}
     for run in log.get("runs", []):
         rules = {r["id"]: r for r in run.get("tool", {}).get("driver", {}).get("rules", [])}
-        for result in run.get("results", []):
-            level = result.get("level", "warning")
-            if level not in _SEVERITY or not result.get("locations"):
+        results = [r for r in run.get("results", []) if r.get("level", "warning") in _SEVERITY and r.get("locations")]
+        attempts = [r for r in results if r["ruleId"] == CAPTURE_RULE and "strategy" in r.get("properties", {})]
+        rule_ids = {r["ruleId"] for r in results}
+        for result in results:
+            if result in attempts or result.get("properties", {}).get("aggregate") == "sourceLine":
                 continue
-            if result.get("properties", {}).get("aggregate") == "sourceLine":
+            if result["ruleId"] == SUMMARY_RULE and DETAIL_RULE in rule_ids:
                 continue
             path = artifact_path(result["locations"][0], run)
             if path is None:
                 continue
             line = line_of(result["locations"][0])
             rule = rules.get(result["ruleId"], {})
+            related = _related(result, run, read_line)
+            if result["ruleId"] == CAPTURE_RULE:
+                related = (related or []) + [_attempt(a, run, read_line) for a in attempts if artifact_path(a["locations"][0], run)] or None
             found.setdefault(path, []).append(
                 types.Diagnostic(
                     range=to_range(line, read_line(path, line) if read_line else None),
                     message=result["message"]["text"],
-                    severity=_SEVERITY[level],
+                    severity=_SEVERITY[result.get("level", "warning")],
                     code=result["ruleId"],
                     code_description=types.CodeDescription(href=rule["helpUri"]) if rule.get("helpUri") else None,
                     source=SOURCE,
-                    related_information=_related(result, run, read_line),
+                    related_information=related,
                     data={"ruleId": result["ruleId"], "properties": _small(result.get("properties", {}))},
                 )
             )
     return found
+
+
+def _attempt(result: dict[str, Any], run: dict[str, Any], read_line) -> types.DiagnosticRelatedInformation:
+    """A capture strategy's failure, as related information of the capture error."""
+    location = result["locations"][0]
+    path, line = artifact_path(location, run), line_of(location)
+    return types.DiagnosticRelatedInformation(
+        location=types.Location(pathlib.Path(path).as_uri(), to_range(line, read_line(path, line) if read_line else None)),
+        message=result["message"]["text"],
+    )
 
 
 def _related(result: dict[str, Any], run: dict[str, Any], read_line) -> list[types.DiagnosticRelatedInformation] | None:

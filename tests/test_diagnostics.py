@@ -90,9 +90,15 @@ def test_capture_failure_is_located_at_the_offending_line(tmp_path):
     errors = [r for r in results(log, "FXE0017") if r["level"] == "error"]
     assert len(errors) == 1
     assert primary(errors[0]) == ("located_models.py", line_of("capture-failure"))
-    assert errors[0]["message"]["text"].startswith(
-        "Could not capture the model: GuardOnDataDependentSymNode: Could not guard on data-dependent expression"
+    line = "if x.sum() > 0:  # MARK: capture-failure"  # the line, as written
+    assert errors[0]["message"]["text"] == (
+        f"`{line}` branches on a tensor's values, which an exported graph cannot follow: the graph is one fixed "
+        "sequence of operations for every input. Use torch.cond(pred, true_fn, false_fn, operands) for a branch the "
+        "graph must keep, torch._check(...) to state a condition that always holds, or decide it outside forward()."
     )
+    properties = errors[0]["properties"]
+    assert properties["cause"] == "data-dependent-branch" and properties["fix"].startswith("Use torch.cond(")
+    assert properties["torchMessage"].startswith("GuardOnDataDependentSymNode: Could not guard on data-dependent expression")
     attempts = [r for r in results(log, "FXE0017") if r["level"] == "note"]
     assert {r["properties"]["strategy"] for r in attempts} == {"torch.export(strict=False)", "torch.export(strict=True, TorchDynamo)"}
 

@@ -54,3 +54,10 @@ def test_a_failure_covers_its_line_from_the_first_character():
     problem = sarif_to_lsp.failure("Export of mlp crashed: boom", "export-crashed", 4, "    def mlp():\n")
     assert problem.range == types.Range(types.Position(4, 4), types.Position(4, 14))
     assert (problem.code, problem.severity, problem.source) == ("export-crashed", types.DiagnosticSeverity.Error, "onnxlens")
+
+
+def test_the_folded_rules_are_the_exporters():
+    from exporter.diagnostics import rules
+
+    assert sarif_to_lsp.CAPTURE_RULE == rules.GRAPH_CAPTURE.id
+    assert (sarif_to_lsp.SUMMARY_RULE, sarif_to_lsp.DETAIL_RULE) == (rules.UNSUPPORTED_FX_NODE_ANALYSIS.id, rules.NO_SYMBOLIC_FUNCTION.id)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import pathlib
 import shutil
@@ -163,12 +164,25 @@ async def test_unsupported_custom_op_is_a_problem_at_its_line(client: LanguageCl
     assert fxe0011.code_description.href.endswith("#fxe0011-no-symbolic-function-for-call-function")
     assert [(r.location.uri, r.location.range, r.message) for r in fxe0011.related_information[:2]] == stack
 
-    (fxe0012,) = problems_in(client, "FXE0012", uri)  # the analysis summary, at the first unsupported call
-    assert fxe0012.range == call
-    assert fxe0012.message == "Unsupported FX nodes: onnxlens_test.scaled_tanh.default."
-    assert fxe0012.severity == types.DiagnosticSeverity.Error
-    assert fxe0012.code_description.href.endswith("#fxe0012-unsupported-fx-node-analysis")
-    assert [(r.location.uri, r.location.range, r.message) for r in fxe0012.related_information[:2]] == stack
+    assert problems_in(client, "FXE0012", uri) == []  # the summary of the same cause: in the log only
+    log = json.loads(pathlib.Path(job["sarif"]).read_text())
+    assert [r["message"]["text"] for r in log["runs"][0]["results"] if r["ruleId"] == "FXE0012"] == [
+        "Unsupported FX nodes: onnxlens_test.scaled_tanh.default."]
+
+
+async def test_a_capture_failure_is_one_problem_in_the_users_words(client: LanguageClient, workspace: pathlib.Path):
+    uri = open_document(client, workspace / "models.py")
+    text = (workspace / "models.py").read_text()
+    (job,) = (await export(client, uri=uri, target="branchy"))["jobs"]
+    assert job["status"] == "failed"
+    branch = statement_range(text, line_of(text, "data-dependent-branch"), "if x.sum() > 0:")
+    (problem,) = [d for d in client.diagnostics[uri] if d.range.start.line == branch.start.line]  # one problem for one cause
+    assert problem.code == "FXE0017" and problem.range == branch
+    assert problem.message.startswith("`if x.sum() > 0:  # MARK: data-dependent-branch` branches on a tensor's values")
+    assert "torch.cond(" in problem.message and "u0" not in problem.message
+    attempts = [r.message for r in problem.related_information]  # what each capture strategy said, at its line
+    assert [m.split(" failed: ")[0] for m in attempts] == ["torch.export(strict=False)", "torch.export(strict=True, TorchDynamo)"]
+    assert all(r.location.uri == uri and r.location.range == branch for r in problem.related_information)
 
 
 async def test_progress_arrives_in_order_and_success_clears_problems(client: LanguageClient, workspace: pathlib.Path):
@@ -290,8 +304,8 @@ async def test_code_lenses_on_targets(client: LanguageClient, workspace: pathlib
     text = (workspace / "models.py").read_text()
     lenses = await client.text_document_code_lens_async(types.CodeLensParams(types.TextDocumentIdentifier(uri)))
     exports = [l for l in lenses if l.command.title.endswith("Export to ONNX")]
-    assert [l.command.arguments[0]["target"] for l in exports] == ["custom_op", "mlp", "slow", "segfault", "broken"]
-    assert exports[1].range.start.line == text.splitlines().index("def mlp():") - 1
+    assert [l.command.arguments[0]["target"] for l in exports] == ["custom_op", "branchy", "mlp", "slow", "segfault", "broken"]
+    assert exports[2].range.start.line == text.splitlines().index("def mlp():") - 1
     assert any(l.command.title == "Open SARIF log" and l.command.command == "onnxlens.openSarifLog" for l in lenses)
 
 
@@ -363,7 +377,7 @@ async def test_bad_requests_get_clear_errors(client: LanguageClient, workspace: 
             await export(client, **args)
         assert raised.value.code == code
     listed = await client.workspace_execute_command_async(types.ExecuteCommandParams(command=LIST_TARGETS, arguments=[{"uri": uri}]))
-    assert [t["name"] for t in listed["targets"]] == ["custom_op", "mlp", "slow", "segfault", "broken"]
+    assert [t["name"] for t in listed["targets"]] == ["custom_op", "branchy", "mlp", "slow", "segfault", "broken"]
 
 
 async def test_settings_changes_are_checked_when_they_happen(client: LanguageClient):

@@ -37,6 +37,13 @@ class MLPModel(torch.nn.Module):
         return self.fc1(h)  # MARK: mlp-out
 
 
+class Branchy(torch.nn.Module):
+    def forward(self, x):
+        if x.sum() > 0:  # MARK: data-dependent-branch
+            return x * 2
+        return x - 1
+
+
 class Untargeted(torch.nn.Module):  # MARK: untargeted
     def __init__(self):
         super().__init__()
@@ -49,6 +56,11 @@ class Untargeted(torch.nn.Module):  # MARK: untargeted
 @exporter.export_target
 def custom_op():
     return UsesCustomOp(), (torch.randn(2, 4),)
+
+
+@exporter.export_target
+def branchy():
+    return Branchy(), (torch.randn(3),)
 
 
 @exporter.export_target

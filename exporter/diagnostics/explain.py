@@ -1,0 +1,54 @@
+"""Capture failures in the user's terms: what the line does that an exported graph cannot, and what to do.
+
+torch.export reports these with its internals ("Could not guard on data-dependent expression
+Eq(u0, 1)"); `explain` turns the common ones into one sentence about the user's line plus the fix,
+so the message can be acted on without the documentation. Unknown failures get None (the caller
+keeps torch's message).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import linecache
+import re
+
+from exporter.diagnostics.locations import Frame
+
+_DATA_DEPENDENT = (
+    "Could not guard on data-dependent expression",
+    "Could not extract specialized integer from data-dependent expression",
+    "Data-dependent branching",
+    "data dependent control flow",
+)
+_BRANCHING = re.compile(r"^(if|elif|while|assert)\b|\bif\b.*\belse\b")
+
+
+@dataclasses.dataclass(frozen=True)
+class Explanation:
+    cause: str  # a short id: "data-dependent-branch", "data-dependent-value"
+    message: str
+    fix: str
+
+
+def explain(error: BaseException, location: list[Frame]) -> Explanation | None:
+    """What `error` (a capture failure) means at the innermost user frame of `location`, if it is a known kind."""
+    text = f"{type(error).__name__}: {error}"
+    if not any(marker in text for marker in _DATA_DEPENDENT):
+        return None
+    line = (location[0].snippet or linecache.getline(location[0].path, location[0].line)).strip() if location else ""
+    code = f"`{line}`" if line else "This line"
+    if _BRANCHING.search(line) or "Data-dependent branching" in text:
+        return Explanation(
+            "data-dependent-branch",
+            f"{code} branches on a tensor's values, which an exported graph cannot follow: the graph is one "
+            "fixed sequence of operations for every input.",
+            "Use torch.cond(pred, true_fn, false_fn, operands) for a branch the graph must keep, "
+            "torch._check(...) to state a condition that always holds, or decide it outside forward().",
+        )
+    return Explanation(
+        "data-dependent-value",
+        f"{code} needs to know a value computed from tensor data (a size, a count, a condition), which an "
+        "exported graph cannot know in advance.",
+        "State what always holds with torch._check(...) before this line (e.g. torch._check(n % 2 == 0) "
+        "after n = x.item()), or compute the value outside forward() and pass it in.",
+    )
