@@ -69,6 +69,10 @@ class Exporter:
                     Stage.OP_LEVEL_DEBUG, validate_ops, program, self._translator, model, self.model_args, self.model_kwargs,
                     self.ctx, fake=self.options.fake_context is not None,
                 )
+            elif self._translator.custom_nodes and self.options.fake_context is None:
+                from exporter.op_debug import check_custom_translations
+
+                self._stage(Stage.OP_LEVEL_DEBUG, check_custom_translations, program, self._translator, model, self.model_args, self.model_kwargs, self.ctx)
             self._stage(Stage.ONNX_PASSES, self._finalize, model)
             self._record_adapters(program, model)
             if self.ctx.errors():

@@ -4,6 +4,9 @@ The example inputs are run through the FX graph to get every node's **real** inp
 values; each node's ONNX nodes are cut out of the model (with the Constants they use) and run in
 onnxruntime on those inputs. Index ops therefore see valid indices. The numbers go into the
 results' properties, per node and aggregated per source line (what an editor shows inline).
+
+`check_custom_translations` does the same for the nodes translated by functions the user
+registered, on every export: a stub or a wrong custom function cannot pass silently.
 """
 
 from __future__ import annotations
@@ -96,22 +99,56 @@ def validate_ops(
             Level.NOTE,
             "Fake mode: op-level debug compared the ops on random inputs and weights (integer inputs in [0, 2)).",
         )
-    values = intermediate_values(program, args, kwargs, initializers)
-    functions = dict(model.functions)
-    checks = []
-    for node, onnx_nodes in translator.onnx_nodes.items():
-        check = _check_node(node, onnx_nodes, translator, values, initializers, model.graph, functions)
-        checks.append(check)
+    checks = _check_nodes(program, translator, model, args, kwargs, initializers, translator.onnx_nodes)
+    for check in checks:
         if not check.ok:
             ctx.report(
                 rules.OP_LEVEL_DEBUGGING,
                 Level.WARNING,
-                f"{node.target} ({node.name}) → {'/'.join(check.onnx_op_types)}: {check.problem()}.",
-                node=node,
+                f"{check.node.target} ({check.node.name}) → {'/'.join(check.onnx_op_types)}: {check.problem()}.",
+                node=check.node,
                 **check.properties(),
             )
     _report_per_line(ctx, checks)
     return checks
+
+
+def check_custom_translations(
+    program: torch.export.ExportedProgram,
+    translator: GraphTranslator,
+    model: ir.Model,
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+    ctx: DiagnosticContext,
+) -> list[OpCheck]:
+    """Compare the nodes translated by user-registered functions with PyTorch on the example inputs;
+    a mismatch is an FXE0013 warning at the node's source line."""
+    nodes = {node: translator.onnx_nodes[node] for node in translator.custom_nodes}
+    if not nodes:
+        return []
+    try:
+        checks = _check_nodes(program, translator, model, args, kwargs, {**program.state_dict, **program.constants}, nodes)
+    except Exception as e:  # e.g. a custom op without a CPU implementation: nothing to compare with
+        ctx.report(rules.OP_LEVEL_DEBUGGING, Level.NOTE, f"Custom translations were not checked: the model did not run eagerly ({type(e).__name__}: {e}).")
+        return []
+    for check in checks:
+        if not check.ok:
+            ctx.report(
+                rules.OP_LEVEL_DEBUGGING,
+                Level.WARNING,
+                f"The ONNX function you registered for {check.node.target} ({'/'.join(check.onnx_op_types) or 'no ONNX ops'}) "
+                f"does not compute what PyTorch does on this export's inputs: {check.problem()}. The exported model is wrong here.",
+                node=check.node,
+                custom=True,
+                **check.properties(),
+            )
+    return checks
+
+
+def _check_nodes(program, translator, model, args, kwargs, initializers, nodes) -> list[OpCheck]:
+    values = intermediate_values(program, args, kwargs, initializers)
+    functions = dict(model.functions)
+    return [_check_node(node, onnx_nodes, translator, values, initializers, model.graph, functions) for node, onnx_nodes in nodes.items()]
 
 
 def intermediate_values(

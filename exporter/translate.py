@@ -88,6 +88,7 @@ class GraphTranslator:
         # What each top-level FX node became (used by op-level debug).
         self.values: dict[torch.fx.Node, Any] = {}
         self.onnx_nodes: dict[torch.fx.Node, list[ir.Node]] = {}
+        self.custom_nodes: list[torch.fx.Node] = []  # translated by a function the user registered
 
     # -- top level ------------------------------------------------------------------------
 
@@ -188,6 +189,8 @@ class GraphTranslator:
         args = [self._convert_arg(a, env) for a in node.args]
         kwargs = {k: self._convert_arg(v, env) for k, v in _with_schema_defaults(node).items()}
         function = dispatch.select_function(node, candidates, args, kwargs, self.ctx)
+        if function.is_custom:
+            self.custom_nodes.append(node)
         args, kwargs = _none_means_default(function.onnx_function, args, kwargs)
         try:
             return self.recorder.call(function.onnx_function, args, kwargs)

@@ -91,3 +91,33 @@ def test_opset_is_configurable(opset):
 def test_unsupported_opset_is_a_clear_error():
     with pytest.raises(exporter.OnnxExporterError, match="opset_version must be between 18 and"):
         exporter.dynamo_export(torch.nn.ReLU(), torch.randn(2), export_options=exporter.ExportOptions(opset_version=9))
+
+
+@onnxscript.script(custom_domain)
+def scaled_tanh_stub(x, scale: float):
+    return op.Identity(x)  # what the FXE0011 quick fix inserts: a placeholder
+
+
+def custom_translation_warnings(export_output) -> list:
+    return [d for d in export_output.diagnostic_context.diagnostics if d.properties.get("custom") and d.rule.id == "FXE0013"]
+
+
+def test_a_wrong_custom_translation_is_a_warning_at_its_line_on_every_export():
+    registry = exporter.OnnxRegistry()
+    registry.register_op(scaled_tanh_stub, "onnxlens_test", "scaled_tanh")
+    model, x = UsesCustomOp(), torch.randn(3, 4)
+    export_output = exporter.dynamo_export(model, x, export_options=exporter.ExportOptions(onnx_registry=registry))  # no op-level debug
+    (warning,) = custom_translation_warnings(export_output)
+    assert warning.level.name == "WARNING"
+    assert warning.message.startswith("The ONNX function you registered for onnxlens_test.scaled_tanh.default (scaled_tanh_stub) does not compute what PyTorch does")
+    expected = (torch.tanh(model.linear(x)) * 2.5 - model.linear(x)).abs().max().item()  # tanh*2.5 vs the identity
+    assert warning.properties["maxAbsError"] == pytest.approx(expected, rel=1e-4)
+    (frame, *_) = warning.stack
+    assert frame.path == __file__ and frame.snippet == "return scaled_tanh(self.linear(x), 2.5)"
+
+
+def test_a_right_custom_translation_passes_the_check_silently():
+    registry = exporter.OnnxRegistry()
+    registry.register_op(scaled_tanh_onnx, "onnxlens_test", "scaled_tanh")
+    export_output = exporter.dynamo_export(UsesCustomOp(), torch.randn(3, 4), export_options=exporter.ExportOptions(onnx_registry=registry))
+    assert custom_translation_warnings(export_output) == []
