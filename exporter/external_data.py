@@ -23,7 +23,7 @@ import onnx_ir as ir
 import torch
 from onnx_ir.tensor_adapters import from_torch_dtype
 
-from exporter.files import atomic_path, temporary_prefix
+from exporter.files import atomic_path, temporary_prefix, umask
 
 WEIGHT_META = "onnxlens.weight"  # ir.Value.meta key marking graph inputs that stand for weights
 WEIGHT_NAMES_META = "onnxlens.weight_names"  # ir.Model.meta key: every parameter/buffer name of the captured model
@@ -158,6 +158,7 @@ def save_with_state_dict(
             final = os.path.join(directory, folder)
             if os.path.exists(final):
                 shutil.rmtree(final)
+            os.chmod(staging, 0o777 & ~umask())  # as os.makedirs would create it (mkdtemp makes it private)
             os.replace(staging, final)
     finally:
         if os.path.exists(staging):

@@ -39,6 +39,13 @@ def remove_stale_temporaries(directory: str, pid: int | None = None) -> None:
                     pass
 
 
+def umask() -> int:
+    """The process's file mode creation mask."""
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
 def _running(pid: int) -> bool:
     try:
         os.kill(pid, 0)
@@ -65,6 +72,7 @@ class atomic_path:
     def __exit__(self, exc_type, exc, tb) -> None:
         try:
             if exc_type is None:
+                os.chmod(self.tmp, 0o666 & ~umask())  # as open() would create it (mkstemp makes it private)
                 os.replace(self.tmp, self.path)
         finally:
             if os.path.exists(self.tmp):

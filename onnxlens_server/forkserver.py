@@ -1,7 +1,7 @@
 """The export fork server: one warm process that forks a fresh process for every export.
 
 `WorkerPool` starts it as ``python -m onnxlens_server.forkserver FD`` with stdin from /dev/null,
-stdout to the server's log and a neutral working directory: neither the editor's messages nor the
+stdout and stderr to a pipe the server logs from, and a neutral working directory: neither the editor's messages nor the
 workspace's modules can reach it. It imports torch, torchlib and the registry and does one tiny
 export (`onnxlens_server.warm`), then serves: for each socket the server passes over the control
 socket FD, it reads an `ExportRequest` and forks; the child runs the export in a session of its
@@ -27,7 +27,10 @@ logger = logging.getLogger("onnxlens_server.forkserver")
 
 
 def main() -> None:
-    logging.basicConfig(stream=sys.stderr, level=logging.INFO, format="%(asctime)s onnxlens worker %(process)d: %(message)s")
+    # Its output and that of the export processes (their logs, warnings, user code's prints) is read by
+    # the server (`WorkerPool`), which logs each line at the level its first word names.
+    logging.basicConfig(stream=sys.stderr, level=logging.INFO, format="%(levelname)s %(name)s[%(process)d]: %(message)s")
+    logging.captureWarnings(True)
     control = socket.socket(fileno=int(sys.argv[1]))
     server = os.getppid()
     start = time.perf_counter()

@@ -61,7 +61,9 @@ class States:
                     changed = True
             for diagnostics in state.diagnostics.values():
                 for info in (i for d in diagnostics for i in d.related_information or [] if to_fs_path(i.location.uri) == path):
+                    line = info.location.range.start.line
                     info.location.range = move_range(info.location.range)
+                    info.message = info.message.replace(f":{line + 1})", f":{moved(line) + 1})")  # "forward (m.py:26)"
             state.traces = [dataclasses.replace(t, line=moved(t.line)) if t.path == path else t for t in state.traces]
         return changed
 

@@ -1,7 +1,8 @@
 """Op-level debug traces inline: inlay hints at the end of source lines, and hovers with the details.
 
 They come from the FXE0013 per-line summaries of SARIF logs (``properties.aggregate ==
-"sourceLine"``), which list every checked op of the line with its numbers.
+"sourceLine"``), which list every checked op of the line with its numbers. The hover's Markdown
+uses codicons (``$(check)``), which the extension renders (``supportThemeIcons``).
 """
 
 from __future__ import annotations
@@ -12,6 +13,9 @@ from typing import Any
 from lsprotocol import types
 
 from onnxlens_server.sarif_to_lsp import artifact_path, line_of
+
+
+HINT_WIDTH = 36  # characters: a hint must not run off the editor or into the next line's reading
 
 
 @dataclasses.dataclass(frozen=True)
@@ -41,15 +45,30 @@ def line_traces(log: dict[str, Any]) -> list[LineTrace]:
 
 
 def inlay_hint(trace: LineTrace, line_text: str) -> types.InlayHint:
-    marker = f"⚠ {trace.mismatches} mismatch{'es' if trace.mismatches > 1 else ''} · " if trace.mismatches else ""
-    label = f"{marker}→ {', '.join(trace.op_types)} · max|Δ| {trace.max_abs_error:.2g}"
+    """A short label at the line's end, the worst error first; the hover (also its tooltip) has the details."""
     return types.InlayHint(
         position=types.Position(trace.line, len(line_text.rstrip("\r\n"))),
-        label=label,
+        label=hint_label(trace),
         kind=types.InlayHintKind.Type,
         padding_left=True,
         tooltip=types.MarkupContent(types.MarkupKind.Markdown, hover_markdown(trace)),
     )
+
+
+def hint_label(trace: LineTrace, width: int = HINT_WIDTH) -> str:
+    """``Δ 2e-07 · Gemm, Sigmoid`` or ``⚠ 2 ops off · Δ 0.89 · Mul``: at most `width` characters,
+    the op types cut first."""
+    head = f"⚠ {trace.mismatches} op{'s' if trace.mismatches > 1 else ''} off · " if trace.mismatches else ""
+    head += f"Δ {trace.max_abs_error:.2g}"
+    ops = ""
+    for i, op_type in enumerate(trace.op_types):
+        more = f" +{len(trace.op_types) - i - 1}" if i < len(trace.op_types) - 1 else ""
+        candidate = f"{ops}{', ' if ops else ''}{op_type}"
+        if len(f"{head} · {candidate}{more}") > width:
+            ops = f"{ops} +{len(trace.op_types) - i}" if ops else ""
+            break
+        ops = candidate
+    return f"{head} · {ops}" if ops else head
 
 
 def hover_markdown(trace: LineTrace) -> str:
@@ -60,7 +79,7 @@ def hover_markdown(trace: LineTrace) -> str:
         )
         err = op.get("maxAbsError")
         tol = f"{op['atol']:g} + {op['rtol']:g}·\\|x\\|" if op.get("atol") is not None else ""
-        verdict = "✅" if op.get("ok") else f"❌ {op.get('skipped', 'mismatch')}"
+        verdict = "$(check)" if op.get("ok") else f"$(error) {op.get('skipped', 'mismatch')}"  # codicons, not emoji
         rows.append(
             f"| `{op.get('fxTarget', '?')}` | {', '.join(op.get('onnxOpTypes', []))} | {shapes} | "
             f"{', '.join(op.get('outputDtypes', []))} | {'' if err is None else f'{err:.3g}'} | {tol} | {verdict} |"

@@ -25,6 +25,7 @@ from onnxlens_server import wire
 from onnxlens_server.job import ExportRequest
 
 logger = logging.getLogger(__name__)
+worker_logger = logging.getLogger("onnxlens_server.workers")  # what export processes write
 
 # The fork server's working directory: the one holding this package, not the workspace, so no
 # module of the workspace shadows one the fork server imports.
@@ -86,9 +87,10 @@ class WorkerPool:
         ours, theirs = socket.socketpair()
         self._forkserver = await asyncio.create_subprocess_exec(
             sys.executable, "-m", "onnxlens_server.forkserver", str(theirs.fileno()),
-            stdin=subprocess.DEVNULL, stdout=sys.stderr.fileno(), pass_fds=(theirs.fileno(),), cwd=_NEUTRAL_DIRECTORY,
+            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, pass_fds=(theirs.fileno(),), cwd=_NEUTRAL_DIRECTORY,
         )
         theirs.close()
+        asyncio.ensure_future(_log_output(self._forkserver.stdout))
         if self._control is not None:
             self._control.close()
         self._control = ours
@@ -188,6 +190,19 @@ class WorkerPool:
         code = await process.wait()
         if process is self._forkserver:
             logger.warning("The export fork server exited (%s); the next export starts a new one", _describe_code(code))
+
+
+async def _log_output(stream: asyncio.StreamReader) -> None:
+    """Log each line the fork server and export processes write: their log records at the level they
+    name (library warnings at DEBUG), anything else (user code's prints, native libraries) at INFO."""
+    while line := await stream.readline():
+        text = line.decode(errors="replace").rstrip()
+        level_name, _, rest = text.partition(" ")
+        level = logging.getLevelName(level_name)
+        if not isinstance(level, int):
+            worker_logger.info("%s", text)
+        else:
+            worker_logger.log(logging.DEBUG if rest.startswith("py.warnings") else level, "%s", rest)
 
 
 def _describe_exit(code: int | None) -> str:

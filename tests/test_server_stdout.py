@@ -55,10 +55,12 @@ def test_stdout_is_pure_json_rpc_while_user_code_prints(tmp_path):
         uri = (tmp_path / "models.py").as_uri()
         send(process.stdin, {"id": 2, "method": "workspace/executeCommand",
                              "params": {"command": "onnxlens.server.export", "arguments": [{"uri": uri, "target": "mlp"}]}})
-        seen = []
+        seen, logged = [], []
         while True:
             message = reader.read()  # every message in between must be well-formed too
             seen.append(message.get("method"))
+            if message.get("method") == "window/logMessage":
+                logged.append((message["params"]["type"], message["params"]["message"]))
             if message.get("id") == 2:
                 break
         assert message["result"]["jobs"][0]["status"] == "ok", message
@@ -69,4 +71,7 @@ def test_stdout_is_pure_json_rpc_while_user_code_prints(tmp_path):
         process.wait(timeout=20)
     finally:
         process.kill()
-    assert b"user code printing to stdout" in b"".join(stderr)
+    # What user code prints reaches the editor's log as information, not as an error on stderr.
+    assert (3, "user code printing to stdout") in logged, logged
+    assert b"user code printing to stdout" not in b"".join(stderr)
+    assert not [text for kind, text in logged if kind <= 2 and "Warning" in text]  # library warnings are not warnings of the user's

@@ -29,13 +29,23 @@ def test_only_line_summaries_become_traces():
 def test_inlay_hint_sits_at_the_line_end_and_marks_mismatches():
     (clean, bad) = traces.line_traces({"runs": [{"results": [summary(3, 0), summary(4, 2)]}]})
     hint = traces.inlay_hint(clean, "        y = self.fc(x)\r\n")
-    assert hint.position == types.Position(2, 22) and hint.label == "→ Gemm, Sigmoid · max|Δ| 1.5e-07"
-    assert traces.inlay_hint(bad, "x").label == "⚠ 2 mismatches · → Gemm, Sigmoid · max|Δ| 1.5e-07"
+    assert hint.position == types.Position(2, 22) and hint.label == "Δ 1.5e-07 · Gemm, Sigmoid"
+    assert traces.inlay_hint(bad, "x").label == "⚠ 2 ops off · Δ 1.5e-07 · Gemm +1"
+
+
+def test_hints_stay_short_cutting_op_types_first():
+    def label(op_types, mismatches=0, error=0.25):
+        return traces.hint_label(traces.LineTrace("/m/net.py", 0, [], op_types, error, mismatches))
+
+    many = ["MatMul", "Add", "Reshape", "Transpose", "Softmax"]
+    assert label(many) == "Δ 0.25 · MatMul, Add, Reshape +2"
+    assert label(["LayerNormalizationWithAVeryLongName"], 3) == "⚠ 3 ops off · Δ 0.25"
+    assert all(len(label(many[:n], m)) <= traces.HINT_WIDTH for n in range(6) for m in (0, 1, 12))
 
 
 def test_hover_lists_every_op_with_its_numbers():
     (trace,) = traces.line_traces({"runs": [{"results": [summary(3, 1)]}]})
     rows = traces.hover_markdown(trace).splitlines()
     assert rows[0] == "**onnxlens op-level debug** — 1 mismatch(es)"
-    assert rows[4] == "| `aten.linear.default` | Gemm | 3×8, 4×8 → 3×4 | float32 | 1.5e-07 | 1e-05 + 0.001·\\|x\\| | ✅ |"
-    assert rows[5] == "| `aten.sigmoid.default` | Sigmoid | scalar → scalar | float32 |  |  | ❌ no values |"
+    assert rows[4] == "| `aten.linear.default` | Gemm | 3×8, 4×8 → 3×4 | float32 | 1.5e-07 | 1e-05 + 0.001·\\|x\\| | $(check) |"
+    assert rows[5] == "| `aten.sigmoid.default` | Sigmoid | scalar → scalar | float32 |  |  | $(error) no values |"

@@ -91,6 +91,17 @@ export class ServerConnection implements vscode.Disposable {
       synchronize: { configurationSection: CONFIGURATION_SECTION }, // didChangeConfiguration: the server checks the settings
       middleware: {
         handleDiagnostics: (uri, diagnostics, next) => next(uri, this.filterDiagnostics(uri, diagnostics)),
+        // The server's op-level debug tables use codicons ($(check), $(error)), not emoji.
+        provideHover: async (document, position, token, next) => {
+          const hover = await next(document, position, token);
+          hover?.contents.forEach(withThemeIcons);
+          return hover;
+        },
+        provideInlayHints: async (document, range, token, next) => {
+          const hints = await next(document, range, token);
+          hints?.forEach((hint) => withThemeIcons(hint.tooltip));
+          return hints;
+        },
         workspace: {
           // The server writes outside the workspace only where the user (not the workspace) chose so.
           configuration: async (params, token, next) => {
@@ -164,5 +175,11 @@ export class ServerConnection implements vscode.Disposable {
     this.scheduleRestart.cancel();
     this.statusItem.dispose();
     void this.stop();
+  }
+}
+
+function withThemeIcons(content: unknown): void {
+  if (content instanceof vscode.MarkdownString) {
+    content.supportThemeIcons = true;
   }
 }
