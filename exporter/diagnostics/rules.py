@@ -81,9 +81,10 @@ OP_LEVEL_DEBUGGING = Rule(
     "op-level-debugging",
     "Report any op level validation failure in warnings.",
     "Each translated node's ONNX function is run on the node's real input values and compared "
-    "with the PyTorch operator.",
+    "with the PyTorch operator: for every node with op-level debug, and on every export for the "
+    "nodes translated by functions you registered (a stub or a wrong custom function is a warning).",
     "A mismatch points at an ONNX function that computes something else than the PyTorch op: "
-    "check custom functions registered for it, or report the torchlib function.",
+    "fix the custom function registered for it, or report the torchlib function.",
 )
 FIND_OPSCHEMA_MATCHED_SYMBOLIC_FUNCTION = Rule(
     "FXE0014",
@@ -117,9 +118,14 @@ GRAPH_CAPTURE = Rule(
     "FXE0017",
     "fx-graph-capture",
     "Capture the model as an FX graph with torch.export.",
-    "Each capture strategy tried (non-strict torch.export, TorchDynamo) and why it failed.",
-    "Capture fails on Python the tracer cannot follow, most often control flow that depends on tensor "
-    "values: use torch.cond, or make the condition depend on shapes only.",
+    "One error at the line that stopped the capture, saying in your terms what it does that a graph "
+    "cannot (torch's own message is in the result's properties), plus a note for each capture "
+    "strategy tried (non-strict torch.export, TorchDynamo) and why it failed.",
+    "Capture fails on Python the tracer cannot follow, most often code that depends on tensor values. "
+    "A branch (`if x.sum() > 0:`): use torch.cond(pred, true_fn, false_fn, operands), or make the "
+    "condition depend on shapes only. A value used as a size or index (`n = x.item()`): state what "
+    "holds with torch._check(...) (e.g. torch._check(n > 0)). Or compute it outside forward() and "
+    "pass it in.",
 )
 INPUT_OUTPUT_ADAPTATION = Rule(
     "FXE0018",
