@@ -9,7 +9,8 @@ from typing import Any
 import onnx
 import torch
 
-from exporter import adapters, analysis, capture
+from exporter import adapters, analysis, capture, dynamic
+from exporter.diagnostics import dynamic_report
 from exporter.diagnostics import DiagnosticContext, Level
 from exporter.diagnostics import rules
 from exporter.diagnostics.explain import explain
@@ -108,17 +109,22 @@ class Exporter:
         extractor = capture.FXGraphExtractor()
         fake_mode = self.options.fake_context.fake_mode if self.options.fake_context is not None else None
         try:
-            return extractor.generate_fx(
+            program = extractor.generate_fx(
                 self.model,
                 self.model_args,
                 self.model_kwargs,
-                dynamic_shapes=bool(self.options.dynamic_shapes),
+                dynamic_shapes=self.options.dynamic_shapes,
                 ctx=self.ctx,
                 fake_mode=fake_mode,
             )
         except capture.GraphCaptureError as e:
             first = e.attempts[0].error
             torch_message = f"{type(first).__name__}: {capture._first_line(first)}"
+            violation = dynamic_report.constraint_violation(first, extractor.specializations, self.options.dynamic_shapes)
+            if violation is not None:
+                message, stack, details = violation
+                self.ctx.report(rules.DIMENSION_SPECIALIZED, Level.ERROR, message, stack=stack, exception=first, torchMessage=torch_message, **details)
+                raise OnnxExporterErrorWithin(message) from first
             explanation = next((x for a in e.attempts if (x := explain(a.error, e.location))), None)
             if explanation is None:
                 message, details = f"Could not capture the model: {torch_message}", {}
@@ -129,7 +135,10 @@ class Exporter:
                 rules.GRAPH_CAPTURE, Level.ERROR, message, stack=e.location, exception=first,
                 strategies=[a.strategy for a in e.attempts], **details,
             )
-            raise OnnxExporterErrorWithin(message if explanation else str(e)) from first
+            raise OnnxExporterErrorWithin(f"Could not capture the model as an FX graph: {message}" if explanation else str(e)) from first
+        self._dims = dynamic.requested_dims(program, self.options.dynamic_shapes)
+        dynamic_report.report_specialized(self.ctx, program, self._dims, extractor.specializations)
+        return program
 
     def _check_outputs(self, program: torch.export.ExportedProgram) -> None:
         try:
@@ -168,7 +177,7 @@ class Exporter:
         self._translated = 0
         self._total = sum(1 for n in program.graph.nodes if n.op == "call_function")
         try:
-            return translator.translate_program(program, dim_names=dim_names(program))
+            return translator.translate_program(program, dim_names=dynamic.dim_names(program, self._dims))
         except TranslationError as e:
             self.ctx.report(
                 rules.FX_NODE_TO_ONNX, Level.ERROR, str(e), node=e.node, exception=e.__cause__, onnxFunction=e.function_name
@@ -227,20 +236,6 @@ def _errors_message(ctx: DiagnosticContext) -> str:
     if any(e.properties.get("warningAsError") for e in errors):
         message += " Warnings were turned into errors by DiagnosticOptions(warnings_as_errors=True)."
     return message
-
-
-def dim_names(program: torch.export.ExportedProgram) -> dict[str, str]:
-    """Readable names for symbolic dims: ``<input>_dim_<i>`` of the first input that has them."""
-    names: dict[str, str] = {}
-    for node in program.graph.nodes:
-        if node.op != "placeholder":
-            continue
-        val = node.meta.get("val")
-        if isinstance(val, torch.Tensor):
-            for i, d in enumerate(val.shape):
-                if isinstance(d, torch.SymInt) and not d.node.expr.is_number:
-                    names.setdefault(str(d), f"{node.name}_dim_{i}")
-    return names
 
 
 def _check_opset(version: int) -> None:

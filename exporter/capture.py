@@ -16,6 +16,7 @@ from typing import Any
 import torch
 import torch.utils._pytree as pytree
 
+from exporter import dynamic
 from exporter.adapters import flatten_outputs
 from exporter.diagnostics import DiagnosticContext, Level
 from exporter.diagnostics import rules
@@ -79,6 +80,7 @@ class FXGraphExtractor:
     def __init__(self, strategies: tuple[Strategy, ...] = STRATEGIES) -> None:
         self.strategies = strategies
         self.attempts: list[CaptureAttempt] = []
+        self.specializations: list[dynamic.Specialization] = []  # of the last strategy tried
 
     def generate_fx(
         self,
@@ -86,40 +88,40 @@ class FXGraphExtractor:
         args: tuple[Any, ...],
         kwargs: dict[str, Any],
         *,
-        dynamic_shapes: bool,
+        dynamic_shapes: Any,
         ctx: DiagnosticContext,
         fake_mode: Any = None,
     ) -> torch.export.ExportedProgram:
         module = model if isinstance(model, torch.nn.Module) else _CallableModule(model)
         register_hf_pytrees(module)
-        shapes = all_dims_dynamic(module, args, kwargs) if dynamic_shapes else None
-        for strategy in self.strategies:
+        shapes = dynamic.requested(module, args, kwargs, dynamic_shapes)
+        # Size-oblivious capture keeps example sizes 0 and 1 symbolic; where the model then cannot be
+        # traced (e.g. broadcasting that needs to know a size is not 1), capture as torch.export does.
+        modes = (True, False) if shapes is not None and dynamic.has_size_0_or_1((args, kwargs)) else (False,)
+        for strategy, oblivious in [(s, o) for s in self.strategies for o in modes]:
+            name = strategy.name + (" keeping sizes 0/1 symbolic" if oblivious else "")
             start = time.perf_counter()
             try:
-                with _maybe(fake_mode), _flat_outputs(module), full_user_stacks():
+                with _maybe(fake_mode), _flat_outputs(module), full_user_stacks(), dynamic.capturing(shapes is not None, oblivious) as fixed:
+                    self.specializations = fixed
                     program = strategy.capture(module, args, kwargs, shapes)
             except Exception as e:  # each failure is recorded and the next strategy tried
                 if is_out_of_memory(e):
                     raise
-                attempt = CaptureAttempt(strategy.name, time.perf_counter() - start, e)
+                attempt = CaptureAttempt(name, time.perf_counter() - start, e)
                 self.attempts.append(attempt)
                 ctx.report(
                     rules.GRAPH_CAPTURE,
                     Level.NOTE,
-                    f"{strategy.name} failed: {type(e).__name__}: {_first_line(e)}",
+                    f"{name} failed: {type(e).__name__}: {_first_line(e)}",
                     stack=user_frames_of(e),
                     exception=e,
-                    strategy=strategy.name,
+                    strategy=name,
                 )
                 continue
-            attempt = CaptureAttempt(strategy.name, time.perf_counter() - start)
+            attempt = CaptureAttempt(name, time.perf_counter() - start)
             self.attempts.append(attempt)
-            ctx.report(
-                rules.GRAPH_CAPTURE,
-                Level.NONE,
-                f"Captured the model with {strategy.name}.",
-                strategy=strategy.name,
-            )
+            ctx.report(rules.GRAPH_CAPTURE, Level.NONE, f"Captured the model with {name}.", strategy=name)
             return program
         location = next((user_frames_of(a.error) for a in self.attempts if user_frames_of(a.error)), [])
         raise GraphCaptureError(self.attempts, location)
@@ -135,21 +137,6 @@ def register_hf_pytrees(module: torch.nn.Module) -> None:
     except ImportError:  # older transformers register their caches themselves
         return
     register_cache_pytrees_for_model(module)
-
-
-def all_dims_dynamic(module: torch.nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-    """A `dynamic_shapes` spec that makes every dimension of every input tensor dynamic."""
-
-    def spec(x: Any) -> Any:
-        if isinstance(x, torch.Tensor):
-            return {i: torch.export.Dim.AUTO for i in range(x.dim())}
-        return None
-
-    try:
-        bound = inspect.signature(module.forward).bind(*args, **kwargs)
-    except TypeError:
-        return pytree.tree_map(spec, (args, kwargs))
-    return {name: pytree.tree_map(spec, value) for name, value in bound.arguments.items()}
 
 
 def user_frames_of(error: BaseException | None) -> list[Frame]:

@@ -38,7 +38,10 @@ class DiagnosticOptions:
 class ExportOptions:
     """Options of an export (the seed's fields, plus a few it lacked).
 
-    dynamic_shapes: make every input dimension symbolic (``dim_param`` names on graph inputs).
+    dynamic_shapes: True makes every input dimension symbolic (``dim_param`` names on graph inputs);
+        or a torch.export spec by argument name or position (``{"x": {0: Dim("batch")}}``, derived
+        dims such as ``2 * seq``, ``Dim.AUTO``/``DYNAMIC``/``STATIC``, None; in JSON-like settings a
+        string: a dimension name, or "auto"/"dynamic"/"static"). See `exporter.dynamic`.
     op_level_debug: compare every translated op with PyTorch on the real intermediate values (FXE0013).
     fake_context: the `ONNXFakeContext` from `enable_fake_mode()`; exports without weight memory.
     onnx_registry: the `OnnxRegistry` (custom ONNX functions); a shared default otherwise.
@@ -48,7 +51,7 @@ class ExportOptions:
     modularize: wrap each ``nn.Module`` call in an ONNX local function.
     """
 
-    dynamic_shapes: bool | None = _setting(None, bool, "make every input dimension symbolic")
+    dynamic_shapes: Any = _setting(None, bool, "make every input dimension symbolic")
     op_level_debug: bool | None = _setting(None, bool, "compare every op with PyTorch (FXE0013)")
     fake_context: Any = None
     onnx_registry: Any = None  # OnnxRegistry
@@ -111,8 +114,8 @@ def validate_settings(settings: Mapping[str, Any]) -> dict[str, Any]:
         setting = SETTINGS[name]
         if setting.kind is int and (isinstance(value, bool) or not isinstance(value, int)):
             raise ValueError(f"export option {name!r} must be an integer, got {value!r}")
-        if setting.kind is bool and not isinstance(value, bool):
-            raise ValueError(f"export option {name!r} must be true or false, got {value!r}")
+        if setting.kind is bool and not isinstance(value, bool) and not (name == "dynamic_shapes" and isinstance(value, (dict, list, tuple))):
+            raise ValueError(f"export option {name!r} must be true or false" + (" or a dynamic shapes spec" if name == "dynamic_shapes" else "") + f", got {value!r}")
         if setting.kind is str:
             if not isinstance(value, str) or (setting.choices and value.lower() not in setting.choices):
                 raise ValueError(f"export option {name!r} must be one of {', '.join(setting.choices)}, got {value!r}")

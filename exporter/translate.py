@@ -17,6 +17,7 @@ from exporter import dispatch
 from exporter.constants import METADATA_FX_NODE, METADATA_MODULE_STACK, METADATA_STACK, PRODUCER_NAME, ir_version
 from exporter.diagnostics import DiagnosticContext, Level
 from exporter.diagnostics import rules
+from exporter.dynamic import readable
 from exporter.external_data import WEIGHT_META, WEIGHT_NAMES_META
 from exporter.recorder import OpRecorder, SymbolicValue
 from exporter.registry import OnnxRegistry
@@ -51,10 +52,11 @@ def _is_const(d: Any) -> bool:
 
 
 def value_info(val: Any, dim_names: dict[str, str] | None = None) -> tuple[ir.TypeProtocol | None, ir.Shape | None]:
-    """ONNX type and shape of an FX `meta["val"]`; symbolic dims are renamed by `dim_names`."""
+    """ONNX type and shape of an FX `meta["val"]`; symbolic dims are named by `dim_names` (symbol →
+    name; an expression is spelled with the names of its symbols, e.g. ``2*seq``)."""
     names = dim_names or {}
     if isinstance(val, torch.Tensor):
-        dims = [int(d) if _is_const(d) else ir.SymbolicDim(names.get(str(d), str(d))) for d in val.shape]
+        dims = [int(d) if _is_const(d) else ir.SymbolicDim(names.get(str(d)) or readable(d, names)) for d in val.shape]
         if val.is_complex():
             dims.append(2)
         return ir.TensorType(torch_dtype_to_onnx(val.dtype)), ir.Shape(dims)

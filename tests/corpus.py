@@ -302,9 +302,10 @@ class VideoConv3d(nn.Module):
 
 
 # The batch of 1 stays 1: torch.export specializes dims whose example size is 0 or 1.
-@case("conv3d", dims={"x": (1, 3, "x_dim_2", "x_dim_3", "x_dim_4")}, second={"frames": 6, "h": 12, "w": 10}, tags=("cnn",))
-def build_conv3d(frames: int = 4, h: int = 8, w: int = 8) -> Built:
-    return VideoConv3d(), (torch.randn(1, 3, frames, h, w),), {}
+@case("conv3d", dims={"x": ("x_dim_0", 3, "x_dim_2", "x_dim_3", "x_dim_4")}, second={"batch": 3, "frames": 6, "h": 12, "w": 10}, tags=("cnn",))
+def build_conv3d(batch: int = 1, frames: int = 4, h: int = 8, w: int = 8) -> Built:
+    """A batch-1 example: under dynamic_shapes=True the batch stays symbolic (runs at batch 3)."""
+    return VideoConv3d(), (torch.randn(batch, 3, frames, h, w),), {}
 
 
 class ConvTranspose2dDecoder(nn.Module):
@@ -393,7 +394,7 @@ class NearestUpsample(nn.Module):
 
 @case(
     "interpolate_nearest",
-    dims={"coarse": ("coarse_dim_0", 4, "coarse_dim_2", "coarse_dim_3"), "fine": ("coarse_dim_0", 4, "fine_dim_2", "fine_dim_3")},
+    dims={"coarse": ("coarse_dim_0", 4, "coarse_dim_2", "coarse_dim_3"), "fine": ("coarse_dim_0", 4, "2*coarse_dim_2", "2*coarse_dim_3")},
     second={"batch": 3, "h": 6, "w": 7},
     tags=("cnn", "resize"),
 )

@@ -142,6 +142,21 @@ ONNX_MODEL_CHECK = Rule(
     "Runs onnxscript's optimizer and onnx.checker on the exported model.",
     "A checker failure is an exporter or torchlib bug: report it with the SARIF log attached.",
 )
+DIMENSION_SPECIALIZED = Rule(
+    "FXE0020",
+    "dimension-specialized",
+    "An input dimension asked to be dynamic came out static.",
+    "One result per input dimension that was asked to be dynamic (dynamic_shapes=True, Dim.AUTO, "
+    "Dim.DYNAMIC or a named Dim) but that the model's code fixed to its example size, at the line "
+    "that fixed it (a shape comparison, a view/reshape with that size, a weight of that size), with "
+    "the call stack. The exported graph accepts only that size there. With a named Dim, torch.export "
+    "refuses the export instead (\"Constraints violated\"): that is an error at the same line, with "
+    "torch's suggested fix in the message and the properties. A note lists the graph's symbolic "
+    "input and output dimensions.",
+    "If the size really varies, make that line work for any size (compare sizes with torch._check, "
+    "use -1 in view/reshape, derive sizes from the input's shape). If it is always that size, mark the "
+    "dimension Dim.STATIC (or give no Dim for it) to say so.",
+)
 
 ALL_RULES: tuple[Rule, ...] = (
     FX_GRAPH_TO_ONNX,
@@ -156,6 +171,7 @@ ALL_RULES: tuple[Rule, ...] = (
     GRAPH_CAPTURE,
     INPUT_OUTPUT_ADAPTATION,
     ONNX_MODEL_CHECK,
+    DIMENSION_SPECIALIZED,
 )
 
 

@@ -1,0 +1,98 @@
+"""The results of a dynamic export (FXE0020): each input dimension asked to be dynamic that the code
+fixed, at the line that fixed it; a named `Dim` the code fixed (torch.export's "Constraints violated")
+as a located error with torch's suggested fix; a note with the graph's symbolic dimensions."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import torch
+from torch.export.dynamic_shapes import _Dim
+
+from exporter import dynamic
+from exporter.diagnostics import DiagnosticContext, Level, rules
+from exporter.diagnostics.locations import Frame
+
+_VIOLATED = re.compile(r"Constraints violated \(([^)]*)\)")
+
+
+def report_specialized(
+    ctx: DiagnosticContext, program: torch.export.ExportedProgram, dims: list[dynamic.InputDim], fixed: list[dynamic.Specialization]
+) -> None:
+    """FXE0020 for each of `dims` that came out static (a warning where the user named the dimension
+    in a spec, a note under ``dynamic_shapes=True``), then the note listing the symbolic dimensions."""
+    if not dims:
+        return
+    for dim, size in dynamic.specialized(program, dims):
+        found = next((s for s in reversed(fixed) if s.matches(dim.input, dim.index, dim.dim)), None)
+        stack = found.stack if found else []
+        if found is None and size <= 1:
+            message = (f"Dimension {dim.dim} of input '{dim.input}' is {size} in the example, and torch.export keeps "
+                       f"such sizes static: give an example with another size there to make it dynamic.")
+        else:
+            message = (f"{_code(stack)} fixes dimension {dim.dim} of input '{dim.input}' to {size}: the exported graph "
+                       "accepts only that size there, though the dimension was asked to be dynamic.")
+        ctx.report(
+            rules.DIMENSION_SPECIALIZED,
+            Level.NOTE if dim.spec is True else Level.WARNING,
+            message,
+            stack=stack,
+            input=dim.input,
+            dim=dim.dim,
+            size=size,
+            requested="dynamic_shapes=True" if dim.spec is True else _spelled(dim.spec),
+        )
+    names = dynamic.dim_names(program, dims)
+    inputs = {name: _dims(val, names) for name, val in dynamic.user_inputs(program)}
+    outputs = [_dims(v, names) for v in _output_values(program)]
+    symbolic = sorted({d for shape in [*inputs.values(), *outputs] for d in shape if isinstance(d, str)})
+    ctx.report(
+        rules.DIMENSION_SPECIALIZED,
+        Level.NOTE,
+        f"Symbolic dimensions of the graph: {', '.join(symbolic) or 'none'}.",
+        inputShapes=inputs,
+        outputShapes=outputs,
+    )
+
+
+def constraint_violation(error: BaseException, fixed: list[dynamic.Specialization], option: Any) -> tuple[str, list[Frame], dict[str, Any]] | None:
+    """(message, stack, properties) when `error` is torch.export refusing a named `Dim` the code fixed."""
+    text = str(error)
+    violated = _VIOLATED.search(text)
+    option = dynamic.requested_spec(option)
+    if violated is None or not isinstance(option, dict):
+        return None
+    names = {n.strip() for n in violated[1].split(",")}
+    fixes = [line.strip() for line in text.split("Suggested fixes:", 1)[-1].strip().splitlines() if "=" in line] if "Suggested fixes:" in text else []
+    for index, (input_name, spec) in enumerate(option.items()):
+        per_dim = spec.items() if isinstance(spec, dict) else enumerate(spec) if isinstance(spec, (list, tuple)) else ()
+        for dim, dim_spec in per_dim:
+            if isinstance(dim_spec, _Dim) and dim_spec.__name__ in names:
+                found = next((s for s in reversed(fixed) if s.matches(input_name, index, dim)), None)
+                stack = found.stack if found else []
+                value = f" to {found.value}" if found else ""
+                message = (
+                    f"{_code(stack)} fixes dimension {dim} of input '{input_name}'{value}, but it is declared dynamic as "
+                    f"Dim({dim_spec.__name__!r}). torch.export suggests: {'; '.join(fixes) or 'make the dimension static'}."
+                )
+                return message, stack, {"input": input_name, "dim": dim, "dimName": dim_spec.__name__, "suggestedFixes": fixes}
+    return None
+
+
+def _code(stack: list[Frame]) -> str:
+    return f"`{stack[0].snippet}`" if stack and stack[0].snippet else "The model's code"
+
+
+def _spelled(spec: Any) -> str:
+    return f"Dim({spec.__name__!r})" if isinstance(spec, _Dim) else str(spec)
+
+
+def _dims(value: Any, names: dict[str, str]) -> list[int | str]:
+    return [dynamic.readable(d, names) if dynamic.is_symbolic(d) else int(d) for d in value.shape] if isinstance(value, torch.Tensor) else []
+
+
+def _output_values(program: torch.export.ExportedProgram) -> list[Any]:
+    output = next(n for n in program.graph.nodes if n.op == "output")
+    values = [a.meta.get("val") if isinstance(a, torch.fx.Node) else None for a in torch.utils._pytree.tree_leaves(output.args[0])]
+    return values[len(values) - len(program.graph_signature.user_outputs):]

@@ -1,0 +1,199 @@
+"""Dynamic shapes: which input dimensions to make symbolic, what torch.export made of them, and the
+user line that fixed each one it could not keep.
+
+``ExportOptions.dynamic_shapes`` is ``True`` (every dimension of every input, `Dim.AUTO`) or a
+torch.export spec (by argument name or position: `Dim("batch")`, derived dims such as ``2 * seq``,
+`Dim.AUTO`, `Dim.DYNAMIC`, `Dim.STATIC`, ``None``). Capture runs with size-oblivious reasoning, so an
+example size of 1 (or 0) does not make a dimension static by itself, and with every dimension that the
+code fixes recorded (`Specialization`) with the user's frames at that moment.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import inspect
+import os
+import re
+import traceback
+from collections.abc import Iterator
+from typing import Any
+
+import sympy
+import torch
+import torch.fx.experimental._config as shape_config
+from torch._guards import TracingContext
+from torch.export.dynamic_shapes import _DerivedDim, _Dim, _DimHint
+from torch.fx.experimental.symbolic_shapes import ShapeEnv
+
+from exporter.diagnostics.locations import Frame, is_user_file
+
+_EXPORTER = os.path.dirname(os.path.abspath(__file__)) + os.sep
+_SOURCE = re.compile(r"^L\['(?:flat_args'\]\[(?P<index>\d+)\]|(?P<name>\w+)'\])\.size\(\)\[(?P<dim>\d+)\]$")
+
+
+@dataclasses.dataclass(frozen=True)
+class Specialization:
+    """A symbolic dimension the code made a constant: torch's name of it, the value, where."""
+
+    source: str  # e.g. ``L['x'].size()[1]`` (non-strict) or ``L['flat_args'][0].size()[1]`` (strict)
+    value: int
+    stack: list[Frame]  # user frames, innermost first
+
+    def matches(self, name: str, index: int, dim: int) -> bool:
+        """Whether this is dimension `dim` of the user input `name` (flat input `index`)."""
+        found = _SOURCE.match(self.source)
+        return bool(found) and int(found["dim"]) == dim and (found["name"] == name or found["index"] == str(index))
+
+
+@dataclasses.dataclass(frozen=True)
+class InputDim:
+    """One dimension of a user input that was asked to be dynamic."""
+
+    input: str  # the graph input's name (the argument's, for top-level tensors)
+    index: int  # position among the flat user inputs
+    dim: int
+    spec: Any  # True (every dim), a `Dim`, or a `_DimHint`
+
+
+def requested(module: torch.nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any], option: Any) -> Any:
+    """The torch.export ``dynamic_shapes`` for the option: every dimension `Dim.AUTO` for True, the
+    spec itself otherwise, None for no dynamic dims."""
+    if option is None or option is False:
+        return None
+    if option is not True:
+        return _with_dims(option)
+
+    def spec(x: Any) -> Any:
+        return {i: torch.export.Dim.AUTO for i in range(x.dim())} if isinstance(x, torch.Tensor) else None
+
+    try:
+        bound = inspect.signature(module.forward).bind(*args, **kwargs)
+    except TypeError:
+        return torch.utils._pytree.tree_map(spec, (args, kwargs))
+    return {name: torch.utils._pytree.tree_map(spec, value) for name, value in bound.arguments.items()}
+
+
+def has_size_0_or_1(inputs: Any) -> bool:
+    """Whether an input tensor has a dimension of size 0 or 1 (which torch.export makes static)."""
+    return any(isinstance(x, torch.Tensor) and any(d <= 1 for d in x.shape) for x in torch.utils._pytree.tree_leaves(inputs))
+
+
+@contextlib.contextmanager
+def capturing(dynamic: bool, oblivious: bool) -> Iterator[list[Specialization]]:
+    """The capture context of an export: for a dynamic one, every symbol fixed to a number is recorded,
+    and with `oblivious`, size-oblivious reasoning (an example size of 0 or 1 stays symbolic unless the
+    code fixes it)."""
+    found: list[Specialization] = []
+    if not dynamic:
+        yield found
+        return
+    original = ShapeEnv._set_replacement
+
+    def record(shape_env: ShapeEnv, symbol: sympy.Symbol, target: sympy.Expr, message: str) -> None:
+        if target.is_number and symbol not in shape_env.replacements:
+            sources = shape_env.var_to_sources.get(symbol) or []
+            if sources:
+                found.append(Specialization(sources[0].name, int(target), _user_stack()))
+        original(shape_env, symbol, target, message)
+
+    ShapeEnv._set_replacement = record
+    try:
+        with shape_config.patch(backed_size_oblivious=oblivious):
+            yield found
+    finally:
+        ShapeEnv._set_replacement = original
+
+
+def requested_dims(program: torch.export.ExportedProgram, option: Any) -> list[InputDim]:
+    """The user input dimensions `option` asked to be dynamic (top-level tensor arguments of a spec)."""
+    inputs = user_inputs(program)
+    if option is True:
+        return [InputDim(name, i, d, True) for i, (name, val) in enumerate(inputs) for d in range(val.dim())]
+    if not option:
+        return []
+    option = _with_dims(option)
+    specs = option if isinstance(option, dict) else dict(zip([name for name, _ in inputs], option))
+    found = []
+    for i, (name, val) in enumerate(inputs):
+        spec = specs.get(name)
+        per_dim = spec.items() if isinstance(spec, dict) else enumerate(spec) if isinstance(spec, (list, tuple)) else ()
+        found += [InputDim(name, i, d, s) for d, s in per_dim if d < val.dim() and _is_dynamic(s)]
+    return found
+
+
+def specialized(program: torch.export.ExportedProgram, dims: list[InputDim]) -> list[tuple[InputDim, int]]:
+    """The requested dimensions that came out static, with their size."""
+    inputs = user_inputs(program)
+    return [(d, int(size)) for d in dims if not is_symbolic(size := inputs[d.index][1].shape[d.dim])]
+
+
+def is_symbolic(size: Any) -> bool:
+    """A size that is not a constant (torch.export may leave a SymInt whose value is fixed)."""
+    return isinstance(size, torch.SymInt) and not size.node.expr.is_number
+
+
+def dim_names(program: torch.export.ExportedProgram, dims: list[InputDim]) -> dict[str, str]:
+    """Names of the symbols of the inputs' dynamic dimensions: a named `Dim`'s name (the root's for a
+    derived dim such as ``2 * seq``), else ``<input>_dim_<i>`` of the first input that has it."""
+    names: dict[str, str] = {}
+    inputs = user_inputs(program)
+    for d in dims:
+        size = inputs[d.index][1].shape[d.dim]
+        if isinstance(d.spec, _Dim) and is_symbolic(size):
+            root = d.spec.root if isinstance(d.spec, _DerivedDim) else d.spec
+            for symbol in size.node.expr.free_symbols:
+                names[str(symbol)] = root.__name__
+    for name, val in inputs:
+        for i, size in enumerate(val.shape):
+            if is_symbolic(size) and (expr := size.node.expr).is_Symbol:
+                names.setdefault(str(expr), f"{name}_dim_{i}")
+    return names
+
+
+def readable(size: Any, names: dict[str, str]) -> str:
+    """A symbolic size spelled with `names` (``2*seq``, ``batch*seq``)."""
+    expr = size.node.expr if isinstance(size, torch.SymInt) else size
+    return str(expr.xreplace({s: sympy.Symbol(names[str(s)]) for s in expr.free_symbols if str(s) in names}))
+
+
+def user_inputs(program: torch.export.ExportedProgram) -> list[tuple[str, torch.Tensor]]:
+    """(graph input name, example value) of every user input tensor, in order."""
+    user = {spec.arg.name for spec in program.graph_signature.input_specs if spec.kind == torch.export.graph_signature.InputKind.USER_INPUT}
+    return [(n.name, n.meta["val"]) for n in program.graph.nodes if n.op == "placeholder" and n.name in user and isinstance(n.meta.get("val"), torch.Tensor)]
+
+
+def requested_spec(option: Any) -> Any:
+    """The option as a torch.export spec (strings as dims), or None for True/False/None."""
+    return None if option in (None, True, False) else _with_dims(option)
+
+
+def _with_dims(spec: Any) -> Any:
+    """A spec with its strings (from JSON-like settings) as torch.export's: "auto", "dynamic",
+    "static" as those hints, any other string as a named `Dim`; dimension keys as integers."""
+    hints = {"auto": torch.export.Dim.AUTO, "dynamic": torch.export.Dim.DYNAMIC, "static": torch.export.Dim.STATIC}
+    if isinstance(spec, str):
+        return hints.get(spec.lower()) or torch.export.Dim(spec)
+    if isinstance(spec, dict):
+        return {int(k) if isinstance(k, str) and k.isdigit() else k: _with_dims(v) for k, v in spec.items()}
+    if isinstance(spec, (list, tuple)):
+        return type(spec)(_with_dims(v) for v in spec)
+    return spec
+
+
+def _is_dynamic(spec: Any) -> bool:
+    if isinstance(spec, _DimHint):
+        return spec != torch.export.Dim.STATIC
+    return isinstance(spec, _Dim)
+
+
+def _user_stack() -> list[Frame]:
+    """The model's frames now, innermost first: TorchDynamo's (strict capture), or Python's up to the
+    exporter's own frames (the code that called the export is not the model's)."""
+    traced = TracingContext.extract_stack()
+    stack = list(reversed(traced or traceback.extract_stack()))
+    if not traced:  # skip this module's frames, stop at the exporter's frame that started the capture
+        inner = next((i for i, f in enumerate(stack) if not f.filename.startswith(_EXPORTER)), len(stack))
+        outer = next((i for i, f in enumerate(stack) if i >= inner and f.filename.startswith(_EXPORTER)), len(stack))
+        stack = stack[inner:outer]
+    return [Frame(f.filename, f.lineno, f.name, (f.line or "").strip()) for f in stack if is_user_file(f.filename)]

@@ -1,0 +1,123 @@
+"""Dynamic shapes that say what they did (`exporter.dynamic`, FXE0020): symbolic where asked, named as
+asked, and every dimension the code fixed located at the line that fixed it."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import pytest
+import torch
+from torch.export import Dim
+
+import exporter
+from exporter import dynamic
+from helpers import run_onnx_feeds
+
+HERE = __file__
+
+
+class Head(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.linear = torch.nn.Linear(4, 3)
+
+    def forward(self, x):
+        return self.linear(x).softmax(-1)
+
+
+class FixesWidth(torch.nn.Module):
+    def forward(self, x):
+        if x.shape[1] == 6:  # fixes dim 1
+            x = x * 2
+        return x.sum(1)
+
+
+class Doubled(torch.nn.Module):
+    def forward(self, a, b):
+        return torch.cat([a, a], 1) + b
+
+
+def export(model, *args, spec):
+    return exporter.dynamo_export(model, *args, export_options=exporter.ExportOptions(dynamic_shapes=spec))
+
+
+def input_dims(export_output) -> dict[str, list]:
+    return {i.name: [d.dim_param or d.dim_value for d in i.type.tensor_type.shape.dim] for i in export_output.model_proto.graph.input}
+
+
+def fxe0020(export_output) -> list:
+    return [d for d in export_output.diagnostic_context.diagnostics if d.rule.id == "FXE0020" and "input" in d.properties]
+
+
+def line_of(text: str) -> int:
+    return next(i for i, line in enumerate(open(HERE).read().splitlines(), 1) if text in line)
+
+
+def test_a_batch_1_example_keeps_the_batch_symbolic():
+    model = Head()
+    out = export(model, torch.randn(1, 4), spec=True)
+    assert input_dims(out) == {"x": ["x_dim_0", 4]}
+    x3 = torch.randn(3, 4)
+    (actual,) = run_onnx_feeds(out.model_proto, {"x": x3.numpy()})
+    np.testing.assert_allclose(actual, torch.softmax(x3 @ model.linear.weight.T + model.linear.bias, -1).detach().numpy(), rtol=1e-5, atol=1e-6)
+    # The width is fixed by the weight: a note under dynamic_shapes=True, at the line that uses it.
+    (note,) = fxe0020(out)
+    assert note.level.name == "NOTE" and (note.properties["input"], note.properties["dim"], note.properties["size"]) == ("x", 1, 4)
+    assert (note.stack[0].path, note.stack[0].line) == (HERE, line_of("return self.linear(x).softmax(-1)"))
+
+
+def test_a_dimension_the_code_fixes_is_a_warning_at_that_line():
+    out = export(FixesWidth(), torch.randn(2, 6), spec={"x": {0: Dim("batch"), 1: Dim.AUTO}})
+    assert input_dims(out) == {"x": ["batch", 6]}
+    (warning,) = fxe0020(out)
+    assert warning.level.name == "WARNING"
+    assert warning.message == ("`if x.shape[1] == 6:  # fixes dim 1` fixes dimension 1 of input 'x' to 6: the exported graph "
+                               "accepts only that size there, though the dimension was asked to be dynamic.")
+    assert (warning.stack[0].path, warning.stack[0].line) == (HERE, line_of("if x.shape[1] == 6:"))
+    assert warning.properties["requested"] == "DimHint(AUTO)"
+
+
+def test_strict_capture_locates_the_fixing_line_too():
+    model, x = FixesWidth(), torch.randn(2, 6)
+    with dynamic.capturing(True, False) as fixed:
+        torch.export.export(model, (x,), dynamic_shapes={"x": {0: Dim.AUTO, 1: Dim.AUTO}}, strict=True)
+    (found,) = [s for s in fixed if s.matches("x", 0, 1)]
+    assert found.value == 6 and (found.stack[0].path, found.stack[0].line) == (HERE, line_of("if x.shape[1] == 6:"))
+
+
+def test_a_named_dim_the_code_fixes_is_a_located_error_with_the_suggested_fix():
+    with pytest.raises(exporter.OnnxExporterError) as info:
+        export(FixesWidth(), torch.randn(2, 6), spec={"x": {0: Dim("batch"), 1: Dim("seq")}})
+    (error,) = [d for d in info.value.export_output.diagnostic_context.errors() if d.rule.id == "FXE0020"]
+    assert error.message == ("`if x.shape[1] == 6:  # fixes dim 1` fixes dimension 1 of input 'x' to 6, but it is declared "
+                             "dynamic as Dim('seq'). torch.export suggests: seq = 6.")
+    assert error.properties["suggestedFixes"] == ["seq = 6"]
+    assert (error.stack[0].path, error.stack[0].line) == (HERE, line_of("if x.shape[1] == 6:"))
+
+
+def test_named_and_derived_dims_name_the_graph_inputs_and_outputs():
+    seq = Dim("seq")
+    a, b = torch.randn(2, 3), torch.randn(2, 6)
+    out = export(Doubled(), a, b, spec={"a": {0: Dim("batch"), 1: seq}, "b": {0: Dim("batch"), 1: 2 * seq}})
+    assert input_dims(out) == {"a": ["batch", "seq"], "b": ["batch", "2*seq"]}
+    assert [[d.dim_param or d.dim_value for d in o.type.tensor_type.shape.dim] for o in out.model_proto.graph.output] == [["batch", "2*seq"]]
+    (summary,) = [d for d in out.diagnostic_context.diagnostics if d.rule.id == "FXE0020"]
+    assert summary.message == "Symbolic dimensions of the graph: 2*seq, batch, seq."
+    a5, b5 = torch.randn(3, 5), torch.randn(3, 10)
+    (actual,) = run_onnx_feeds(out.model_proto, {"a": a5.numpy(), "b": b5.numpy()})
+    np.testing.assert_allclose(actual, (torch.cat([a5, a5], 1) + b5).numpy(), rtol=1e-6)
+
+
+def test_settings_spell_dims_as_strings():
+    out = export(FixesWidth(), torch.randn(2, 6), spec={"x": {"0": "batch", "1": "static"}})
+    assert input_dims(out) == {"x": ["batch", 6]} and fxe0020(out) == []  # static as asked: nothing to report
+    options = exporter.ExportOptions.from_settings({"dynamic_shapes": {"x": {"0": "batch"}}})
+    assert options.dynamic_shapes == {"x": {"0": "batch"}}
+    with pytest.raises(ValueError, match="must be true or false or a dynamic shapes spec"):
+        exporter.ExportOptions.from_settings({"dynamic_shapes": "yes"})
+
+
+def test_the_onnx_model_is_valid_with_expression_dims():
+    seq = Dim("seq")
+    out = export(Doubled(), torch.randn(2, 3), torch.randn(2, 6), spec={"a": {1: seq}, "b": {1: 2 * seq}})
+    onnx.checker.check_model(out.model_proto, full_check=True)
