@@ -48,6 +48,7 @@ class Exporter:
         self.ctx = DiagnosticContext(options.diagnostic_options)
         self.progress = progress or (lambda stage, info: None)
         self.timings: dict[str, float] = {}
+        self._dims: list[dynamic.InputDim] = []  # the input dims asked to be dynamic (after capture)
         self.input_adapter = adapters.InputAdapter()
         self.output_adapter = adapters.OutputAdapter()
 
@@ -76,6 +77,13 @@ class Exporter:
                 self._stage(Stage.OP_LEVEL_DEBUG, check_custom_translations, program, self._translator, model, self.model_args, self.model_kwargs, self.ctx)
             self._stage(Stage.ONNX_PASSES, self._finalize, model)
             self._record_adapters(program, model)
+            if self._dims and self.options.second_size_check and self.options.fake_context is None and not self.ctx.errors():
+                from exporter import second_size
+
+                self._stage(
+                    Stage.SECOND_SIZE, second_size.check, program, model, self.input_adapter, self.output_adapter, self.model,
+                    self.model_args, self.model_kwargs, dynamic.dim_names(program, self._dims), self.ctx,
+                )
             if self.ctx.errors():
                 raise OnnxExporterErrorWithin(_errors_message(self.ctx))
         except OnnxExporterErrorWithin as e:

@@ -41,6 +41,7 @@ class Stage(str, enum.Enum):
     TRANSLATION = "translation"
     OP_LEVEL_DEBUG = "op-level debug"
     ONNX_PASSES = "onnx passes"
+    SECOND_SIZE = "second-size check"  # a dynamic export run at other sizes (exporter.second_size)
     SAVE = "save"
 
     def __str__(self) -> str:

@@ -49,6 +49,8 @@ class ExportOptions:
     opset_version: the ONNX opset to target (default: the registry's, 18).
     optimize: fold constants and remove dead code with onnxscript's optimizer.
     modularize: wrap each ``nn.Module`` call in an ONNX local function.
+    second_size_check: run a dynamic export's model in onnxruntime at other sizes of its dynamic
+        dimensions against eager PyTorch (`exporter.second_size`); a mismatch fails the export.
     """
 
     dynamic_shapes: Any = _setting(None, bool, "make every input dimension symbolic")
@@ -59,6 +61,7 @@ class ExportOptions:
     opset_version: int | None = _setting(None, int, "ONNX opset version (default 18)", flag="--opset", editor="opset")
     optimize: bool = _setting(True, bool, "run onnxscript's optimizer")
     modularize: bool = _setting(True, bool, "wrap nn.Modules in ONNX functions")
+    second_size_check: bool = _setting(True, bool, "check a dynamic export in onnxruntime at other sizes")
 
     @classmethod
     def from_settings(cls, settings: Mapping[str, Any]) -> ExportOptions:

@@ -101,7 +101,7 @@ def test_named_and_derived_dims_name_the_graph_inputs_and_outputs():
     out = export(Doubled(), a, b, spec={"a": {0: Dim("batch"), 1: seq}, "b": {0: Dim("batch"), 1: 2 * seq}})
     assert input_dims(out) == {"a": ["batch", "seq"], "b": ["batch", "2*seq"]}
     assert [[d.dim_param or d.dim_value for d in o.type.tensor_type.shape.dim] for o in out.model_proto.graph.output] == [["batch", "2*seq"]]
-    (summary,) = [d for d in out.diagnostic_context.diagnostics if d.rule.id == "FXE0020"]
+    (summary,) = [d for d in out.diagnostic_context.diagnostics if d.rule.id == "FXE0020" and d.message.startswith("Symbolic")]
     assert summary.message == "Symbolic dimensions of the graph: 2*seq, batch, seq."
     a5, b5 = torch.randn(3, 5), torch.randn(3, 10)
     (actual,) = run_onnx_feeds(out.model_proto, {"a": a5.numpy(), "b": b5.numpy()})
@@ -121,3 +121,29 @@ def test_the_onnx_model_is_valid_with_expression_dims():
     seq = Dim("seq")
     out = export(Doubled(), torch.randn(2, 3), torch.randn(2, 6), spec={"a": {1: seq}, "b": {1: 2 * seq}})
     onnx.checker.check_model(out.model_proto, full_check=True)
+
+
+class AdaptivePool(torch.nn.Module):
+    """torchlib decomposes adaptive pooling with the example's kernel: right only at the example's size."""
+
+    def forward(self, x):
+        return torch.nn.functional.adaptive_avg_pool2d(x, (3, 3))
+
+
+def second_size_results(export_output) -> list:
+    return [d for d in export_output.diagnostic_context.diagnostics if "secondSizeCheck" in d.properties]
+
+
+def test_the_second_size_check_fails_a_graph_right_only_at_the_example_size():
+    with pytest.raises(exporter.OnnxExporterError) as info:
+        export(AdaptivePool(), torch.randn(1, 2, 12, 12), spec=True)
+    (error,) = second_size_results(info.value.export_output)
+    assert error.level.name == "ERROR" and error.properties["secondSizeCheck"] == "failed"
+    assert error.message.startswith("The exported graph is only right at the example's sizes: at x_dim_0=2, x_dim_1=3, x_dim_2=13, x_dim_3=13")
+
+
+def test_the_second_size_check_passes_a_dynamic_graph_and_can_be_turned_off():
+    (passed,) = second_size_results(export(Head(), torch.randn(2, 4), spec=True))
+    assert passed.level.name == "NOTE" and passed.message == "Second-size check passed at x_dim_0=3."
+    options = exporter.ExportOptions(dynamic_shapes=True, second_size_check=False)
+    assert second_size_results(exporter.dynamo_export(AdaptivePool(), torch.randn(1, 2, 12, 12), export_options=options)) == []

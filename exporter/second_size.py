@@ -1,0 +1,118 @@
+"""The second-size check of a dynamic export (FXE0020): a graph that is only right at the example's
+sizes is never reported as dynamic and fine.
+
+Each symbol of the inputs' dynamic dimensions gets another size within its range (one more, or one
+less at the upper bound; derived dimensions follow, ``2*seq``), the inputs are redrawn at those sizes
+from the example's own values (token ids stay in the vocabulary, masks stay masks), and the final
+ONNX model runs in onnxruntime against the model run eagerly on the same inputs. Where the model
+itself does not run at those sizes, nothing is claimed (a note).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import onnx_ir as ir
+import sympy
+import torch
+import torch.utils._pytree as pytree
+
+from exporter import adapters, dynamic
+from exporter.diagnostics import DiagnosticContext, Level, rules
+
+# (atol, rtol) of whole-model outputs by dtype: looser than op-level debug's, errors add up over ops.
+TOLERANCES = {torch.float64: (1e-6, 1e-5), torch.float32: (1e-4, 1e-3), torch.float16: (1e-2, 1e-2), torch.bfloat16: (5e-2, 5e-2)}
+
+
+def check(
+    program: torch.export.ExportedProgram,
+    model: ir.Model,
+    input_adapter: adapters.InputAdapter,
+    output_adapter: adapters.OutputAdapter,
+    torch_model: Any,
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+    names: dict[str, str],
+    ctx: DiagnosticContext,
+) -> None:
+    """Run `model` at other sizes of its dynamic dimensions against `torch_model`; an error if they differ."""
+    sizes = _other_sizes(program, args, kwargs)
+    if not sizes:
+        return
+    spelled = ", ".join(f"{names.get(str(s), str(s))}={v}" for s, v in sizes.items())
+    new_args, new_kwargs = _redrawn(program, (args, kwargs), sizes)
+    try:
+        expected = _eager(torch_model, new_args, new_kwargs)
+    except Exception as e:  # the model does not run at these sizes: nothing to compare
+        ctx.report(rules.DIMENSION_SPECIALIZED, Level.NOTE, f"Second-size check skipped: the model does not run eagerly at {spelled} ({type(e).__name__}: {e}).", sizes=spelled)
+        return
+    try:
+        actual = _onnxruntime(model, input_adapter.apply(*new_args, **new_kwargs))
+    except Exception as e:
+        message = f"The exported graph fails in onnxruntime at {spelled} though the model runs eagerly there: {type(e).__name__}: {str(e).splitlines()[0]}"
+        ctx.report(rules.DIMENSION_SPECIALIZED, Level.ERROR, message, sizes=spelled, secondSizeCheck="failed")
+        return
+    for i, (a, e) in enumerate(zip(actual, output_adapter.apply(expected))):
+        e = e.detach().numpy() if isinstance(e, torch.Tensor) else np.asarray(e)
+        atol, rtol = TOLERANCES.get(_dtype(e), (0.0, 0.0))
+        if a.shape != e.shape or not np.allclose(a.astype(np.float64), e.astype(np.float64), atol=atol, rtol=rtol, equal_nan=True):
+            error = f"max abs error {np.abs(a.astype(np.float64) - e.astype(np.float64)).max():.3g}" if a.shape == e.shape else f"shape {a.shape} vs {e.shape}"
+            message = f"The exported graph is only right at the example's sizes: at {spelled}, output {i} differs from eager PyTorch ({error}; atol {atol:g}, rtol {rtol:g})."
+            ctx.report(rules.DIMENSION_SPECIALIZED, Level.ERROR, message, sizes=spelled, output=i, secondSizeCheck="failed")
+            return
+    ctx.report(rules.DIMENSION_SPECIALIZED, Level.NOTE, f"Second-size check passed at {spelled}.", sizes=spelled, secondSizeCheck="passed")
+
+
+def _other_sizes(program: torch.export.ExportedProgram, args: tuple, kwargs: dict) -> dict[sympy.Symbol, int]:
+    """Another size for each symbol of the inputs' dimensions, within its range."""
+    sizes: dict[sympy.Symbol, int] = {}
+    tensors = [x for x in pytree.tree_leaves((args, kwargs)) if isinstance(x, torch.Tensor)]
+    for (_, val), example in zip(dynamic.user_inputs(program), tensors):
+        for size, example_size in zip(val.shape, example.shape):
+            if dynamic.is_symbolic(size) and (expr := size.node.expr).is_Symbol and expr not in sizes:
+                bounds = program.range_constraints.get(expr)
+                upper = bounds.upper if bounds is not None else sympy.oo
+                sizes[expr] = int(example_size) + 1 if int(example_size) + 1 <= upper else int(example_size) - 1
+    return sizes
+
+
+def _redrawn(program: torch.export.ExportedProgram, inputs: Any, sizes: dict[sympy.Symbol, int]) -> tuple[tuple, dict]:
+    """The inputs at `sizes`, each element drawn from the example tensor's own values."""
+    shapes = iter([[int(d.node.expr.xreplace(sizes)) if dynamic.is_symbolic(d) else int(d) for d in val.shape] for _, val in dynamic.user_inputs(program)])
+    generator = torch.Generator().manual_seed(0)
+
+    def redraw(x: Any) -> Any:
+        if not isinstance(x, torch.Tensor):
+            return x
+        shape = next(shapes)
+        if x.numel() == 0:
+            return torch.zeros(shape, dtype=x.dtype)
+        return x.flatten()[torch.randint(0, x.numel(), shape, generator=generator)]
+
+    return pytree.tree_map(redraw, inputs)
+
+
+def _eager(model: Any, args: tuple, kwargs: dict) -> Any:
+    """The model's outputs, leaving its buffers as they were (a forward may update running stats)."""
+    buffers = {name: b.clone() for name, b in model.named_buffers()} if isinstance(model, torch.nn.Module) else {}
+    try:
+        with torch.no_grad():
+            return model(*args, **kwargs)
+    finally:
+        if buffers:
+            with torch.no_grad():
+                for name, b in model.named_buffers():
+                    b.copy_(buffers[name])
+
+
+def _onnxruntime(model: ir.Model, inputs: list[Any]) -> list[np.ndarray]:
+    import onnxruntime as ort
+
+    session = ort.InferenceSession(ir.serde.serialize_model(model).SerializeToString(), providers=["CPUExecutionProvider"])
+    feeds = {i.name: (x.detach().numpy() if isinstance(x, torch.Tensor) else np.asarray(x)) for i, x in zip(session.get_inputs(), inputs)}
+    return session.run(None, feeds)
+
+
+def _dtype(array: np.ndarray) -> torch.dtype:
+    return {np.dtype("float64"): torch.float64, np.dtype("float32"): torch.float32, np.dtype("float16"): torch.float16}.get(array.dtype, torch.int64)
