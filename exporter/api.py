@@ -168,18 +168,11 @@ class Exporter:
             )
 
     def _generated_function(self, node: torch.fx.Node) -> dict[str, Any]:
-        """FXE0011's ``generatedFunction``: a verified translation generated from a custom op's Python
-        implementation. If there is none, a note (unlocated: the error is the problem) says why."""
-        if generate.python_implementation(node.target) is None:
-            return {}
+        """FXE0011's ``generatedFunction``: a verified translation generated from a custom op's Python implementation."""
         if self._generator is None:
-            self._generator = generate.Generator(self.opset_version, _export_without_generation)
-        try:
-            return {"generatedFunction": self._generator(node).properties()}
-        except generate.NotGenerated as e:
-            message = f"No ONNX function could be generated for {node.target} from its Python implementation: {str(e).rstrip('.')}."
-            self.ctx.report(rules.NO_SYMBOLIC_FUNCTION, Level.NOTE, message, node=node, stack=[])
-            return {}
+            self._generator = generate.Generator(self.opset_version, _export_without_generation, self.ctx)
+        generated = self._generator(node)
+        return {"generatedFunction": generated.properties()} if generated else {}
 
     def _translate(self, program: torch.export.ExportedProgram):
         translator = self._translator = GraphTranslator(self.registry, self.ctx, on_node=self._on_node)

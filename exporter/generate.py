@@ -25,9 +25,12 @@ from typing import Any
 
 import numpy as np
 import onnx_ir as ir
+import onnxscript
 import torch
 from torch.fx.experimental.symbolic_shapes import optimization_hint
 
+from exporter.diagnostics import DiagnosticContext, Level
+from exporter.diagnostics import rules
 from exporter.op_debug import TOLERANCES, random_like
 from exporter.opname import OpName
 from exporter.options import ExportOptions
@@ -104,29 +107,35 @@ class GeneratedFunction:
         }
 
 
-def python_implementation(target: Any) -> Callable[..., Any] | None:
-    """The Python function a `torch.library.custom_op` runs on CPU, if `target` is one."""
-    if not isinstance(target, torch._ops.OpOverload):
-        return None
-    opdef = torch._library.custom_ops._maybe_get_opdef(target)
-    if opdef is None:
-        return None
-    return opdef._backend_fns.get("cpu") or opdef._backend_fns.get(None)
-
-
 class Generator:
-    """Generates functions for the custom operators of one export, once per operator and input
-    dtypes (again for a call whose values a specialized function does not compute), within
-    `BUDGET_SECONDS`."""
+    """Generates functions for the custom operators of one export: once per operator and input dtypes
+    (again for a call whose values a specialized function does not compute), within `BUDGET_SECONDS`.
+    Why there is none is an FXE0011 note, once per operator, unlocated: the error is the problem."""
 
-    def __init__(self, opset_version: int, export: Export) -> None:
+    def __init__(self, opset_version: int, export: Export, ctx: DiagnosticContext) -> None:
         self._opset_version = opset_version
         self._export = export
+        self._ctx = ctx
         self._deadline = time.perf_counter() + BUDGET_SECONDS
         self._found: dict[tuple[Any, ...], GeneratedFunction | NotGenerated] = {}
+        self._noted: set[Any] = set()  # operators whose note is reported
 
-    def __call__(self, node: torch.fx.Node) -> GeneratedFunction:
-        """A verified function for `node`'s operator; raises `NotGenerated`."""
+    def __call__(self, node: torch.fx.Node) -> GeneratedFunction | None:
+        """A verified function for `node`'s operator, if it is a custom op and one can be generated."""
+        implementation = python_implementation(node.target)
+        if implementation is None:
+            return None
+        try:
+            with torch.random.fork_rng(devices=[]):  # the user's random state stays as it was
+                return self._find(node, implementation)
+        except NotGenerated as e:
+            if node.target not in self._noted:
+                self._noted.add(node.target)
+                message = f"No ONNX function could be generated for {node.target} from its Python implementation: {str(e).rstrip('.')}."
+                self._ctx.report(rules.NO_SYMBOLIC_FUNCTION, Level.NOTE, message, node=node, stack=[])
+            return None
+
+    def _find(self, node: torch.fx.Node, implementation: Callable[..., Any]) -> GeneratedFunction:
         arguments = call_arguments(node)
         key = (node.target, *(str(a.value.dtype) for a in arguments if a.is_tensor))
         found = self._found.get(key)
@@ -134,7 +143,7 @@ class Generator:
             if time.perf_counter() > self._deadline:
                 raise NotGenerated(f"the {BUDGET_SECONDS:g} s an export may spend on generating functions are used up")
             try:
-                found = generate(node, arguments, self._opset_version, self._export)
+                found = _generate(node, implementation, arguments, self._opset_version, self._export)
             except NotGenerated as e:
                 found = e
             except Exception as e:  # a generation failure must not fail the export
@@ -143,6 +152,17 @@ class Generator:
         if isinstance(found, NotGenerated):
             raise found
         return found
+
+
+def python_implementation(target: Any) -> Callable[..., Any] | None:
+    """The Python function a `torch.library.custom_op` runs on CPU, if `target` is one (torch has no
+    public accessor: it is the op definition's kernel for "cpu", or for every device)."""
+    if not isinstance(target, torch._ops.OpOverload):
+        return None
+    opdef = torch._library.custom_ops._maybe_get_opdef(target)
+    if opdef is None:
+        return None
+    return opdef._backend_fns.get("cpu") or opdef._backend_fns.get(None)
 
 
 def call_arguments(node: torch.fx.Node) -> list[Argument]:
@@ -160,28 +180,33 @@ def call_arguments(node: torch.fx.Node) -> list[Argument]:
         if type_ == "Tensor" and isinstance(value, torch.fx.Node) and isinstance(value.meta.get("val"), torch.Tensor):
             value = _random_tensor_like(value.meta["val"])
         elif type_ not in _ANNOTATIONS or not isinstance(value, (bool, int, float, str)):
-            raise NotGenerated(f"argument {arg.name} ({type_}) is neither a tensor nor a number or string")
+            raise NotGenerated(f"argument {arg.name} ({type_}) is not a tensor, number or string at this call")
         arguments.append(Argument(arg.name, type_, value, arg.kwarg_only))
     return arguments
 
 
-def generate(node: torch.fx.Node, arguments: list[Argument], opset_version: int, export: Export) -> GeneratedFunction:
-    """Generate and verify a function for `node`'s operator: scalars as attributes, else as the call's
-    values. Raises `NotGenerated` with the reason of the last attempt."""
-    implementation = python_implementation(node.target)
-    if implementation is None:
-        raise NotGenerated(f"{node.target} has no Python implementation for CPU")
+def _generate(
+    node: torch.fx.Node, implementation: Callable[..., Any], arguments: list[Argument], opset_version: int, export: Export
+) -> GeneratedFunction:
+    """Scalars as attributes, else as the call's values; raises `NotGenerated` with the last attempt's reason."""
     scalars = [a for a in arguments if a.type in _ATTRIBUTE_FORMS]
-    attempts = [scalars, []] if scalars else [[]]
-    for attributes in attempts:
+    for attributes in ([scalars, []] if scalars else [[]]):
         try:
-            return _generate(node, implementation, arguments, attributes, opset_version, export)
+            return _generate_with(node, implementation, arguments, attributes, opset_version, export)
         except NotGenerated as e:
             error = e
     raise error
 
 
-def _generate(node, implementation, arguments, attributes, opset_version, export) -> GeneratedFunction:
+def _generate_with(
+    node: torch.fx.Node,
+    implementation: Callable[..., Any],
+    arguments: list[Argument],
+    attributes: list[Argument],
+    opset_version: int,
+    export: Export,
+) -> GeneratedFunction:
+    """One attempt: trace `implementation` with `attributes` as inputs, write the function, verify it."""
     name = OpName.from_target(node.target)
     function_name = f"{name.namespace}_{name.op_name}" + ("" if name.overload == "default" else f"_{name.overload}")
     traced = [a for a in arguments if a.is_tensor or a in attributes]
@@ -233,7 +258,7 @@ def _to_function(model: ir.Model, traced: list[Argument], attributes: list[Argum
     for value in list(graph.initializers.values()):
         graph.initializers.pop(value.name)
         constant = ir.node("Constant", [], attributes={"value": value.const_value})
-        graph.insert_before(graph[0], constant)
+        _prepend(graph, [constant])
         ir.convenience.replace_all_uses_with(value, constant.outputs[0], replace_graph_outputs=True)
         constant.outputs[0].name = value.name
     forms = [ir.Attr(a.name, _ATTRIBUTE_FORMS[a.type].type, None) for a in attributes]
@@ -247,12 +272,16 @@ def _read_from_attribute(graph: ir.Graph, value: ir.Value, argument: Argument) -
     if argument.type == "bool":
         nodes[0].outputs[0].name = f"{argument.name}_int"
         nodes.append(ir.node("Cast", nodes[0].outputs, attributes={"to": ir.DataType.BOOL}))
+    _prepend(graph, nodes)
+    ir.convenience.replace_all_uses_with(value, nodes[-1].outputs[0], replace_graph_outputs=True)
+    nodes[-1].outputs[0].name = f"{argument.name}_value"
+
+
+def _prepend(graph: ir.Graph, nodes: list[ir.Node]) -> None:
     if len(graph):
         graph.insert_before(graph[0], nodes)
     else:
         graph.extend(nodes)
-    ir.convenience.replace_all_uses_with(value, nodes[-1].outputs[0], replace_graph_outputs=True)
-    nodes[-1].outputs[0].name = f"{argument.name}_value"
 
 
 def _docstring(name: OpName, arguments: list[Argument], specialized: dict[str, Any], shapes: list[list[list[int]]], error: float) -> str:
@@ -273,8 +302,6 @@ def _docstring(name: OpName, arguments: list[Argument], specialized: dict[str, A
 
 def _render(function: ir.Function, arguments: list[Argument], doc: str | None = None) -> tuple[list[str], str]:
     """onnxscript source of `function`, its parameters the schema's arguments in order: (imports, code)."""
-    import onnxscript
-
     proto = ir.serde.serialize_function(function)
     tree = ast.parse(onnxscript.proto2python(proto, inline_const=True))
     definition = next(s for s in tree.body if isinstance(s, ast.FunctionDef))
@@ -313,7 +340,9 @@ def _load(imports: list[str], code: str, name: str) -> Any:
     return getattr(module, name)
 
 
-def _verify(node, function, arguments, name: OpName, opset_version, export) -> tuple[list[list[list[int]]], float]:
+def _verify(
+    node: torch.fx.Node, function: Any, arguments: list[Argument], name: OpName, opset_version: int, export: Export
+) -> tuple[list[list[list[int]]], float]:
     """Export the operator translated by `function` and compare it with PyTorch in onnxruntime, at the
     call's shapes and larger ones (if the operator takes them). Returns the shapes and max abs error."""
     registry = OnnxRegistry(opset_version)
@@ -327,14 +356,15 @@ def _verify(node, function, arguments, name: OpName, opset_version, export) -> t
         session = _session(output)
     except Exception as e:
         raise NotGenerated(f"the generated function does not export: {_first_line(e)}") from e
+    larger = _larger(first)
     checked, worst = [], 0.0
-    for inputs in (first, _larger(first)):
-        if inputs is None:
-            continue
+    for inputs in [first] + ([larger] if larger else []):
         try:
             expected = module(*inputs)
-        except Exception:  # the operator does not take these shapes
-            continue
+        except Exception as e:
+            if inputs is first:
+                raise NotGenerated(f"PyTorch fails on inputs like the call's: {_first_line(e)}") from e
+            continue  # the operator does not take larger shapes
         feeds = {i.name: x.numpy() for i, x in zip(session.get_inputs(), output.adapt_torch_inputs_to_onnx(*inputs))}
         try:
             actual = session.run(None, feeds)
@@ -370,8 +400,8 @@ def _max_abs_error(actual: list[np.ndarray], expected: list[torch.Tensor]) -> fl
         e = e.detach().numpy()
         if a.dtype != e.dtype or a.shape != e.shape:
             raise NotGenerated(f"the generated function gives {a.dtype} {list(a.shape)} where PyTorch gives {e.dtype} {list(e.shape)}")
-        diff = np.abs(a.astype(np.float64) - e.astype(np.float64))
-        error = float(np.nanmax(diff, initial=0.0))
+        a, e = a.astype(np.float64), e.astype(np.float64)  # (bool and integer outputs too: exact with tolerances 0)
+        error = float(np.nanmax(np.abs(a - e), initial=0.0))
         if not np.allclose(a, e, atol=atol, rtol=rtol, equal_nan=True):
             raise NotGenerated(f"the generated function differs from PyTorch (max abs error {error:.3g}, atol {atol:g}, rtol {rtol:g})")
         worst = max(worst, error)
