@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import operator
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from typing import Any
 
 import torch
 
@@ -26,18 +27,27 @@ def call_nodes(module: torch.fx.GraphModule) -> Iterator[torch.fx.Node]:
             yield node
 
 
-def find_unsupported(module: torch.fx.GraphModule, registry: OnnxRegistry, ctx: DiagnosticContext) -> list[torch.fx.Node]:
-    """Report one FXE0011 per untranslatable node and one FXE0012 listing them all."""
+def find_unsupported(
+    module: torch.fx.GraphModule,
+    registry: OnnxRegistry,
+    ctx: DiagnosticContext,
+    describe: Callable[[torch.fx.Node], dict[str, Any]] | None = None,
+) -> list[torch.fx.Node]:
+    """Report one FXE0011 per untranslatable node (with the properties `describe` gives it) and one
+    FXE0012 listing them all."""
     unsupported: list[torch.fx.Node] = []
     for node in call_nodes(module):
         if node.target in STRUCTURAL_TARGETS or node.target is operator.getitem:
             continue
         try:
             dispatch.candidate_functions(node, registry)
+            continue
         except dispatch.UnsupportedOperatorError as e:
-            unsupported.append(node)
-            schema = getattr(node.target, "_schema", None)
-            ctx.report(rules.NO_SYMBOLIC_FUNCTION, Level.ERROR, str(e), node=node, **({"schema": str(schema)} if schema else {}))
+            reason = str(e)
+        unsupported.append(node)
+        schema = getattr(node.target, "_schema", None)
+        properties = {"schema": str(schema)} if schema else {}
+        ctx.report(rules.NO_SYMBOLIC_FUNCTION, Level.ERROR, reason, node=node, **properties, **(describe(node) if describe else {}))
     if unsupported:
         targets = sorted({str(n.target) for n in unsupported})
         ctx.report(

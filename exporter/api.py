@@ -9,7 +9,7 @@ from typing import Any
 import onnx
 import torch
 
-from exporter import adapters, analysis, capture, dynamic
+from exporter import adapters, analysis, capture, dynamic, generate
 from exporter.diagnostics import dynamic_report
 from exporter.diagnostics import DiagnosticContext, Level
 from exporter.diagnostics import rules
@@ -38,6 +38,7 @@ class Exporter:
         model_kwargs: dict[str, Any],
         *,
         progress: ProgressCallback | None = None,
+        generate_functions: bool = True,
     ) -> None:
         self.options = options
         self.model = model
@@ -51,6 +52,8 @@ class Exporter:
         self._dims: list[dynamic.InputDim] = []  # the input dims asked to be dynamic (after capture)
         self.input_adapter = adapters.InputAdapter()
         self.output_adapter = adapters.OutputAdapter()
+        self.generate_functions = generate_functions and options.fake_context is None
+        self._generator: generate.Generator | None = None
 
     def export(self) -> ExportOutput:
         with captured_logs(self.ctx.logs):
@@ -172,13 +175,21 @@ class Exporter:
         return result
 
     def _analyze(self, program: torch.export.ExportedProgram) -> None:
-        unsupported = analysis.find_unsupported(program.graph_module, self.registry, self.ctx)
+        describe = self._generated_function if self.generate_functions else None
+        unsupported = analysis.find_unsupported(program.graph_module, self.registry, self.ctx, describe)
         if unsupported:
             targets = sorted({str(n.target) for n in unsupported})
             raise OnnxExporterErrorWithin(
                 f"Unsupported operators: {', '.join(targets)}. Register an ONNX function for each with "
                 "OnnxRegistry.register_op (see the FXE0011 diagnostics for where they are called)."
             )
+
+    def _generated_function(self, node: torch.fx.Node) -> dict[str, Any]:
+        """FXE0011's ``generatedFunction``: a verified translation generated from a custom op's Python implementation."""
+        if self._generator is None:
+            self._generator = generate.Generator(self.opset_version, _export_without_generation, self.ctx)
+        generated = self._generator(node)
+        return {"generatedFunction": generated.properties()} if generated else {}
 
     def _translate(self, program: torch.export.ExportedProgram):
         translator = self._translator = GraphTranslator(self.registry, self.ctx, on_node=self._on_node)
@@ -234,6 +245,11 @@ class Exporter:
 
 class OnnxExporterErrorWithin(RuntimeError):
     """A failure already reported to the diagnostics context."""
+
+
+def _export_without_generation(model: torch.nn.Module, args: tuple[Any, ...], options: ExportOptions) -> ExportOutput:
+    """The exports `generate` runs: a missing operator there is not generated in turn."""
+    return Exporter(options, model, args, {}, generate_functions=False).export()
 
 
 def _errors_message(ctx: DiagnosticContext) -> str:

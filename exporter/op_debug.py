@@ -92,8 +92,8 @@ def validate_ops(
     if fake:
         # No real values under fake mode: random inputs and weights that are valid for index ops
         # (integer inputs in [0, 2), so any index into a dimension of size >= 2 is in range).
-        args, kwargs = torch.utils._pytree.tree_map(_random_like, (args, kwargs))
-        initializers = {name: _random_like(t) for name, t in initializers.items()}
+        args, kwargs = torch.utils._pytree.tree_map(random_like, (args, kwargs))
+        initializers = {name: random_like(t) for name, t in initializers.items()}
         ctx.report(
             rules.OP_LEVEL_DEBUGGING,
             Level.NOTE,
@@ -325,7 +325,7 @@ def _flat(value: Any) -> list[Any]:
     return list(value) if isinstance(value, (list, tuple)) else [value]
 
 
-def _random_like(value: Any) -> Any:
+def random_like(value: Any) -> Any:
     """A real random tensor with a fake tensor's shape and dtype (other values unchanged)."""
     if not isinstance(value, torch.Tensor):
         return value

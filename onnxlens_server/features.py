@@ -52,19 +52,30 @@ def hover(path: str, line: int, states: States) -> types.Hover | None:
 
 
 def code_actions(uri: str, source: str, found: Discovery, params: types.CodeActionParams) -> list[types.CodeAction]:
-    """A stub ONNX function for each FXE0011 problem; an export target for the module class at the cursor.
-    No action while the file does not parse: the last good discovery's lines may be stale, an edit would land wrong."""
+    """For each FXE0011 problem the exporter's generated ONNX function (when it has one) and a stub; an
+    export target for the module class at the cursor. No action while the file does not parse: the
+    last good discovery's lines may be stale, an edit would land wrong."""
     if found.syntax_error:
         return []
     end = len(source.splitlines())
     actions = []
     for diagnostic in params.context.diagnostics:
-        schema = (diagnostic.data or {}).get("properties", {}).get("schema") if isinstance(diagnostic.data, dict) else None
-        if diagnostic.code == "FXE0011" and schema and (edits := fixes.register_stub(schema, found, end)):
+        properties = (diagnostic.data or {}).get("properties", {}) if isinstance(diagnostic.data, dict) else {}
+        schema = properties.get("schema")
+        if diagnostic.code != "FXE0011" or not schema:
+            continue
+        generated = fixes.register_generated(schema, properties.get("generatedFunction"), source, found, end)
+        if generated:
+            actions.append(types.CodeAction(
+                title=f"Insert generated ONNX function for {schema.split('(')[0]} (verified)",
+                kind=types.CodeActionKind.QuickFix, diagnostics=[diagnostic],
+                edit=types.WorkspaceEdit(changes={uri: generated}), is_preferred=True,
+            ))
+        if edits := fixes.register_stub(schema, found, end):
             actions.append(types.CodeAction(
                 title=f"Add an ONNX function stub for {schema.split('(')[0]} and register it",
                 kind=types.CodeActionKind.QuickFix, diagnostics=[diagnostic],
-                edit=types.WorkspaceEdit(changes={uri: edits}), is_preferred=True,
+                edit=types.WorkspaceEdit(changes={uri: edits}), is_preferred=not generated,
             ))
     line = params.range.start.line
     for module in found.modules:

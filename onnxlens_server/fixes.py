@@ -1,8 +1,10 @@
-"""Quick fixes: a stub ONNX function for an unsupported operator, an export target for a module."""
+"""Quick fixes: an ONNX function for an unsupported operator (the exporter's generated one, or a stub),
+an export target for a module."""
 
 from __future__ import annotations
 
 import re
+from typing import Any
 
 from lsprotocol import types
 
@@ -54,6 +56,35 @@ def register_stub(schema: str, discovery: Discovery, end_line: int) -> list[type
         if not present
     ]
     return _edit_with_imports(discovery, imports, end_line, stub)
+
+
+def register_generated(schema: str, generated: Any, source: str, discovery: Discovery, end_line: int) -> list[types.TextEdit] | None:
+    """Edits that add the function the exporter generated and verified for the operator `schema` (an
+    FXE0011 result's ``generatedFunction``) and register it; None if `generated` is not one."""
+    match = _SCHEMA.match(schema.strip())
+    if match is None or not _is_generated_function(generated):
+        return None
+    ns, op_name, overload = match["ns"], match["op"], match["overload"] or "default"
+    code = (
+        f"\n\n{generated['code'].rstrip()}\n\n\n"
+        f'exporter.default_registry().register_op({generated["function"]}, "{ns}", "{op_name}", "{overload}")\n'
+    )
+    present = set(source.splitlines())
+    imports = [line for line in generated["imports"] if line not in present]
+    if not discovery.imports_exporter:
+        imports.append("import exporter")
+    return _edit_with_imports(discovery, imports, end_line, code)
+
+
+def _is_generated_function(value: Any) -> bool:
+    return (
+        isinstance(value, dict)
+        and isinstance(value.get("code"), str)
+        and isinstance(value.get("function"), str)
+        and value["function"].isidentifier()
+        and isinstance(value.get("imports"), list)
+        and all(isinstance(line, str) for line in value["imports"])
+    )
 
 
 def export_target_for(module: ModuleClass, discovery: Discovery) -> list[types.TextEdit]:

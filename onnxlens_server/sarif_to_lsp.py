@@ -126,4 +126,4 @@ def _related(result: dict[str, Any], run: dict[str, Any], read_line) -> list[typ
 
 def _small(properties: dict[str, Any]) -> dict[str, Any]:
     """The properties a code action needs (not the large dumps)."""
-    return {k: v for k, v in properties.items() if k in ("fxTarget", "fxNode", "modulePath", "onnxOpTypes", "schema")}
+    return {k: v for k, v in properties.items() if k in ("fxTarget", "fxNode", "modulePath", "onnxOpTypes", "schema", "generatedFunction")}

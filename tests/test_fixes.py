@@ -57,3 +57,29 @@ def test_export_target_after_the_class_with_the_missing_import():
             """Build Net with example inputs for onnxlens (check the input shape)."""
             return Net().eval(), (torch.randn(2, 4),)
     ''')
+
+
+GENERATED = {
+    "function": "mylib_scaled",
+    "imports": ["import torch", "from onnxscript import script", "from onnxscript.onnx_opset import opset18"],
+    "code": "@script()\ndef mylib_scaled(x, scale: float):\n    return opset18.Mul(x, opset18.Constant(value_float=scale))\n",
+}
+
+
+def test_generated_function_with_its_missing_imports_and_registration():
+    found = discover(SOURCE)
+    fixed = apply(SOURCE, fixes.register_generated("mylib::scaled(Tensor x, float scale) -> Tensor", GENERATED, SOURCE, found, len(SOURCE.splitlines())))
+    assert fixed.startswith("import torch\nfrom onnxscript import script\nfrom onnxscript.onnx_opset import opset18\nimport exporter\n\n")
+    assert fixed.endswith(
+        "\n\n@script()\ndef mylib_scaled(x, scale: float):\n    return opset18.Mul(x, opset18.Constant(value_float=scale))\n\n\n"
+        'exporter.default_registry().register_op(mylib_scaled, "mylib", "scaled", "default")\n'
+    )
+    compile(fixed, "net.py", "exec")
+
+
+def test_no_generated_function_edits_for_what_is_not_one():
+    found = discover(SOURCE)
+    schema = "mylib::scaled(Tensor x, float scale) -> Tensor"
+    for bad in [None, "code", {**GENERATED, "function": "not a name"}, {**GENERATED, "imports": "import os"}, {k: v for k, v in GENERATED.items() if k != "code"}]:
+        assert fixes.register_generated(schema, bad, SOURCE, found, 7) is None
+    assert fixes.register_generated("not a schema", GENERATED, SOURCE, found, 7) is None

@@ -326,11 +326,13 @@ async def test_stub_quick_fix_then_implementation_makes_fxe0011_go_away(client: 
     client.traces.clear()
     answers = [await code_actions(client, uri, fxe0011.range, [fxe0011]) for _ in range(3)]  # asked again, answered again
     for actions in answers:
-        assert [(a.title, a.kind, list(a.diagnostics)) for a in actions] == [
-            ("Add an ONNX function stub for onnxlens_test::scaled_tanh and register it", types.CodeActionKind.QuickFix, [fxe0011])]
+        assert [(a.title, a.kind, list(a.diagnostics), a.is_preferred) for a in actions] == [
+            ("Insert generated ONNX function for onnxlens_test::scaled_tanh (verified)", types.CodeActionKind.QuickFix, [fxe0011], True),
+            ("Add an ONNX function stub for onnxlens_test::scaled_tanh and register it", types.CodeActionKind.QuickFix, [fxe0011], False),
+        ]
     line = line_of(path.read_text(), "custom-op-call") + 1
-    assert client.traces == [f"Code actions at models.py:{line} (invoked): 1"] * 3  # what the e2e test reads in VS Code's log
-    (stub,) = answers[-1]
+    assert client.traces == [f"Code actions at models.py:{line} (invoked): 2"] * 3  # what the e2e test reads in VS Code's log
+    _, stub = answers[-1]
     fixed = apply_edits(path.read_text(), stub.edit.changes[uri])
     assert "def onnxlens_test_scaled_tanh(x, scale: float):" in fixed
     compile(fixed, "models.py", "exec")  # the template is complete Python
@@ -344,6 +346,27 @@ async def test_stub_quick_fix_then_implementation_makes_fxe0011_go_away(client: 
     client.text_document_did_change(types.DidChangeTextDocumentParams(
         types.VersionedTextDocumentIdentifier(uri=uri, version=3),
         [types.TextDocumentContentChangeWholeDocument(text=path.read_text())]))
+
+
+async def test_generated_function_quick_fix_makes_the_export_succeed_and_match(client: LanguageClient, workspace: pathlib.Path):
+    path = workspace / "models.py"
+    uri = open_document(client, path)
+    await export(client, uri=uri, target="custom_op")
+    (fxe0011,) = problems_in(client, "FXE0011", uri)
+    actions = await code_actions(client, uri, fxe0011.range, [fxe0011])
+    (generated,) = [a for a in actions if a.title == "Insert generated ONNX function for onnxlens_test::scaled_tanh (verified)"]
+    fixed = apply_edits(path.read_text(), generated.edit.changes[uri])
+    assert "def onnxlens_test_scaled_tanh(x, scale: float):" in fixed and "TODO" not in fixed
+    assert fixed.endswith('exporter.default_registry().register_op(onnxlens_test_scaled_tanh, "onnxlens_test", "scaled_tanh", "default")\n')
+    client.text_document_did_change(types.DidChangeTextDocumentParams(
+        types.VersionedTextDocumentIdentifier(uri=uri, version=30), [types.TextDocumentContentChangeWholeDocument(text=fixed)]))
+    (job,) = (await export(client, uri=uri, target="custom_op"))["jobs"]  # the unsaved editor text is exported
+    assert job["status"] == "ok", job
+    assert problems_in(client, "FXE0011", uri) == [] and problems_in(client, "FXE0013", uri) == []
+    results = json.loads(pathlib.Path(job["sarif"]).read_text())["runs"][0]["results"]
+    assert not [r for r in results if r["ruleId"] in ("FXE0011", "FXE0013") and r.get("level") in ("error", "warning")]
+    client.text_document_did_change(types.DidChangeTextDocumentParams(
+        types.VersionedTextDocumentIdentifier(uri=uri, version=31), [types.TextDocumentContentChangeWholeDocument(text=path.read_text())]))
 
 
 async def test_export_target_quick_fix_produces_an_exportable_target(client: LanguageClient, workspace: pathlib.Path):

@@ -61,8 +61,12 @@ NO_SYMBOLIC_FUNCTION = Rule(
     "FXE0011",
     "no-symbolic-function-for-call-function",
     'Cannot find symbolic function to convert the "call_function" FX node to ONNX.',
-    "The operator called at this line has no ONNX translation in the registry.",
-    "Write an onnxscript function for the operator and register it: "
+    "The operator called at this line has no ONNX translation in the registry. For a torch.library.custom_op "
+    "whose Python implementation exports (its ops have translations), the result carries an onnxscript function "
+    "generated from that implementation and checked against PyTorch in onnxruntime (property generatedFunction: "
+    "its imports, code and how it was checked); a note says why when none could be generated.",
+    "Register the generated function (the editor's quick fix inserts it with its register_op call), or "
+    "write an onnxscript function for the operator and register it: "
     "registry = exporter.OnnxRegistry(); registry.register_op(fn, namespace, op_name, overload); "
     "exporter.dynamo_export(model, *args, export_options=exporter.ExportOptions(onnx_registry=registry)). "
     "Or rewrite the model using operators that are supported.",
