@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 import time
@@ -24,7 +25,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--sarif", help="write the SARIF diagnostics log here (.sarif; one target only)")
     options = parser.add_argument_group("export options (override the target's @export_target options)")
     for setting in SETTINGS.values():
-        if setting.kind is bool:
+        if setting.name == "dynamic_shapes":  # alone: every dimension; with a JSON spec: those dims
+            options.add_argument(
+                setting.flag, dest=setting.name, nargs="?", const=True, default=None, type=_json_spec, metavar="SPEC",
+                help=f"{setting.help}; or only those of a JSON spec, e.g. '{{\"x\": {{\"0\": \"batch\"}}}}' (a name, auto, dynamic or static per dim)",
+            )
+        elif setting.kind is bool:
             negated = setting.default is True
             options.add_argument(
                 setting.flag, dest=setting.name, action="store_false" if negated else "store_true", default=None,
@@ -34,6 +40,16 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
             options.add_argument(setting.flag, dest=setting.name, type=setting.kind, choices=setting.choices or None, help=setting.help)
     parser.add_argument("-v", "--verbose", action="store_true", help="also print torch's log output and the warnings raised during export")
     return parser.parse_args(argv)
+
+
+def _json_spec(text: str) -> Any:
+    try:
+        spec = json.loads(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(f"not JSON: {e}") from None
+    if not isinstance(spec, (dict, list)):
+        raise argparse.ArgumentTypeError("a dynamic shapes spec is a JSON object (by argument name) or list")
+    return spec
 
 
 def main(argv: list[str] | None = None) -> int:

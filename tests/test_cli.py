@@ -156,3 +156,19 @@ def test_a_successful_export_prints_the_summary(models, tmp_path):
     assert result.stdout.startswith(f"exported small -> {tmp_path / 's.onnx'}\n  1 inputs, 1 outputs, ")
     assert [o.name for o in onnx.load(tmp_path / "s.onnx").graph.output] == ["linear"]
     assert _leftovers(tmp_path) == []
+
+
+def test_dynamic_shapes_takes_a_json_spec(tmp_path):
+    model = tmp_path / "head.py"
+    model.write_text(
+        "import torch, exporter\n\n\n"
+        "@exporter.export_target\n"
+        "def head():\n"
+        "    return torch.nn.Sequential(torch.nn.Linear(4, 3), torch.nn.Softmax(-1)), (torch.randn(1, 4),)\n"
+    )
+    result = _cli(f"{model}:head", "-o", tmp_path / "h.onnx", "--dynamic-shapes", '{"input": {"0": "batch"}}')
+    assert result.returncode == 0, result.stderr
+    (graph_input,) = onnx.load(tmp_path / "h.onnx").graph.input
+    assert [d.dim_param or d.dim_value for d in graph_input.type.tensor_type.shape.dim] == ["batch", 4]  # a batch-1 example
+    bad = _cli(f"{model}:head", "--dynamic-shapes", "{batch}")
+    assert bad.returncode == 2 and "--dynamic-shapes: not JSON" in bad.stderr
