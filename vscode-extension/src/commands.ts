@@ -23,7 +23,7 @@ import {
   OP_LEVEL_DEBUG_OPTION,
   OPEN_SARIF_LOG,
 } from './protocol';
-import { failed, OPEN_IN_NETRON, openLogsAction, resultActions, resultMessage, SHOW_PROBLEMS } from './reports';
+import { exported, failed, OPEN_IN_NETRON, openLogsAction, resultActions, resultMessage, SHOW_PROBLEMS } from './reports';
 import { SarifLogs } from './sarifViewer';
 import { TargetLine, targetAt } from './targets';
 
@@ -63,6 +63,7 @@ export class Commands {
     }
     const uri = editor.document.uri;
     const line = editor.selection.active.line;
+    await this.server.ready(); // its code lenses name the target
     const target = targetAt(await this.targetLines(uri), line);
     const options = opLevelDebug ? { [OP_LEVEL_DEBUG_OPTION]: true } : {};
     await this.export({ uri: uri.toString(), ...(target ? { target } : { line }), options });
@@ -174,8 +175,8 @@ export class Commands {
       this.lastSarif = job.sarif;
       await this.sarif.replaced(job.sarif);
     }
-    if (job.status === 'ok' && job.onnx) {
-      this.lastOnnx = job.onnx;
+    if (exported(job)) {
+      this.lastOnnx = job.onnx ?? undefined;
     }
   }
 
