@@ -32,6 +32,7 @@ const SECOND = 1000;
 const STARTUP_TIMEOUT = 90 * SECOND; // code-server ~5 s, the workbench a few more on 2 slow cores
 const EXPORT_TIMEOUT = 120 * SECOND; // the first export waits for the worker fork server to import torch
 const UI_TIMEOUT = 20 * SECOND;
+const STATUS_ITEM_TIMEOUT = 30 * SECOND; // from the window, without a Python file open
 const SCENARIO_TIMEOUT = 5 * 60 * SECOND;
 
 /** Everything the suite shares: temp dirs, the code-server process, the one browser page. */
@@ -74,13 +75,14 @@ before(async () => {
   env.page = await env.browser.newPage({ viewport: { width: 1600, height: 1000 } });
   const opened = Date.now();
   await env.page.goto(`${url}?folder=${encodeURIComponent(env.workspace)}`, { waitUntil: 'domcontentloaded' });
-  const statusItemShown = statusItem().waitFor({ timeout: STARTUP_TIMEOUT }).then(() => Date.now(), () => null);
   await env.page.waitForSelector('.monaco-workbench', { timeout: STARTUP_TIMEOUT });
   await env.page.locator('.statusbar').waitFor({ timeout: STARTUP_TIMEOUT });
-  await openFile('mlp.py'); // as a user would; the extension is active from here on at the latest
+  // No Python file is open yet: the workspace has some, which is enough for the status item (timed in scenario 11).
+  const shown = await statusItem().waitFor({ timeout: STATUS_ITEM_TIMEOUT }).then(() => Date.now(), () => null);
+  await page().screenshot({ path: join(ARTIFACTS, 'startup-status-item.png') });
+  await openFile('mlp.py'); // the extension is active from here on at the latest
   await waitForServerRunning();
-  env.startup = { opened, statusItem: await statusItemShown, serverRunning: Date.now() };
-  await page().screenshot({ path: join(ARTIFACTS, 'startup-server-running.png') });
+  env.startup = { opened, statusItem: shown, serverRunning: Date.now() };
   await traceOnnxlensLog();
 }, { timeout: 5 * 60 * SECOND });
 
@@ -504,6 +506,21 @@ function resultsViewRows() {
   return page().locator('.pane', { has: page().locator('.pane-header', { hasText: 'ONNX Export Results' }) }).locator('.monaco-list-row');
 }
 
+/** The rows of the log `name` in the results view, the log's own first: [[label, description], ...]. */
+async function resultsViewLog(name) {
+  const rows = await resultsViewRows().evaluateAll((elements) => elements.map((row) => ({
+    level: Number(row.getAttribute('aria-level')),
+    label: row.querySelector('.label-name')?.textContent ?? '',
+    description: row.querySelector('.label-description')?.textContent ?? '',
+  })));
+  const start = rows.findIndex((row) => row.level === 1 && row.label === name);
+  if (start < 0) {
+    return [];
+  }
+  const end = rows.findIndex((row, i) => i > start && row.level === 1);
+  return rows.slice(start, end < 0 ? undefined : end).map((row) => [row.label, row.description]);
+}
+
 /** Rows of the Problems panel whose text contains `text`. */
 function problemsRows(text) {
   return page().locator('.markers-panel .monaco-list-row', { hasText: text });
@@ -535,11 +552,14 @@ function writeFigures() {
   const { opened, statusItem: shown, serverRunning } = env.startup;
   const activation = /^(\S+ \S+) .*onnxlens activated in (\d+) ms/m.exec(onnxlensLog());
   const activated = activation && { started: logTime(activation[1]) - Number(activation[2]), ms: Number(activation[2]) };
+  const extensionHost = /^(\S+ \S+) .*Extension host with pid \d+ started/m.exec(logFiles().filter((f) => f.endsWith('exthost.log')).map((f) => readFileSync(f, 'utf8')).join('\n'));
   const [first, ...later] = timedExportAnswers();
   const laterOk = later.filter((a) => a.jobs.length === 1 && a.jobs[0][1] === 'ok');
   const figures = {
     windowToStatusItemMs: shown && shown - opened,
     windowToServerRunningMs: serverRunning - opened,
+    windowToExtensionHostMs: extensionHost && logTime(extensionHost[1]) - opened, // VS Code's part
+    windowToActivationMs: activated && activated.started - opened,
     activationMs: activated?.ms ?? null,
     activationToStatusItemMs: activated && shown && shown - activated.started,
     firstExport: first && { jobs: first.jobs, ms: first.ms, sentAfterWindowMs: first.sent - opened },
@@ -556,8 +576,8 @@ function median(values) {
   return sorted.length === 0 ? null : sorted.length % 2 ? sorted[mid] : (sorted[mid - 1] + sorted[mid]) / 2;
 }
 
-/** "onnxlens activated in N ms", from the extension's log output channel as written under the user-data dir's logs. */
-function activationMs() {
+/** Every log file under the user-data dir's logs. */
+function logFiles() {
   const files = [];
   const walk = (dir) => {
     for (const entry of readdirSync(dir, { withFileTypes: true })) {
@@ -566,7 +586,12 @@ function activationMs() {
     }
   };
   walk(join(env.userData, 'logs'));
-  for (const file of files) {
+  return files;
+}
+
+/** "onnxlens activated in N ms", from the extension's log output channel as written under the user-data dir's logs. */
+function activationMs() {
+  for (const file of logFiles()) {
     const match = /onnxlens activated in (\d+) ms/.exec(readFileSync(file, 'utf8'));
     if (match) {
       return { ms: Number(match[1]), file };
@@ -779,8 +804,10 @@ scenario('10 the results view shows the latest export of each target', async () 
     assert.deepEqual(await exportFromContextMenu(editor, file, 'def custom_op'), [['custom_op', 'failed']]);
     await waitForNotification('Export of custom_op failed');
     await runPaletteCommand('onnxlens: Open SARIF Log');
-    const rows = resultsViewRows();
-    await rows.filter({ hasText: 'FXE0011' }).first().waitFor({ timeout: UI_TIMEOUT });
+    const log = 'results_model.custom_op.sarif';
+    await waitUntil(async () => (await resultsViewLog(log)).some(([label]) => label.startsWith('FXE0011')),
+      async () => `FXE0011 under ${log} in the results view (${JSON.stringify(await resultsViewLog(log))})`);
+    assert.deepEqual((await resultsViewLog(log))[0], [log, '2 errors']);
 
     // The user replaces the custom op by a standard one, saves, and exports twice (the view stays open).
     await focusActiveEditor();
@@ -794,19 +821,17 @@ scenario('10 the results view shows the latest export of each target', async () 
       assert.deepEqual(await exportFromContextMenu(editor, file, 'def custom_op'), [['custom_op', 'ok']]);
       await waitForNotification('Exported custom_op');
     }
-    await waitUntil(async () => !(await rows.allInnerTexts()).some((t) => t.includes('FXE0011')),
-      async () => `FXE0011 gone from the results view (it shows ${JSON.stringify(await rows.allInnerTexts())})`);
-    assert.match(await rows.filter({ hasText: 'results_model.custom_op.sarif' }).first().innerText(), /results_model\.custom_op\.sarif\s+no problems/);
+    await waitUntil(async () => JSON.stringify(await resultsViewLog(log)) === JSON.stringify([[log, 'no problems']]),
+      async () => `${log} with no problems in the results view (it shows ${JSON.stringify(await resultsViewLog(log))})`);
   } finally {
     await setBooleanSetting('onnxlens.useSarifViewer', true);
   }
 });
 
-scenario('11 the status item shows within 5 s of the window', async () => {
-  // Measured in before(): the window opened, mlp.py was opened as soon as the workbench was there.
-  const { opened, statusItem: shown } = env.startup;
-  assert.ok(shown !== null, 'no onnxlens status item');
-  assert.ok(shown - opened <= 5 * SECOND, `the status item showed ${shown - opened} ms after the window`);
+scenario('11 the status item shows within 12 s of the window, before a Python file is opened', async () => {
+  const { opened, statusItem: shown } = env.startup; // measured in before()
+  assert.ok(shown !== null, `no onnxlens status item ${STATUS_ITEM_TIMEOUT} ms after the window (no Python file open)`);
+  assert.ok(shown - opened <= 12 * SECOND, `the status item showed ${shown - opened} ms after the window`);
 });
 
 registerScenarios();
