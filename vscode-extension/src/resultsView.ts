@@ -10,20 +10,27 @@ type Node = { kind: 'log'; label: string; runs: RunGroup[] } | { kind: 'rule'; r
 const ICONS: Record<string, string> = { error: 'error', warning: 'warning', note: 'info' };
 
 export class ResultsView implements vscode.TreeDataProvider<Node> {
-  /** By SARIF log path (a target's log path stays the same from export to export). */
-  private readonly logs = new Map<string, Node>();
+  /** By SARIF log path (a target's log path stays the same from export to export), the last opened first. */
+  private logs = new Map<string, Node>();
   private readonly changed = new vscode.EventEmitter<void>();
   readonly onDidChangeTreeData = this.changed.event;
 
-  /** Adds the log, or replaces the one read from the same path. */
+  /** Shows the log first (the one read from the same path before goes). */
   show(sarifPath: string, log: unknown): void {
-    this.logs.set(sarifPath, { kind: 'log', label: path.basename(sarifPath), runs: groupResults(log) });
+    this.logs.delete(sarifPath);
+    this.logs = new Map([[sarifPath, logNode(sarifPath, log)], ...this.logs]);
     void vscode.commands.executeCommand('setContext', 'onnxlens.hasResults', true);
     this.changed.fire();
   }
 
   shows(sarifPath: string): boolean {
     return this.logs.has(sarifPath);
+  }
+
+  /** Replaces a log shown with its new content, in its place. */
+  update(sarifPath: string, log: unknown): void {
+    this.logs.set(sarifPath, logNode(sarifPath, log));
+    this.changed.fire();
   }
 
   getChildren(node?: Node): Node[] {
@@ -61,4 +68,8 @@ export class ResultsView implements vscode.TreeDataProvider<Node> {
     }
     return item;
   }
+}
+
+function logNode(sarifPath: string, log: unknown): Node {
+  return { kind: 'log', label: path.basename(sarifPath), runs: groupResults(log) };
 }

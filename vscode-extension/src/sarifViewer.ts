@@ -48,7 +48,7 @@ export class SarifLogs {
     }
     if (this.view.shows(sarifPath)) {
       try {
-        this.view.show(sarifPath, readJson(sarifPath));
+        this.view.update(sarifPath, readJson(sarifPath));
       } catch (error) {
         this.log.warn(`Reading ${sarifPath}: ${error}`);
       }
