@@ -699,8 +699,11 @@ scenario('5 the FXE0011 quick fix inserts an ONNX function stub', async () => {
   assert.match(await action.innerText(), /Add an ONNX function stub for onnxlens_e2e::scaled_tanh and register it/);
   await action.click();
 
-  await page().keyboard.press('Control+End');
-  await waitUntil(async () => (await visibleText(editor)).includes('register_op('), 'register_op( in the editor');
+  // Ctrl+End again until the stub shows: pressed before the edit landed, it leaves the view above the stub.
+  await waitUntil(async () => {
+    await page().keyboard.press('Control+End');
+    return (await visibleText(editor)).includes('register_op(');
+  }, 'register_op( in the editor');
   assert.match(await visibleText(editor), /exporter\.default_registry\(\)\.register_op\(onnxlens_e2e_scaled_tanh, "onnxlens_e2e", "scaled_tanh", "default"\)/);
   await page().keyboard.press('Control+S');
   await waitUntil(async () => readFileSync(join(env.workspace, file), 'utf8').includes('register_op('), 'the saved file');
@@ -828,10 +831,11 @@ scenario('10 the results view shows the latest export of each target', async () 
   }
 });
 
-scenario('11 the status item shows within 12 s of the window, before a Python file is opened', async () => {
-  const { opened, statusItem: shown } = env.startup; // measured in before()
+scenario('11 the status item shows within 10 s of the window, before a Python file is opened', async () => {
+  // Measured in before(). On 2 shared cores VS Code's extension host starts 5-6 s after the window.
+  const { opened, statusItem: shown } = env.startup;
   assert.ok(shown !== null, `no onnxlens status item ${STATUS_ITEM_TIMEOUT} ms after the window (no Python file open)`);
-  assert.ok(shown - opened <= 12 * SECOND, `the status item showed ${shown - opened} ms after the window`);
+  assert.ok(shown - opened <= 10 * SECOND, `the status item showed ${shown - opened} ms after the window`);
 });
 
 registerScenarios();
