@@ -293,7 +293,7 @@ async def test_code_lenses_on_targets(client: LanguageClient, workspace: pathlib
     assert [l.command.arguments[0]["target"] for l in exports] == ["custom_op", "mlp", "slow", "segfault", "broken"]
     assert exports[1].range.start.line == text.splitlines().index("def mlp():") - 1
     # Through the extension's command, which shows the result as every export does:
-    assert [(l.command.command, l.command.arguments) for l in lenses if l.range == exports[1].range and "Export" in l.command.title] == [
+    assert [(l.command.command, list(l.command.arguments)) for l in lenses if l.range == exports[1].range and "Export" in l.command.title] == [
         (EXPORT_TARGET, [{"uri": uri, "target": "mlp"}]),
         (EXPORT_TARGET, [{"uri": uri, "target": "mlp", "options": {"opLevelDebug": True}}]),
     ]
