@@ -810,7 +810,6 @@ scenario('10 the results view shows the latest export of each target', async () 
     const log = 'results_model.custom_op.sarif';
     await waitUntil(async () => (await resultsViewLog(log)).some(([label]) => label.startsWith('FXE0011')),
       async () => `FXE0011 under ${log} in the results view (${JSON.stringify(await resultsViewLog(log))})`);
-    assert.deepEqual((await resultsViewLog(log))[0], [log, '2 errors']);
 
     // The user replaces the custom op by a standard one, saves, and exports twice (the view stays open).
     await focusActiveEditor();
