@@ -79,7 +79,7 @@ before(async () => {
   await env.page.locator('.statusbar').waitFor({ timeout: STARTUP_TIMEOUT });
   // No Python file is open yet: the workspace has some, which is enough for the status item (timed in scenario 11).
   const shown = await statusItem().waitFor({ timeout: STATUS_ITEM_TIMEOUT }).then(() => Date.now(), () => null);
-  await page().screenshot({ path: join(ARTIFACTS, 'startup-status-item.png') });
+  await screenshot('startup-status-item.png');
   await openFile('mlp.py'); // the extension is active from here on at the latest
   await waitForServerRunning();
   env.startup = { opened, statusItem: shown, serverRunning: Date.now() };
@@ -254,8 +254,13 @@ async function runScenario(name, fn) {
     throw error;
   } finally {
     const file = `${name.replace(/[^a-z0-9]+/gi, '-').replace(/^-|-$/g, '').toLowerCase()}.png`;
-    await page()?.screenshot({ path: join(ARTIFACTS, file) }).catch(() => {});
+    await screenshot(file).catch(() => {});
   }
+}
+
+/** A screenshot into artifacts/, with animations finished (a toast that is sliding in shows in full). */
+async function screenshot(file) {
+  await page().screenshot({ path: join(ARTIFACTS, file), animations: 'disabled' });
 }
 
 /** 1-based line of `# MARK: <marker>` (or of the first line containing `text`) in a workspace file. */
@@ -742,7 +747,7 @@ scenario('7 Cancel Export stops a running export', async () => {
   const progress = notification('onnxlens: exporting');
   await progress.waitFor({ timeout: UI_TIMEOUT });
   const title = await messageOf(progress);
-  await page().screenshot({ path: join(ARTIFACTS, '7-progress.png') });
+  await screenshot('7-progress.png');
   // The target sleeps for ten minutes in "build target": the export is running when the server says so.
   await waitUntil(async () => (await progress.innerText().catch(() => '')).includes('build target'),
     async () => `the progress notification at "build target" (it shows ${JSON.stringify(await progress.innerText().catch(() => ''))})`, EXPORT_TIMEOUT);
@@ -789,7 +794,8 @@ scenario('9 code lens exports show their result like the context menu', async ()
   await codeLens(editor, 'Export to ONNX').click();
   assert.match(await waitForNotification('Exported mlp'), /^Exported mlp → mlp\.mlp\.onnx \(\d+ nodes, \d+\.\d s\)$/);
   assert.deepEqual(await onlyExportAnswer(before), [['mlp', 'ok']]);
-  await page().screenshot({ path: join(ARTIFACTS, '9-lens-export-result.png') });
+  await notification('onnxlens: exporting').waitFor({ state: 'detached', timeout: UI_TIMEOUT }); // the progress is over
+  await screenshot('9-lens-export-result.png');
 
   await clearNotifications();
   await codeLens(editor, 'Export with op-level debug').click();
