@@ -25,7 +25,7 @@ export function activate(context: vscode.ExtensionContext): void {
     log.info('Workspace not trusted: the server starts (and exports run) once it is trusted.');
     context.subscriptions.push(vscode.workspace.onDidGrantWorkspaceTrust(() => void start()));
   }
-  log.info(`onnxlens activated in ${Date.now() - started} ms`);
+  log.info(`onnxlens activated in ${Date.now() - started} ms (started at ${new Date(started).toISOString()})`);
 }
 
 export async function deactivate(): Promise<void> {

@@ -410,7 +410,7 @@ function exportAnswers() {
   return timedExportAnswers().map((a) => a.jobs);
 }
 
-/** The same, with when each request was sent (epoch ms, from the log line's local time) and how long it took. */
+/** The same, with when each request was sent (epoch ms, from the log line's local time: a late estimate) and how long it took. */
 function timedExportAnswers() {
   return [...onnxlensLog().matchAll(/^(\S+ \S+) .*Export of .+ answered in (\d+) ms: (\[.*\])$/gm)].map((m) => {
     const ms = Number(m[2]);
@@ -555,8 +555,9 @@ function onnxlensLog() {
  * to the running server, activation, the first export and the later ones (single-target exports that succeeded). */
 function writeFigures() {
   const { opened, statusItem: shown, serverRunning } = env.startup;
-  const activation = /^(\S+ \S+) .*onnxlens activated in (\d+) ms/m.exec(onnxlensLog());
-  const activated = activation && { started: logTime(activation[1]) - Number(activation[2]), ms: Number(activation[2]) };
+  // The extension says when it started: the log's own timestamps come late (the log is written by another process).
+  const activation = /onnxlens activated in (\d+) ms \(started at (\S+)\)/.exec(onnxlensLog());
+  const activated = activation && { started: Date.parse(activation[2]), ms: Number(activation[1]) };
   const extensionHost = /^(\S+ \S+) .*Extension host with pid \d+ started/m.exec(logFiles().filter((f) => f.endsWith('exthost.log')).map((f) => readFileSync(f, 'utf8')).join('\n'));
   const [first, ...later] = timedExportAnswers();
   const laterOk = later.filter((a) => a.jobs.length === 1 && a.jobs[0][1] === 'ok');
