@@ -729,7 +729,8 @@ scenario('6 Export All Targets in File from the explorer exports every target', 
   await chooseFromContextMenu(row, 'Export All Targets in File');
   assert.deepEqual(await onlyExportAnswer(before), [['linear', 'ok'], ['relu_stack', 'ok']]);
   // One summary, whatever the number of targets: each one's result in it, no notification behind it.
-  const summary = await waitForNotification('of two_targets.py');
+  await notification('onnxlens: exporting').waitFor({ state: 'detached', timeout: UI_TIMEOUT }); // the progress is over
+  const summary = await waitForNotification('Exported', UI_TIMEOUT);
   assert.match(summary, /^Exported 2 of 2 targets of two_targets\.py: linear \(\d+ nodes, \d+\.\d s\); relu_stack \(\d+ nodes, \d+\.\d s\)$/);
   await sleep(2 * SECOND); // a second notification would be there by now
   assert.deepEqual(await notificationMessages(), [summary]);
