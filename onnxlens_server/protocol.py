@@ -22,7 +22,9 @@ from pygls.exceptions import JsonRpcException, JsonRpcInvalidParams
 EXPORT = "onnxlens.server.export"
 LIST_TARGETS = "onnxlens.server.listTargets"
 CANCEL = "onnxlens.server.cancel"
-OPEN_SARIF_LOG = "onnxlens.openSarifLog"  # a client command (the extension implements it), used by code lenses
+# Client commands (the extension implements them), used by code lenses:
+OPEN_SARIF_LOG = "onnxlens.openSarifLog"  # [sarif path]
+EXPORT_TARGET = "onnxlens.exportTarget"  # [ExportArgs]: exports as EXPORT does, and shows the result as every export does
 
 EXPORT_PROGRESS = "onnxlens/exportProgress"  # {jobId, target, stage, detail, message}
 EXPORT_FINISHED = "onnxlens/exportFinished"  # {jobId, uri, target, status, message, stage, onnx, sarif, summary, seconds}

@@ -17,7 +17,7 @@ from lsprotocol import types
 from pygls.exceptions import JsonRpcException, JsonRpcInvalidParams
 from pytest_lsp import ClientServerConfig, LanguageClient
 
-from onnxlens_server.protocol import CANCEL, EXPORT, EXPORT_FINISHED, EXPORT_PROGRESS, LIST_TARGETS, ErrorCode
+from onnxlens_server.protocol import CANCEL, EXPORT, EXPORT_FINISHED, EXPORT_TARGET, EXPORT_PROGRESS, LIST_TARGETS, ErrorCode
 
 HERE = pathlib.Path(__file__).parent
 SOURCE = HERE / "server_workspace"
@@ -306,6 +306,11 @@ async def test_code_lenses_on_targets(client: LanguageClient, workspace: pathlib
     exports = [l for l in lenses if l.command.title.endswith("Export to ONNX")]
     assert [l.command.arguments[0]["target"] for l in exports] == ["custom_op", "branchy", "mlp", "slow", "segfault", "broken"]
     assert exports[2].range.start.line == text.splitlines().index("def mlp():") - 1
+    # Through the extension's command, which shows the result as every export does:
+    assert [(l.command.command, list(l.command.arguments)) for l in lenses if l.range == exports[2].range and "Export" in l.command.title] == [
+        (EXPORT_TARGET, [{"uri": uri, "target": "mlp"}]),
+        (EXPORT_TARGET, [{"uri": uri, "target": "mlp", "options": {"opLevelDebug": True}}]),
+    ]
     assert any(l.command.title == "Open SARIF log" and l.command.command == "onnxlens.openSarifLog" for l in lenses)
 
 

@@ -54,6 +54,11 @@ export class ServerConnection implements vscode.Disposable {
     return this.enqueue(() => this.stopNow());
   }
 
+  /** The client once the starts and stops under way are done (undefined: the server is not running). */
+  ready(): Promise<LanguageClient | undefined> {
+    return this.queue.then(() => this.client);
+  }
+
   restart(): Promise<LanguageClient | undefined> {
     return this.enqueue(async () => {
       await this.stopNow();
@@ -68,6 +73,7 @@ export class ServerConnection implements vscode.Disposable {
   }
 
   private async startNow(): Promise<LanguageClient | undefined> {
+    this.show('$(sync~spin) onnxlens', 'Starting');
     const configured = vscode.workspace.getConfiguration(CONFIGURATION_SECTION).get<string>('interpreter', '');
     const python = await resolveInterpreter(configured, vscode.window.activeTextEditor?.document.uri);
     const launcher = this.context.asAbsolutePath('bundled/launch_server.py');

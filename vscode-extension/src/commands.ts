@@ -2,7 +2,7 @@
 import { randomUUID } from 'node:crypto';
 import * as path from 'node:path';
 import * as vscode from 'vscode';
-import { ExecuteCommandRequest } from 'vscode-languageclient/node';
+import { ExecuteCommandRequest, LanguageClient } from 'vscode-languageclient/node';
 
 import { ServerConnection } from './client';
 import { openInNetron } from './netron';
@@ -11,6 +11,7 @@ import {
   CONFIGURATION_SECTION,
   EXPORT,
   EXPORT_PROGRESS,
+  EXPORT_TARGET,
   ErrorCode,
   errorCode,
   ExportArgs,
@@ -22,7 +23,9 @@ import {
   OP_LEVEL_DEBUG_OPTION,
   OPEN_SARIF_LOG,
 } from './protocol';
+import { exported, failed, OPEN_IN_NETRON, openLogsAction, resultActions, resultMessage, SHOW_PROBLEMS } from './reports';
 import { SarifLogs } from './sarifViewer';
+import { TargetLine, targetAt } from './targets';
 
 export class Commands {
   private lastSarif: string | undefined;
@@ -36,6 +39,7 @@ export class Commands {
       'onnxlens.exportAtCursor': () => this.exportAtCursor(false),
       'onnxlens.exportWithOpLevelDebug': () => this.exportAtCursor(true),
       'onnxlens.exportFile': (uri?: vscode.Uri) => this.exportFile(uri),
+      [EXPORT_TARGET]: (args: ExportArgs) => this.export(args), // the code lenses' (the server checks the arguments)
       [OPEN_SARIF_LOG]: (sarifPath?: string) => this.openSarif(sarifPath),
       'onnxlens.openInNetron': (onnxPath?: string) => this.openInNetron(onnxPath),
       'onnxlens.cancelExport': () => this.cancelAll(),
@@ -57,30 +61,61 @@ export class Commands {
       void vscode.window.showWarningMessage('Save the file first: onnxlens exports from files on disk.');
       return;
     }
-    await this.export({ uri: editor.document.uri.toString(), line: editor.selection.active.line }, opLevelDebug);
+    const uri = editor.document.uri;
+    const line = editor.selection.active.line;
+    await this.server.ready(); // its code lenses name the target
+    const target = targetAt(await this.targetLines(uri), line);
+    const options = opLevelDebug ? { [OP_LEVEL_DEBUG_OPTION]: true } : {};
+    await this.export({ uri: uri.toString(), ...(target ? { target } : { line }), options });
+  }
+
+  /** The file's targets at the lines of their code lenses (the server's, so its own rule applies); none
+   * until the server has answered for the file. */
+  private async targetLines(uri: vscode.Uri): Promise<TargetLine[]> {
+    const lenses = (await vscode.commands.executeCommand<vscode.CodeLens[] | undefined>('vscode.executeCodeLensProvider', uri)) ?? [];
+    return lenses
+      .filter((lens) => lens.command?.command === EXPORT_TARGET)
+      .map((lens) => ({ name: (lens.command?.arguments?.[0] as ExportArgs).target ?? '', line: lens.range.start.line }));
   }
 
   private async exportFile(resource?: vscode.Uri): Promise<void> {
     const uri = resource ?? vscode.window.activeTextEditor?.document.uri;
     if (uri) {
-      await this.export({ uri: uri.toString(), all: true }, false);
+      await this.export({ uri: uri.toString(), all: true });
     }
   }
 
-  /** Exports with the `onnxlens` settings (the server reads them); `opLevelDebug` overrides its setting. */
-  private async export(args: ExportArgs, opLevelDebug: boolean): Promise<void> {
+  /** Exports with the `onnxlens` settings (the server reads them) and `args.options` over them; shows the
+   * progress, then one notification with the result (a summary for several targets). */
+  private async export(args: ExportArgs): Promise<void> {
     if (!vscode.workspace.isTrusted) {
       void vscode.window.showWarningMessage('Exporting runs your model code: trust this workspace to export (Workspaces: Manage Workspace Trust).');
       return;
     }
-    const client = this.server.client;
+    const client = await this.server.ready();
     if (!client) {
       void vscode.window.showErrorMessage('The onnxlens server is not running: see onnxlens: Show Log.', 'Show Log').then((c) => c && this.server.log.show());
       return;
     }
-    const openLogOnFailure = vscode.workspace.getConfiguration(CONFIGURATION_SECTION).get<boolean>('openSarifViewerOnFailure', false);
+    const file = path.basename(vscode.Uri.parse(args.uri).fsPath);
+    const name = args.target ?? (args.all ? `all targets of ${file}` : `a target of ${file}`);
+    let result: ExportResult;
+    try {
+      result = await this.runExport(client, args, name);
+    } catch (error: any) {
+      if (errorCode(error) === ErrorCode.NoExportTarget) {
+        await this.offerTarget(args.uri);
+      } else {
+        void vscode.window.showErrorMessage(`onnxlens: ${error?.message ?? String(error)}`);
+      }
+      return;
+    }
+    await this.showResult(result.jobs, file);
+  }
+
+  /** The export request, with a cancellable progress notification titled `name`. */
+  private async runExport(client: LanguageClient, args: ExportArgs, name: string): Promise<ExportResult> {
     const jobId = randomUUID();
-    const name = args.target ?? (args.all ? path.basename(vscode.Uri.parse(args.uri).fsPath) : 'the target at the cursor');
     this.running.add(jobId);
     void vscode.commands.executeCommand('setContext', 'onnxlens.exporting', true);
     const started = Date.now();
@@ -95,7 +130,7 @@ export class Commands {
             }
           });
           try {
-            const request: ExportArgs = { ...args, jobId, options: opLevelDebug ? { [OP_LEVEL_DEBUG_OPTION]: true } : {} };
+            const request: ExportArgs = { ...args, jobId, options: args.options ?? {} };
             return (await client.sendRequest(ExecuteCommandRequest.type, { command: EXPORT, arguments: [request] })) as ExportResult;
           } finally {
             listener.dispose();
@@ -103,52 +138,45 @@ export class Commands {
         },
       );
       this.server.log.info(`Export of ${name} answered in ${Date.now() - started} ms: ${JSON.stringify(result.jobs.map((j) => [j.target, j.status]))}`);
-      // Side by side: each report waits until its notification is closed.
-      await Promise.all(result.jobs.map((job) => this.report(job, openLogOnFailure)));
-    } catch (error: any) {
-      if (errorCode(error) === ErrorCode.NoExportTarget) {
-        await this.offerTarget(args.uri);
-      } else {
-        void vscode.window.showErrorMessage(`onnxlens: ${error?.message ?? String(error)}`);
-      }
+      return result;
     } finally {
       this.running.delete(jobId);
       void vscode.commands.executeCommand('setContext', 'onnxlens.exporting', this.running.size > 0);
     }
   }
 
-  private async report(job: Job, openLogOnFailure: boolean): Promise<void> {
+  /** One notification for the export, whatever the number of its targets. */
+  private async showResult(jobs: Job[], file: string): Promise<void> {
+    for (const job of jobs) {
+      await this.remember(job);
+    }
+    const logs = jobs.flatMap((job) => (job.sarif ? [job.sarif] : []));
+    if (vscode.workspace.getConfiguration(CONFIGURATION_SECTION).get<boolean>('openSarifViewerOnFailure', false)) {
+      for (const job of jobs.filter((j) => failed(j) && j.sarif)) {
+        await this.openSarif(job.sarif ?? undefined);
+      }
+    }
+    const show = jobs.some(failed) ? vscode.window.showErrorMessage : vscode.window.showInformationMessage;
+    const choice = await show(resultMessage(jobs, file), ...resultActions(jobs, this.server.status?.netron ?? false));
+    if (choice === SHOW_PROBLEMS) {
+      await vscode.commands.executeCommand('workbench.actions.view.problems');
+    } else if (choice === OPEN_IN_NETRON) {
+      await this.openInNetron(jobs[0].onnx ?? undefined);
+    } else if (choice === openLogsAction(logs.length)) {
+      for (const log of logs) {
+        await this.openSarif(log);
+      }
+    }
+  }
+
+  /** The last outputs (for Open SARIF Log and Netron); a new log replaces the one shown. */
+  private async remember(job: Job): Promise<void> {
     if (job.sarif) {
       this.lastSarif = job.sarif;
       await this.sarif.replaced(job.sarif);
     }
-    if (job.status === 'ok' && job.onnx) {
-      this.lastOnnx = job.onnx;
-      const warnings = job.summary?.warnings ? `, ${job.summary.warnings} warnings` : '';
-      const actions = ['Open SARIF Log', ...(this.server.status?.netron ? ['Open in Netron'] : [])];
-      const choice = await vscode.window.showInformationMessage(
-        `Exported ${job.target} → ${path.basename(job.onnx)} (${job.summary?.nodes ?? '?'} nodes${warnings}, ${job.seconds.toFixed(1)} s)`,
-        ...actions,
-      );
-      if (choice === 'Open SARIF Log') {
-        await this.openSarif(job.sarif ?? undefined);
-      } else if (choice === 'Open in Netron') {
-        await this.openInNetron(job.onnx);
-      }
-      return;
-    }
-    if (job.status === 'cancelled') {
-      void vscode.window.showInformationMessage(`Export of ${job.target} cancelled.`);
-      return;
-    }
-    if (openLogOnFailure && job.sarif) {
-      await this.openSarif(job.sarif);
-    }
-    const choice = await vscode.window.showErrorMessage(`Export of ${job.target} ${job.status}: ${job.message}`, 'Show Problems', ...(job.sarif ? ['Open SARIF Log'] : []));
-    if (choice === 'Show Problems') {
-      await vscode.commands.executeCommand('workbench.actions.view.problems');
-    } else if (choice === 'Open SARIF Log') {
-      await this.openSarif(job.sarif ?? undefined);
+    if (exported(job)) {
+      this.lastOnnx = job.onnx ?? undefined;
     }
   }
 

@@ -8,7 +8,8 @@ import { SarifLogs } from './sarifViewer';
 
 let connection: ServerConnection | undefined;
 
-export async function activate(context: vscode.ExtensionContext): Promise<void> {
+/** Returns at once: the status item shows, the server starts (and warms its export worker) in the background. */
+export function activate(context: vscode.ExtensionContext): void {
   const started = Date.now();
   const log = vscode.window.createOutputChannel('onnxlens', { log: true });
   const view = new ResultsView();
@@ -16,14 +17,15 @@ export async function activate(context: vscode.ExtensionContext): Promise<void> 
   connection = new ServerConnection(context, log, (uri, diagnostics) => sarif.filter(uri, diagnostics));
   new Commands(connection, sarif).register(context);
   context.subscriptions.push(log, connection, vscode.window.registerTreeDataProvider('onnxlens.results', view));
-  context.subscriptions.push(await connection.watchInterpreter());
+  void connection.watchInterpreter().then((watcher) => context.subscriptions.push(watcher)); // may wait for the Python extension
+  const start = () => connection?.start().catch((error) => log.error(`The server did not start: ${error}`));
   if (vscode.workspace.isTrusted) {
-    await connection.start();
+    void start();
   } else {
     log.info('Workspace not trusted: the server starts (and exports run) once it is trusted.');
-    context.subscriptions.push(vscode.workspace.onDidGrantWorkspaceTrust(() => void connection?.start()));
+    context.subscriptions.push(vscode.workspace.onDidGrantWorkspaceTrust(() => void start()));
   }
-  log.info(`onnxlens activated in ${Date.now() - started} ms`);
+  log.info(`onnxlens activated in ${Date.now() - started} ms (started at ${new Date(started).toISOString()})`);
 }
 
 export async function deactivate(): Promise<void> {

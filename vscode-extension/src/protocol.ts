@@ -5,8 +5,9 @@
 export const EXPORT = 'onnxlens.server.export';
 export const LIST_TARGETS = 'onnxlens.server.listTargets';
 export const CANCEL = 'onnxlens.server.cancel';
-/** A command of the extension the server's code lenses invoke. */
+/** Commands of the extension the server's code lenses invoke. */
 export const OPEN_SARIF_LOG = 'onnxlens.openSarifLog';
+export const EXPORT_TARGET = 'onnxlens.exportTarget'; // takes `ExportArgs`: exports as EXPORT does and shows the result
 
 /** Notifications from the server. */
 export const EXPORT_PROGRESS = 'onnxlens/exportProgress';

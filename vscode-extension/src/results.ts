@@ -44,6 +44,16 @@ export function groupResults(log: any): RunGroup[] {
   });
 }
 
+/** "2 errors, 1 warning" (errors, warnings, notes), or "no problems". */
+export function problemCounts(runs: RunGroup[]): string {
+  const levels = runs.flatMap((run) => run.rules.flatMap((rule) => rule.results.map((result) => result.level)));
+  const counts = (['error', 'warning', 'note'] as const)
+    .map((level) => [level, levels.filter((l) => l === level).length] as const)
+    .filter(([, count]) => count > 0)
+    .map(([level, count]) => `${count} ${level}${count === 1 ? '' : 's'}`);
+  return counts.join(', ') || 'no problems';
+}
+
 function worst(group: RuleGroup): number {
   return Math.min(...group.results.map((r) => LEVEL_ORDER.indexOf(r.level)));
 }

@@ -1,27 +1,41 @@
-// The built-in results view (when the SARIF Viewer is not installed): runs → rules → results.
+// The built-in results view (when the SARIF Viewer is not installed): logs → rules → results. It shows the
+// logs opened in it, one per target, each as the target's latest export left it.
 import * as path from 'node:path';
 import * as vscode from 'vscode';
 
-import { groupResults, ResultItem, RuleGroup, RunGroup } from './results';
+import { groupResults, problemCounts, ResultItem, RuleGroup, RunGroup } from './results';
 
 type Node = { kind: 'log'; label: string; runs: RunGroup[] } | { kind: 'rule'; rule: RuleGroup } | { kind: 'result'; result: ResultItem };
 
 const ICONS: Record<string, string> = { error: 'error', warning: 'warning', note: 'info' };
 
 export class ResultsView implements vscode.TreeDataProvider<Node> {
-  private logs: Node[] = [];
+  /** By SARIF log path (a target's log path stays the same from export to export), the last opened first. */
+  private logs = new Map<string, Node>();
   private readonly changed = new vscode.EventEmitter<void>();
   readonly onDidChangeTreeData = this.changed.event;
 
+  /** Shows the log first (the one read from the same path before goes). */
   show(sarifPath: string, log: unknown): void {
-    this.logs = [{ kind: 'log', label: path.basename(sarifPath), runs: groupResults(log) }];
+    this.logs.delete(sarifPath);
+    this.logs = new Map([[sarifPath, logNode(sarifPath, log)], ...this.logs]);
     void vscode.commands.executeCommand('setContext', 'onnxlens.hasResults', true);
+    this.changed.fire();
+  }
+
+  shows(sarifPath: string): boolean {
+    return this.logs.has(sarifPath);
+  }
+
+  /** Replaces a log shown with its new content, in its place. */
+  update(sarifPath: string, log: unknown): void {
+    this.logs.set(sarifPath, logNode(sarifPath, log));
     this.changed.fire();
   }
 
   getChildren(node?: Node): Node[] {
     if (!node) {
-      return this.logs;
+      return [...this.logs.values()];
     }
     if (node.kind === 'log') {
       return node.runs.flatMap((run) => run.rules.map((rule): Node => ({ kind: 'rule', rule })));
@@ -31,7 +45,9 @@ export class ResultsView implements vscode.TreeDataProvider<Node> {
 
   getTreeItem(node: Node): vscode.TreeItem {
     if (node.kind === 'log') {
-      return new vscode.TreeItem(node.label, vscode.TreeItemCollapsibleState.Expanded);
+      const item = new vscode.TreeItem(node.label, vscode.TreeItemCollapsibleState.Expanded);
+      item.description = problemCounts(node.runs);
+      return item;
     }
     if (node.kind === 'rule') {
       const item = new vscode.TreeItem(`${node.rule.ruleId} ${node.rule.ruleName}`, vscode.TreeItemCollapsibleState.Expanded);
@@ -52,4 +68,8 @@ export class ResultsView implements vscode.TreeDataProvider<Node> {
     }
     return item;
   }
+}
+
+function logNode(sarifPath: string, log: unknown): Node {
+  return { kind: 'log', label: path.basename(sarifPath), runs: groupResults(log) };
 }

@@ -40,10 +40,18 @@ export class SarifLogs {
     }
   }
 
-  /** A new export replaces its log: close the old one in the viewer so its problems go away too. */
+  /** A new export replaced its log: close the old one in the viewer so its problems go away too; the
+   * results view shows the new one. */
   async replaced(sarifPath: string): Promise<void> {
     if (this.openInViewer.delete(vscode.Uri.file(sarifPath).fsPath)) {
       await (await viewerApi())?.closeLogs([vscode.Uri.file(sarifPath)]);
+    }
+    if (this.view.shows(sarifPath)) {
+      try {
+        this.view.update(sarifPath, readJson(sarifPath));
+      } catch (error) {
+        this.log.warn(`Reading ${sarifPath}: ${error}`);
+      }
     }
   }
 

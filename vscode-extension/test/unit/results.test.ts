@@ -1,7 +1,7 @@
 import * as assert from 'node:assert/strict';
 import { test } from 'node:test';
 
-import { filesOf, groupResults } from '../../src/results';
+import { filesOf, groupResults, problemCounts } from '../../src/results';
 
 const log = {
   runs: [
@@ -38,4 +38,9 @@ test('locations resolve uriBaseId and percent-encoding to 0-based lines', () => 
 
 test('filesOf lists every file the results point into', () => {
   assert.deepEqual([...filesOf(log)].sort(), ['/elsewhere/helpers.py', '/work/my models/net.py']);
+});
+
+test('problem counts by level, or no problems', () => {
+  assert.equal(problemCounts(groupResults(log)), '2 errors, 1 warning, 1 note');
+  assert.equal(problemCounts(groupResults({ runs: [{ tool: { driver: { name: 'onnxlens' } }, results: [] }] })), 'no problems');
 });
