@@ -1,10 +1,12 @@
 // The language client: starts onnxlens-server with the chosen interpreter, shows its state, and restarts
 // it (debounced) when the interpreter changes.
+import { readFileSync } from 'node:fs';
 import * as vscode from 'vscode';
 import { LanguageClient, LanguageClientOptions, ServerOptions, State } from 'vscode-languageclient/node';
 
 import { CONFIGURATION_SECTION, OUTPUT_FOLDER_SCOPE } from './protocol';
 import { checkInterpreter, InterpreterStatus, onDidChangeInterpreter, resolveInterpreter } from './python';
+import { headingLines, localRuleLink } from './rulesDoc';
 import { debounce, installCommand, needsRestart, outputFolderScope } from './settings';
 
 export type DiagnosticsFilter = (uri: vscode.Uri, diagnostics: vscode.Diagnostic[]) => vscode.Diagnostic[];
@@ -20,6 +22,8 @@ export class ServerConnection implements vscode.Disposable {
   /** Starts and stops, one after the other. */
   private queue: Promise<unknown> = Promise.resolve();
   readonly scheduleRestart = debounce(() => void this.restart(), RESTART_DELAY_MS);
+
+  private rulesPage: RulesPage | undefined | null; // null: not shipped (a development build)
 
   constructor(
     private readonly context: vscode.ExtensionContext,
@@ -96,7 +100,7 @@ export class ServerConnection implements vscode.Disposable {
       traceOutputChannel: this.log,
       synchronize: { configurationSection: CONFIGURATION_SECTION }, // didChangeConfiguration: the server checks the settings
       middleware: {
-        handleDiagnostics: (uri, diagnostics, next) => next(uri, this.filterDiagnostics(uri, diagnostics)),
+        handleDiagnostics: (uri, diagnostics, next) => next(uri, this.withLocalRuleLinks(this.filterDiagnostics(uri, diagnostics))),
         // The server's op-level debug tables use codicons ($(check), $(error)), not emoji.
         provideHover: async (document, position, token, next) => {
           const hover = await next(document, position, token);
@@ -158,6 +162,25 @@ export class ServerConnection implements vscode.Disposable {
     }
   }
 
+  /** Rule links open the rules page shipped in the .vsix (offline), at the rule's heading. */
+  private withLocalRuleLinks(diagnostics: vscode.Diagnostic[]): vscode.Diagnostic[] {
+    this.rulesPage ??= readRulesPage(this.context.asAbsolutePath('docs/rules.md'));
+    const page = this.rulesPage;
+    if (!page) {
+      return diagnostics;
+    }
+    for (const diagnostic of diagnostics) {
+      const code = diagnostic.code;
+      if (typeof code === 'object' && code.target) {
+        const local = localRuleLink(code.target.toString(), page.uri, page.lines);
+        if (local) {
+          diagnostic.code = { value: code.value, target: vscode.Uri.parse(local) };
+        }
+      }
+    }
+    return diagnostics;
+  }
+
   private offerInstall(python: string, missing: string[]): void {
     const command = installCommand(python);
     this.log.error(`${missing.join(', ')} missing in ${python}. Install with: ${command}`);
@@ -187,5 +210,18 @@ export class ServerConnection implements vscode.Disposable {
 function withThemeIcons(content: unknown): void {
   if (content instanceof vscode.MarkdownString) {
     content.supportThemeIcons = true;
+  }
+}
+
+interface RulesPage {
+  uri: string;
+  lines: Map<string, number>;
+}
+
+function readRulesPage(file: string): RulesPage | null {
+  try {
+    return { uri: vscode.Uri.file(file).toString(), lines: headingLines(readFileSync(file, 'utf8')) };
+  } catch {
+    return null;
   }
 }

@@ -648,6 +648,13 @@ scenario('2 FXE0011 for an unregistered custom op shows in Problems and navigate
   await waitUntil(async () => JSON.stringify(await cursorPosition()) === JSON.stringify(range),
     async () => `the selection of Ln ${call.line}, Col ${call.column}–${range.column} (status bar: ${JSON.stringify(await cursorPosition())})`);
   assert.ok(await activeEditor('custom_model.py').isVisible(), 'custom_model.py is not the active editor');
+
+  // The rule's link opens the rules page shipped in the .vsix (offline), at the rule's heading.
+  await row.locator('.monaco-link', { hasText: 'FXE0011' }).first().click();
+  await activeEditor('rules.md').waitFor({ timeout: UI_TIMEOUT });
+  const heading = readFileSync(join(REPO, 'docs/rules.md'), 'utf8').split('\n').indexOf('## FXE0011 no-symbolic-function-for-call-function') + 1;
+  await assertCursorAt(heading);
+  await screenshot('2-rules-page.png');
 });
 
 scenario('3 op-level debug shows inline traces and hovers', async () => {
