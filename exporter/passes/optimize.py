@@ -103,12 +103,37 @@ class FusePass(ir.passes.InPlacePass):
     def call(self, model: ir.Model) -> ir.passes.PassResult:
         count = rule_set(portable_rules(self.opset_version, self.target)).apply_to_model(model)
         if self.target == OPTIMIZE_ONNXRUNTIME:
-            from onnxscript.rewriter.ort_fusions import optimize_for_ort
-
-            optimize_for_ort(model)
-            count += 1
+            count += onnxruntime_fusions(model)
         common_passes.RemoveUnusedNodesPass()(model)
         return ir.passes.PassResult(model, modified=bool(count))
+
+
+def onnxruntime_fusions(model: ir.Model) -> int:
+    """onnxscript's onnxruntime fusions (`optimize_for_ort`'s `fuse_xformers`, in its order), less two
+    kinds: RMS normalization (its op, SimplifiedLayerNormalization, is onnxruntime's but in the ONNX
+    domain, which onnx.checker rejects; onnxruntime fuses RMS norms itself) and FusedMatMul (those
+    rules mark ``transBatchA`` where the other input has a lower rank, which onnxruntime then refuses
+    to run; its own graph optimizer makes FusedMatMul soundly). Returns how many fusions applied."""
+    from onnxscript.rewriter.ort_fusions import (
+        attention, bias_gelu, cos_sin_cache, erfgelu, gelu, gqa, gqa_packed_qkv, instance_to_group_normalization,
+        mha, mha_bias, mha_scale, rotary_embedding, sdpa, sdpa_via_mha, skip_normalization, softmax,
+    )  # fmt: skip
+    from onnxscript.rewriter.rules.common import gemm_to_matmul_add_rule
+
+    rewriter.rewrite(model, [gemm_to_matmul_add_rule])  # the attention patterns expect MatMul + Add
+    count = erfgelu.fuse_erfgelu(model) + skip_normalization.fuse_skip_layer_normalization(model)
+    count += rotary_embedding.fuse_rotary_embedding(model) + cos_sin_cache.fuse_cos_sin_cache(model)
+    common_passes.CommonSubexpressionEliminationPass()(model)
+    count += rotary_embedding.fuse_partial_rotary_embedding(model)
+    count += sdpa.fuse_sdpa(model, apply_shape_inference=True)
+    for fuse in (gqa.fuse_gqa, gqa_packed_qkv.fuse_qkv_gqa, mha.fuse_mha1, mha.fuse_mha2, mha_scale.fuse_mha_scale,
+                 mha_bias.fuse_mha_bias, attention.fuse_attention, gelu.fuse_gelu, bias_gelu.fuse_bias_gelu,
+                 sdpa_via_mha.replace_sdpa_by_mha):  # fmt: skip
+        count += fuse(model)
+    rewriter.rewrite(model, [*softmax.rules.rules, *instance_to_group_normalization.rules.rules])
+    common_passes.InlinePass()(model)  # intermediate fusion functions no later fusion consumed
+    OptimizePass()(model)
+    return count
 
 
 def portable_rules(opset_version: int, target: bool | str) -> list[pattern.RewriteRule]:
