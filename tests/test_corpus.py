@@ -3,7 +3,7 @@
 Dynamic exports also run at a second shape (every dynamic dim changed) and must have exactly the
 symbolic dims the case lists. Models onnxruntime (CPU) cannot run (`Case.ort_note`) run in onnx's
 reference evaluator instead. The transformer, CNN and audio models also export with the other
-optimizations: onnxruntime's fusions (``optimize="onnxruntime"``) and opset 20 (``Gelu``).
+optimizations: onnxruntime's fusions (``optimize="onnxruntime"``) and opsets 20 and 23 (their ops).
 """
 
 from __future__ import annotations
@@ -88,9 +88,10 @@ def test_onnxruntime_optimized_export_matches_eager(case: corpus.Case, dynamic: 
         _compare(case, export_output, **case.second_shape)
 
 
+@pytest.mark.parametrize("opset", [20, 23])  # Gelu; RMSNormalization, RotaryEmbedding, Attention
 @pytest.mark.parametrize(("case", "dynamic"), _fused_params())
-def test_opset_20_export_matches_eager(case: corpus.Case, dynamic: bool):
-    export_output = _export(case, exporter.ExportOptions(dynamic_shapes=dynamic, opset_version=20))
+def test_newer_opset_export_matches_eager(case: corpus.Case, dynamic: bool, opset: int):
+    export_output = _export(case, exporter.ExportOptions(dynamic_shapes=dynamic, opset_version=opset))
     _compare(case, export_output)
     if dynamic and case.second_shape is not None and case.name not in KNOWN_SECOND_SHAPE_FAILURES:
         _compare(case, export_output, **case.second_shape)

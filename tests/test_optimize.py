@@ -141,3 +141,11 @@ def test_optimize_setting_is_on_or_off():
     assert exporter.ExportOptions.from_settings({"optimize": False}).optimize is False
     with pytest.raises(ValueError, match="optimize"):
         exporter.ExportOptions.from_settings({"optimize": "onnxruntime"})
+
+
+def test_rms_norm_is_one_op_at_opset_23():
+    model, args, kwargs = corpus.get("hf_llama_lm").build()
+    export_output = exporter.dynamo_export(model, *args, **kwargs, export_options=exporter.ExportOptions(opset_version=23))
+    onnx.checker.check_model(export_output.model_proto)
+    assert _op_types(export_output.model_proto).count("RMSNormalization") == 5  # 2 layers x 2, and the final norm
+    assert_matches_eager(export_output, corpus.get("hf_llama_lm").build()[0], args, kwargs, atol=1e-4, rtol=1e-3)

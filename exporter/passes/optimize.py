@@ -8,7 +8,8 @@ most of the optimizer's time.
 
 `FusePass` runs on the target opset (after the conversion). Its portable rewrites use standard ops
 only: torchlib's decompositions become the ops of that opset (``LayerNormalization``, ``Gelu`` from
-opset 20), constant ``Reshape`` shapes drop ``allowzero`` (which stops onnxruntime from merging
+opset 20, ``RMSNormalization`` from 23; not onnxscript's opset-23 RotaryEmbedding fusion, whose
+result onnxruntime refuses with dynamic shapes), constant ``Reshape`` shapes drop ``allowzero`` (which stops onnxruntime from merging
 reshapes), and before opset 20 GELU takes the form onnxruntime's graph optimizer fuses. With
 ``optimize="onnxruntime"`` it also runs onnxscript's onnxruntime fusions, whose contrib ops
 (``com.microsoft``) only onnxruntime runs.
@@ -27,6 +28,7 @@ from onnxscript.rewriter import _ir_utils, _matcher, pattern
 from exporter.options import OPTIMIZE_ONNXRUNTIME
 
 _GELU_OPSET = 20  # the first default-domain opset with Gelu
+_RMS_NORMALIZATION_OPSET = 23
 
 
 class _RootFilteredRule:
@@ -139,9 +141,11 @@ def onnxruntime_fusions(model: ir.Model) -> int:
 def portable_rules(opset_version: int, target: bool | str) -> list[pattern.RewriteRule]:
     """The standard-op rewrites for `opset_version` (GELU is left to the onnxruntime fusions when they run)."""
     from onnxscript.rewriter.ort_fusions import erfgelu, gelu  # patterns only; imported on use (cold start)
-    from onnxscript.rewriter.rules.fusion import _layer_norm
+    from onnxscript.rewriter.rules.fusion import _layer_norm, _rms_normalization
 
     rules = [_ReshapeDropAllowzero.rule(), *_layer_norm.layer_normalization_rules]
+    if opset_version >= _RMS_NORMALIZATION_OPSET:
+        rules += _rms_normalization.rms_normalization_rules
     if target == OPTIMIZE_ONNXRUNTIME:
         return rules
     if opset_version >= _GELU_OPSET:
