@@ -7,10 +7,11 @@ its pattern's root can match: onnxscript tries each rule on each node, and faili
 most of the optimizer's time.
 
 `FusePass` runs on the target opset (after the conversion). Its portable rewrites use standard ops
-only: torchlib's decompositions become the ops of that opset (``LayerNormalization``, ``Gelu`` from
-opset 20, ``RMSNormalization`` from 23; not onnxscript's opset-23 RotaryEmbedding fusion, whose
-result onnxruntime refuses with dynamic shapes), constant ``Reshape`` shapes drop ``allowzero`` (which stops onnxruntime from merging
-reshapes), and before opset 20 GELU takes the form onnxruntime's graph optimizer fuses. With
+only: decompositions become the ops of that opset (``LayerNormalization``, ``Gelu`` from opset 20,
+``RMSNormalization`` from 23; not onnxscript's opset-23 RotaryEmbedding fusion, whose result
+onnxruntime refuses with dynamic shapes), constant ``Reshape`` shapes drop ``allowzero`` (which
+stops onnxruntime from merging reshapes), and before opset 20 GELU takes the form onnxruntime's
+graph optimizer fuses. With
 ``optimize="onnxruntime"`` it also runs onnxscript's onnxruntime fusions, whose contrib ops
 (``com.microsoft``) only onnxruntime runs.
 """
