@@ -28,8 +28,12 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
-EXPORTERS = ("onnxlens", "torch-dynamo", "torchscript")
+EXPORTERS = ("onnxlens", "onnxlens-ort", "torch-dynamo", "torchscript")
 BASELINE = "torch-dynamo"  # export-time ratios are relative to this exporter
+OURS = ("onnxlens", "onnxlens-ort")
+OTHERS = ("torch-dynamo", "torchscript")  # ORT latency goals are relative to the faster of these
+LATENCY_GOAL_MODEL = 1.05  # no model slower than 1.05x the faster other exporter
+LATENCY_GOAL_GEOMEAN = 0.9
 ORT_WARMUP_RUNS = 5
 ORT_MIN_RUNS = 10
 ORT_TARGET_SECONDS = 0.75  # latency runs per model take ~0.5-1 s in total
@@ -112,11 +116,16 @@ class OnnxlensRunner(ExporterRunner):
     """``exporter.dynamo_export`` with default options; it registers HF pytrees itself."""
 
     name = "onnxlens"
+    optimize: bool | str = True
 
     def export(self, model: Any, args: tuple, kwargs: dict) -> Any:
         import exporter
 
-        return exporter.dynamo_export(model, *args, export_options=exporter.ExportOptions(), **kwargs)
+        return exporter.dynamo_export(model, *args, export_options=exporter.ExportOptions(optimize=self.optimize), **kwargs)
+
+    def stage_seconds(self, handle: Any) -> dict[str, float]:
+        """Seconds per export stage (capture, passes, ..., onnx passes)."""
+        return dict(handle.diagnostic_context.timings)
 
     def model_proto(self, handle: Any) -> Any:
         return handle.model_proto
@@ -126,6 +135,13 @@ class OnnxlensRunner(ExporterRunner):
 
     def onnx_expected(self, handle: Any, eager_out: Any) -> list[Any]:
         return list(handle.adapt_torch_outputs_to_onnx(eager_out))
+
+
+class OnnxlensOrtRunner(OnnxlensRunner):
+    """``ExportOptions(optimize="onnxruntime")``: onnxscript's onnxruntime fusions (contrib ops) too."""
+
+    name = "onnxlens-ort"
+    optimize = "onnxruntime"
 
 
 class TorchRunner(ExporterRunner):
@@ -191,6 +207,7 @@ class TorchScriptRunner(TorchRunner):
 
 RUNNERS: dict[str, Callable[[], ExporterRunner]] = {
     "onnxlens": OnnxlensRunner,
+    "onnxlens-ort": OnnxlensOrtRunner,
     "torch-dynamo": TorchDynamoRunner,
     "torchscript": TorchScriptRunner,
 }
@@ -331,6 +348,8 @@ def run_pair(case_name: str, exporter_name: str) -> Result:
         result["warmup_error"] = _first_line(e)
     try:
         handle, result["export_s"] = timed_export(runner, case)
+        if isinstance(runner, OnnxlensRunner):
+            result["stage_s"] = runner.stage_seconds(handle)
         start = time.perf_counter()
         proto = runner.model_proto(handle)
         result["model_proto_s"] = time.perf_counter() - start
@@ -559,6 +578,56 @@ def print_summary(results: list[Result], cases: list[str], exporters: list[str])
             print(f"  ORT latency onnxlens / {other}: geometric mean {_fmt(gm, '.3f')} over {len(ratios)} cases both succeed")
 
 
+def best_other_ms(by_key: dict[tuple[str, str], Result], case: str) -> tuple[float, str] | None:
+    """The lower ORT latency of the other exporters that succeed on `case`, and which one it is."""
+    timed = [(by_key[(case, o)]["ort_ms"], o) for o in OTHERS if (case, o) in by_key and by_key[(case, o)]["success"]]
+    return min(timed) if timed else None
+
+
+def latency_vs_best_other(results: list[Result], ours: str) -> dict[str, float]:
+    """Per case: ``ours`` ORT latency over the faster of the other exporters (cases both sides succeed on)."""
+    by_key = {(r["case"], r["exporter"]): r for r in results}
+    ratios = {}
+    for (case, exporter), r in by_key.items():
+        best = best_other_ms(by_key, case)
+        if exporter == ours and r["success"] and best:
+            ratios[case] = r["ort_ms"] / best[0]
+    return ratios
+
+
+def print_latency_goals(results: list[Result], exporters: list[str]) -> None:
+    """ORT latency of each onnxlens variant over the faster other exporter, per case and as a geomean,
+    against the goals (no case above LATENCY_GOAL_MODEL, geomean <= LATENCY_GOAL_GEOMEAN)."""
+    ours = [e for e in OURS if e in exporters]
+    if not ours or not set(OTHERS) & set(exporters):
+        return
+    ratios = {e: latency_vs_best_other(results, e) for e in ours}
+    by_key = {(r["case"], r["exporter"]): r for r in results}
+    cases = sorted(set().union(*ratios.values()))
+    print(f"\nORT latency / the faster of {' and '.join(o for o in OTHERS if o in exporters)} (goal: each <= {LATENCY_GOAL_MODEL}, geomean <= {LATENCY_GOAL_GEOMEAN})")
+    print(f"  {'case':<26} {'best other':<24} " + " ".join(f"{e:>13}" for e in ours))
+    for case in cases:
+        ms, other = best_other_ms(by_key, case)
+        cells = " ".join(f"{_fmt(ratios[e].get(case), '.3f'):>12}{'!' if ratios[e].get(case, 0) > LATENCY_GOAL_MODEL else ' '}" for e in ours)
+        print(f"  {case:<26} {f'{ms * 1e3:.1f} us ({other})':<24} {cells}")
+    for e in ours:
+        values = ratios[e]
+        over = sorted(c for c, v in values.items() if v > LATENCY_GOAL_MODEL)
+        gm = geomean(list(values.values()))
+        print(f"  {e}: geomean {_fmt(gm, '.3f')} over {len(values)} cases; above {LATENCY_GOAL_MODEL}: {len(over)} ({', '.join(over) or 'none'})")
+
+
+def print_stage_medians(results: list[Result]) -> None:
+    """Median seconds of each export stage of the onnxlens variants over the cases they export."""
+    for exporter in OURS:
+        stages = [r["stage_s"] for r in results if r["exporter"] == exporter and r.get("stage_s")]
+        if not stages:
+            continue
+        names = list(dict.fromkeys(name for s in stages for name in s))
+        medians = ", ".join(f"{name} {statistics.median(s.get(name, 0.0) for s in stages) * 1e3:.1f}" for name in names)
+        print(f"  {exporter} stage medians (ms) over {len(stages)} cases: {medians}")
+
+
 def print_repeat_figure(case: str, exporters: list[str], repeats: int, timeout: float) -> list[Result]:
     """The in-process warm export time of one case (one worker per exporter)."""
     print(f"\nIn-process warm export time of '{case}' (1 warm-up, then median of {repeats} exports):")
@@ -624,6 +693,8 @@ def main(argv: list[str] | None = None) -> int:
 
     print_table(results)
     print_summary(results, cases, exporters)
+    print_stage_medians(results)
+    print_latency_goals(results, exporters)
     figures = []
     if args.repeats > 0:
         figures = print_repeat_figure(args.repeat_case, [e for e in exporters if e != "torchscript"], args.repeats, args.timeout)

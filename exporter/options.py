@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from typing import Any
 
 VERBOSITIES = ("debug", "info", "warning", "error")
+OPTIMIZE_ONNXRUNTIME = "onnxruntime"  # ExportOptions.optimize: also onnxruntime's fusions (contrib ops)
 
 
 def _setting(default: Any, kind: type, help: str, **extra: Any) -> Any:
@@ -47,7 +48,11 @@ class ExportOptions:
     onnx_registry: the `OnnxRegistry` (custom ONNX functions); a shared default otherwise.
     diagnostic_options: verbosity and warnings-as-errors.
     opset_version: the ONNX opset to target (default: the registry's, 18).
-    optimize: fold constants and remove dead code with onnxscript's optimizer.
+    optimize: True (default): fold constants and remove dead code with onnxscript's optimizer, and
+        rewrite to the standard ops of the target opset (``LayerNormalization``; ``Gelu`` from opset 20)
+        and the patterns onnxruntime fuses; the model stays portable. ``"onnxruntime"``: that, plus
+        onnxscript's onnxruntime fusions (``Attention``, ``SkipLayerNormalization``, ``Gelu`` … in the
+        ``com.microsoft`` domain), for models that only onnxruntime will run. False: none of it.
     modularize: wrap each ``nn.Module`` call in an ONNX local function.
     second_size_check: run a dynamic export's model in onnxruntime at other sizes of its dynamic
         dimensions against eager PyTorch (`exporter.second_size`); a mismatch fails the export.
@@ -59,9 +64,13 @@ class ExportOptions:
     onnx_registry: Any = None  # OnnxRegistry
     diagnostic_options: DiagnosticOptions | None = None
     opset_version: int | None = _setting(None, int, "ONNX opset version (default 18)", flag="--opset", editor="opset")
-    optimize: bool = _setting(True, bool, "run onnxscript's optimizer")
+    optimize: bool | str = _setting(True, bool, "run onnxscript's optimizer")  # or OPTIMIZE_ONNXRUNTIME (Python only)
     modularize: bool = _setting(True, bool, "wrap nn.Modules in ONNX functions")
     second_size_check: bool = _setting(True, bool, "check a dynamic export in onnxruntime at other sizes")
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.optimize, bool) and self.optimize != OPTIMIZE_ONNXRUNTIME:
+            raise ValueError(f"ExportOptions.optimize must be True, False or {OPTIMIZE_ONNXRUNTIME!r}, got {self.optimize!r}")
 
     @classmethod
     def from_settings(cls, settings: Mapping[str, Any]) -> ExportOptions:

@@ -1326,3 +1326,81 @@ def build_hf_resnet(batch: int = 2, h: int = 32, w: int = 32) -> Built:
     model = ResNetModel(config)
     _randomize_batchnorm_stats(model)
     return model, (), {"pixel_values": torch.randn(batch, 3, h, w)}
+
+
+@case(
+    "hf_distilbert",
+    dims={"input_ids": ("input_ids_dim_0", "input_ids_dim_1"), "attention_mask": ("attention_mask_dim_0", "input_ids_dim_1")},
+    second={"batch": 3, "seq": 11},
+    atol=HF_ATOL,
+    tags=("hf", "transformer"),
+)
+def build_hf_distilbert(batch: int = 2, seq: int = 8) -> Built:
+    from transformers import DistilBertConfig, DistilBertModel
+
+    config = DistilBertConfig(
+        vocab_size=100, max_position_embeddings=64, n_layers=2, n_heads=2, dim=32, hidden_dim=64, attn_implementation=HF_ATTN
+    )
+    return DistilBertModel(config), (), _token_inputs(100, batch, seq)
+
+
+# A 1-D conv feature extractor (strides 5 and 2) in front of a transformer encoder, on raw audio.
+@case(
+    "hf_wav2vec2",
+    dims={"input_values": ("input_values_dim_0", "input_values_dim_1")},
+    second={"batch": 3, "samples": 500},
+    atol=HF_ATOL,
+    tags=("hf", "transformer", "audio"),
+)
+def build_hf_wav2vec2(batch: int = 2, samples: int = 400) -> Built:
+    from transformers import Wav2Vec2Config, Wav2Vec2Model
+
+    config = Wav2Vec2Config(
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        intermediate_size=64,
+        conv_dim=(16, 16),
+        conv_stride=(5, 2),
+        conv_kernel=(10, 3),
+        num_conv_pos_embeddings=16,
+        num_conv_pos_embedding_groups=4,
+        attn_implementation=HF_ATTN,
+    )
+    return Wav2Vec2Model(config), (), {"input_values": torch.randn(batch, samples)}
+
+
+@case(
+    "hf_convnext",
+    dims={"pixel_values": ("pixel_values_dim_0", 3, "pixel_values_dim_2", "pixel_values_dim_3")},
+    second={"batch": 3, "h": 40, "w": 36},
+    atol=HF_ATOL,
+    tags=("hf", "cnn", "vision"),
+)
+def build_hf_convnext(batch: int = 2, h: int = 32, w: int = 32) -> Built:
+    from transformers import ConvNextConfig, ConvNextModel
+
+    config = ConvNextConfig(num_channels=3, patch_size=4, num_stages=2, hidden_sizes=[16, 32], depths=[1, 1])
+    return ConvNextModel(config), (), {"pixel_values": torch.randn(batch, 3, h, w)}
+
+
+@case(
+    "hf_clip_text",
+    dims={"input_ids": ("input_ids_dim_0", "input_ids_dim_1"), "attention_mask": ("attention_mask_dim_0", "input_ids_dim_1")},
+    second={"batch": 3, "seq": 11},
+    atol=HF_ATOL,
+    tags=("hf", "transformer"),
+)
+def build_hf_clip_text(batch: int = 2, seq: int = 8) -> Built:
+    from transformers import CLIPTextConfig, CLIPTextModel
+
+    config = CLIPTextConfig(
+        vocab_size=100,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        max_position_embeddings=64,
+        attn_implementation=HF_ATTN,
+    )
+    return CLIPTextModel(config), (), _token_inputs(100, batch, seq)

@@ -2,7 +2,8 @@
 
 Dynamic exports also run at a second shape (every dynamic dim changed) and must have exactly the
 symbolic dims the case lists. Models onnxruntime (CPU) cannot run (`Case.ort_note`) run in onnx's
-reference evaluator instead.
+reference evaluator instead. The transformer, CNN and audio models also export with the other
+optimizations: onnxruntime's fusions (``optimize="onnxruntime"``) and opsets 20 and 23 (their ops).
 """
 
 from __future__ import annotations
@@ -65,6 +66,36 @@ def test_dynamic_export_matches_eager_at_two_shapes(case: corpus.Case):
     if case.second_shape is None:
         pytest.skip(f"no second shape: {case.no_second_shape}")
     _compare(case, export_output, **case.second_shape)
+
+
+FUSED_TAGS = {"transformer", "cnn", "audio"}  # the models the fusions rewrite
+
+
+def _fused_params() -> list:
+    """(case, dynamic) for the cases with a tag of FUSED_TAGS that onnxruntime runs."""
+    return [
+        pytest.param(case, dynamic, id=f"{case.name}-{'dynamic' if dynamic else 'static'}")
+        for case in corpus.CASES
+        if case.tags & FUSED_TAGS and case.ort_note is None and case.name not in KNOWN_FAILURES
+        for dynamic in (False, True)
+    ]
+
+
+@pytest.mark.parametrize(("case", "dynamic"), _fused_params())
+def test_onnxruntime_optimized_export_matches_eager(case: corpus.Case, dynamic: bool):
+    export_output = _export(case, exporter.ExportOptions(dynamic_shapes=dynamic, optimize="onnxruntime"))
+    _compare(case, export_output)
+    if dynamic and case.second_shape is not None and case.name not in KNOWN_SECOND_SHAPE_FAILURES:
+        _compare(case, export_output, **case.second_shape)
+
+
+@pytest.mark.parametrize("opset", [20, 23])  # Gelu; RMSNormalization, RotaryEmbedding, Attention
+@pytest.mark.parametrize(("case", "dynamic"), _fused_params())
+def test_newer_opset_export_matches_eager(case: corpus.Case, dynamic: bool, opset: int):
+    export_output = _export(case, exporter.ExportOptions(dynamic_shapes=dynamic, opset_version=opset))
+    _compare(case, export_output)
+    if dynamic and case.second_shape is not None and case.name not in KNOWN_SECOND_SHAPE_FAILURES:
+        _compare(case, export_output, **case.second_shape)
 
 
 def test_second_shapes_change_every_dynamic_dim():

@@ -1,5 +1,5 @@
 """Passes on the translated ONNX model, as onnx_ir passes: inline torchlib, optimize, convert the
-opset, modularize, fix names; then onnx.checker."""
+opset, fuse (`optimize`), modularize, fix names; then onnx.checker."""
 
 from __future__ import annotations
 
@@ -11,22 +11,13 @@ from exporter.constants import DEFAULT_OPSET_VERSION
 from exporter.diagnostics import DiagnosticContext, Level
 from exporter.diagnostics import rules
 from exporter.passes.modularize import ModularizePass
+from exporter.passes.optimize import FusePass, OptimizePass
 
 _CHECKABLE_BYTES = 2**31 - 2**26  # onnx.checker needs the model as one protobuf (< 2 GiB)
 
 
 class PassFailed(RuntimeError):
     """An ONNX pass raised; already reported (FXE0019) under the pass's name."""
-
-
-class OptimizePass(ir.passes.InPlacePass):
-    """onnxscript's optimizer: constant folding and dead-code removal (functions are already inlined)."""
-
-    def call(self, model: ir.Model) -> ir.passes.PassResult:
-        import onnxscript.optimizer
-
-        onnxscript.optimizer.optimize_ir(model, inline=False)
-        return ir.passes.PassResult(model, modified=True)
 
 
 class ConvertOpsetPass(ir.passes.InPlacePass):
@@ -43,21 +34,23 @@ class ConvertOpsetPass(ir.passes.InPlacePass):
         return ir.passes.PassResult(model, modified=True)
 
 
-def onnx_passes(opset_version: int, *, optimize: bool = True, modularize: bool = True) -> ir.passes.Sequential:
-    """The passes that bring a translated model into its final shape, in order."""
+def onnx_passes(opset_version: int, *, optimize: bool | str = True, modularize: bool = True) -> ir.passes.Sequential:
+    """The passes that bring a translated model into its final shape, in order (`optimize` as in `ExportOptions`)."""
     passes: list[ir.passes.PassBase] = [common_passes.InlinePass()]
     if optimize:
         passes.append(OptimizePass())
     passes.append(common_passes.RemoveUnusedNodesPass())
     if opset_version != DEFAULT_OPSET_VERSION:
         passes.append(ConvertOpsetPass(opset_version))
+    if optimize:
+        passes.append(FusePass(opset_version, optimize))
     if modularize:
         passes.append(ModularizePass())
     passes += [common_passes.NameFixPass(), common_passes.RemoveUnusedOpsetsPass()]
     return ir.passes.Sequential(*passes)
 
 
-def finalize(model: ir.Model, opset_version: int, ctx: DiagnosticContext, *, optimize: bool = True, modularize: bool = True) -> None:
+def finalize(model: ir.Model, opset_version: int, ctx: DiagnosticContext, *, optimize: bool | str = True, modularize: bool = True) -> None:
     """Run `onnx_passes` on `model` in place, each reported by name, then `check` it."""
     for pass_ in onnx_passes(opset_version, optimize=optimize, modularize=modularize).passes:
         name = type(pass_).__name__

@@ -1,0 +1,198 @@
+"""Optimization of the translated ONNX model: onnxscript's optimizer, and fusions for the target opset
+and runtime.
+
+`OptimizePass` is onnxscript's `optimize_ir` (constant folding and its rewrite rules, twice, then dead
+code, constants lifted to initializers, duplicates merged), with every rewrite rule tried only on nodes
+its pattern's root can match: onnxscript tries each rule on each node, and failing those matches was
+most of the optimizer's time.
+
+`FusePass` runs on the target opset (after the conversion). Its portable rewrites use standard ops
+only: decompositions become the ops of that opset (``LayerNormalization``, ``Gelu`` from opset 20,
+``RMSNormalization`` from 23; not onnxscript's opset-23 RotaryEmbedding fusion, whose result
+onnxruntime refuses with dynamic shapes), constant ``Reshape`` shapes drop ``allowzero`` (which
+stops onnxruntime from merging reshapes), and before opset 20 GELU takes the form onnxruntime's
+graph optimizer fuses. With
+``optimize="onnxruntime"`` it also runs onnxscript's onnxruntime fusions, whose contrib ops
+(``com.microsoft``) only onnxruntime runs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import onnx_ir as ir
+import onnx_ir.passes.common as common_passes
+from onnxscript import optimizer, rewriter
+from onnxscript.rewriter import _ir_utils, _matcher, pattern
+
+from exporter.options import OPTIMIZE_ONNXRUNTIME
+
+_GELU_OPSET = 20  # the first default-domain opset with Gelu
+_RMS_NORMALIZATION_OPSET = 23
+
+
+class _RootFilteredRule:
+    """A rewrite rule tried only on nodes whose op its pattern's root matches.
+
+    That check is the pattern matcher's first; doing it before the matcher sets up a match makes a
+    miss cost a comparison. Everything else is the wrapped rule's.
+    """
+
+    def __init__(self, rule: pattern.RewriteRule) -> None:
+        self._rule = rule
+        root = rule._target_pattern.output_nodes[0]
+        self._op, self._domain = root.op, root.domain
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._rule, name)
+
+    def try_rewrite(self, model: ir.Model, graph: ir.Graph | ir.Function, node: ir.Node, **kwargs: Any) -> Any:
+        if not (self._op.matches(node.op_type) and self._domain.matches(node.domain)):
+            return None
+        return self._rule.try_rewrite(model, graph, node, **kwargs)
+
+
+def rule_set(rules: Sequence[pattern.RewriteRule]) -> pattern.RewriteRuleSet:
+    """`rules`, each tried only where its root op matches (rules with another matcher: everywhere)."""
+    return pattern.RewriteRuleSet(
+        [_RootFilteredRule(r) if type(r._matcher) is _matcher.SimplePatternMatcher else r for r in rules]  # type: ignore[misc]
+    )
+
+
+class FoldConstantsPass(ir.passes.InPlacePass):
+    """onnxscript's constant folding, with its node-by-node shape inference."""
+
+    def call(self, model: ir.Model) -> ir.passes.PassResult:
+        return optimizer.fold_constants(model, onnx_shape_inference=True)
+
+
+class OptimizePass(ir.passes.InPlacePass):
+    """onnxscript's optimizer (`optimize_ir`, functions already inlined) with root-filtered rewrite rules."""
+
+    def call(self, model: ir.Model) -> ir.passes.PassResult:
+        loop = ir.passes.PassManager(
+            [
+                FoldConstantsPass(),
+                rewriter.RewritePass(rule_set(rewriter._DEFAULT_REWRITE_RULES)),
+                common_passes.RemoveUnusedNodesPass(),
+                common_passes.RemoveUnusedFunctionsPass(),
+                common_passes.RemoveUnusedOpsetsPass(),
+            ],
+            steps=2,
+            early_stop=True,
+        )
+        ir.passes.Sequential(
+            loop,
+            common_passes.RemoveUnusedNodesPass(),
+            common_passes.LiftConstantsToInitializersPass(lift_all_constants=True, size_limit=0),
+            common_passes.LiftSubgraphInitializersToMainGraphPass(),
+            common_passes.DeduplicateInitializersPass(),
+            common_passes.CommonSubexpressionEliminationPass(),
+            common_passes.OutputFixPass(),
+            common_passes.NameFixPass(),
+        )(model)
+        return ir.passes.PassResult(model, modified=True)
+
+
+class FusePass(ir.passes.InPlacePass):
+    """Portable fusions for the target opset; onnxscript's onnxruntime fusions when `target` asks."""
+
+    def __init__(self, opset_version: int, target: bool | str) -> None:
+        super().__init__()
+        self.opset_version = opset_version
+        self.target = target
+
+    def call(self, model: ir.Model) -> ir.passes.PassResult:
+        count = rule_set(portable_rules(self.opset_version, self.target)).apply_to_model(model)
+        if self.target == OPTIMIZE_ONNXRUNTIME:
+            count += onnxruntime_fusions(model)
+        common_passes.RemoveUnusedNodesPass()(model)
+        return ir.passes.PassResult(model, modified=bool(count))
+
+
+def onnxruntime_fusions(model: ir.Model) -> int:
+    """onnxscript's onnxruntime fusions (`optimize_for_ort`'s `fuse_xformers`, in its order), less two
+    kinds: RMS normalization (its op, SimplifiedLayerNormalization, is onnxruntime's but in the ONNX
+    domain, which onnx.checker rejects; onnxruntime fuses RMS norms itself) and FusedMatMul (those
+    rules mark ``transBatchA`` where the other input has a lower rank, which onnxruntime then refuses
+    to run; its own graph optimizer makes FusedMatMul soundly). Returns how many fusions applied."""
+    from onnxscript.rewriter.ort_fusions import (
+        attention, bias_gelu, cos_sin_cache, erfgelu, gelu, gqa, gqa_packed_qkv, instance_to_group_normalization,
+        mha, mha_bias, mha_scale, rotary_embedding, sdpa, sdpa_via_mha, skip_normalization, softmax,
+    )  # fmt: skip
+    from onnxscript.rewriter.rules.common import gemm_to_matmul_add_rule
+
+    rewriter.rewrite(model, [gemm_to_matmul_add_rule])  # the attention patterns expect MatMul + Add
+    count = erfgelu.fuse_erfgelu(model) + skip_normalization.fuse_skip_layer_normalization(model)
+    count += rotary_embedding.fuse_rotary_embedding(model) + cos_sin_cache.fuse_cos_sin_cache(model)
+    common_passes.CommonSubexpressionEliminationPass()(model)
+    count += rotary_embedding.fuse_partial_rotary_embedding(model)
+    count += sdpa.fuse_sdpa(model, apply_shape_inference=True)
+    for fuse in (gqa.fuse_gqa, gqa_packed_qkv.fuse_qkv_gqa, mha.fuse_mha1, mha.fuse_mha2, mha_scale.fuse_mha_scale,
+                 mha_bias.fuse_mha_bias, attention.fuse_attention, gelu.fuse_gelu, bias_gelu.fuse_bias_gelu,
+                 sdpa_via_mha.replace_sdpa_by_mha):  # fmt: skip
+        count += fuse(model)
+    rewriter.rewrite(model, [*softmax.rules.rules, *instance_to_group_normalization.rules.rules])
+    common_passes.InlinePass()(model)  # intermediate fusion functions no later fusion consumed
+    OptimizePass()(model)
+    return count
+
+
+def portable_rules(opset_version: int, target: bool | str) -> list[pattern.RewriteRule]:
+    """The standard-op rewrites for `opset_version` (GELU is left to the onnxruntime fusions when they run)."""
+    from onnxscript.rewriter.ort_fusions import erfgelu, gelu  # patterns only; imported on use (cold start)
+    from onnxscript.rewriter.rules.fusion import _layer_norm, _rms_normalization
+
+    rules = [_ReshapeDropAllowzero.rule(), *_layer_norm.layer_normalization_rules]
+    if opset_version >= _RMS_NORMALIZATION_OPSET:
+        rules += _rms_normalization.rms_normalization_rules
+    if target == OPTIMIZE_ONNXRUNTIME:
+        return rules
+    if opset_version >= _GELU_OPSET:
+        return [*rules, pattern.RewriteRule(erfgelu.erf_gelu_pattern_2, _gelu), pattern.RewriteRule(gelu.GeluTanhFusion().pattern, _gelu_tanh)]
+    return [*rules, _GeluAsOnnxruntimeFuses.rule()]
+
+
+def _gelu(op, x):
+    return op.Gelu(x)
+
+
+def _gelu_tanh(op, x):
+    return op.Gelu(x, approximate="tanh")
+
+
+class _GeluAsOnnxruntimeFuses(pattern.RewriteRuleClassBase):
+    """torchlib's GELU, ``x * (0.5 * (erf(x / √2) + 1))``, as ``(x * (erf(x / √2) + 1)) * 0.5``: the same
+    ops and constants, in the order onnxruntime's GeluFusion recognizes."""
+
+    def pattern(self, op, x, sqrt2, one, half):
+        return op.Mul(x, op.Mul(half, op.Add(op.Erf(op.Div(x, sqrt2)), one)))
+
+    def check(self, context, x, sqrt2, one, half) -> pattern.MatchResult:
+        result = pattern.MatchResult()
+        for value, expected in ((sqrt2, 2**0.5), (one, 1.0), (half, 0.5)):
+            if not _ir_utils.is_singleton_value(value, expected, rtol=1e-3):
+                return result.fail(f"Not the constant {expected}.", value)
+        return result
+
+    def rewrite(self, op, x, sqrt2, one, half):
+        return op.Mul(op.Mul(x, op.Add(op.Erf(op.Div(x, sqrt2)), one)), half)
+
+
+class _ReshapeDropAllowzero(pattern.RewriteRuleClassBase):
+    """``Reshape(allowzero=1)`` to a constant shape without zeros: ``allowzero`` changes nothing there,
+    and onnxruntime merges only reshapes without it."""
+
+    def pattern(self, op, x, shape):
+        return op.Reshape(x, shape, allowzero=1)
+
+    def check(self, context, x, shape) -> pattern.MatchResult:
+        result = pattern.MatchResult()
+        value = ir.convenience.get_const_tensor(shape)
+        if value is None or (value.numpy() == 0).any():
+            return result.fail("The shape is not a constant without zeros.", shape)
+        return result
+
+    def rewrite(self, op, x, shape):
+        return op.Reshape(x, shape)

@@ -1,0 +1,151 @@
+"""The optimization of the ONNX passes: onnxscript's optimizer results kept, rewrites to the target
+opset's ops and to what onnxruntime fuses, and ``optimize="onnxruntime"``'s contrib ops."""
+
+from __future__ import annotations
+
+import onnx
+import onnx.inliner
+import onnx_ir as ir
+import onnxruntime as ort
+import pytest
+import torch
+from torch import nn
+
+import corpus
+import exporter
+from exporter.passes.optimize import OptimizePass
+from helpers import assert_matches_eager
+
+
+def _export(model: nn.Module, *args: torch.Tensor, **options) -> exporter.ExportOutput:
+    export_output = exporter.dynamo_export(model, *args, export_options=exporter.ExportOptions(**options))
+    onnx.checker.check_model(export_output.model_proto)
+    assert_matches_eager(export_output, model, args, {}, atol=1e-5, rtol=1e-4)
+    return export_output
+
+
+def _op_types(proto: onnx.ModelProto) -> list[str]:
+    """Op types of the main graph with the local functions inlined, as ``domain.op`` outside ONNX."""
+    graph = onnx.inliner.inline_local_functions(proto).graph
+    return [f"{n.domain}.{n.op_type}" if n.domain else n.op_type for n in graph.node]
+
+
+def _onnxruntime_op_types(proto: onnx.ModelProto, tmp_path) -> list[str]:
+    """Op types of the graph onnxruntime runs after its own graph optimizations."""
+    options = ort.SessionOptions()
+    options.optimized_model_filepath = str(tmp_path / "optimized.onnx")
+    ort.InferenceSession(proto.SerializeToString(), options, providers=["CPUExecutionProvider"])
+    return _op_types(onnx.load(options.optimized_model_filepath))
+
+
+class LinearGelu(nn.Module):
+    def __init__(self, approximate: str = "none") -> None:
+        super().__init__()
+        self.linear = nn.Linear(16, 32)
+        self.approximate = approximate
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return nn.functional.gelu(self.linear(x), approximate=self.approximate)
+
+
+class WrittenOutLayerNorm(nn.Module):
+    """Layer norm spelled out in tensor ops, as some models (and older code) write it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.rand(16) + 0.5)
+        self.bias = nn.Parameter(torch.rand(16))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        mean = x.mean(-1, keepdim=True)
+        var = ((x - mean) * (x - mean)).mean(-1, keepdim=True)
+        return (x - mean) / torch.sqrt(var + 1e-5) * self.weight + self.bias
+
+
+@pytest.mark.parametrize("name", ["hf_bert", "transformer_encoder", "cnn_batchnorm"])
+def test_optimize_pass_gives_what_onnxscripts_optimizer_gives(name: str):
+    """Trying each rewrite rule only where its root op matches changes nothing in the result."""
+    import onnxscript.optimizer
+
+    model, args, kwargs = corpus.get(name).build()
+    plain = exporter.dynamo_export(model, *args, **kwargs, export_options=exporter.ExportOptions(optimize=False, modularize=False))
+    ours, theirs = (ir.serde.deserialize_model(plain.model_proto) for _ in range(2))
+    OptimizePass()(ours)
+    onnxscript.optimizer.optimize_ir(theirs, inline=False)
+    assert [n.op_type for n in ours.graph] == [n.op_type for n in theirs.graph]
+    assert len(ours.graph) < len(ir.serde.deserialize_model(plain.model_proto).graph)
+
+
+def test_gelu_is_fused_by_onnxruntime_at_opset_18(tmp_path):
+    """torchlib's erf GELU, reordered, is what onnxruntime's GeluFusion recognizes."""
+    export_output = _export(LinearGelu(), torch.randn(3, 16))
+    assert "Gelu" not in _op_types(export_output.model_proto)  # opset 18 has no Gelu
+    fused = _onnxruntime_op_types(export_output.model_proto, tmp_path)
+    assert "Erf" not in fused
+    assert {"com.microsoft.Gelu", "com.microsoft.BiasGelu"} & set(fused)
+
+
+@pytest.mark.parametrize("approximate", ["none", "tanh"])
+def test_gelu_is_one_op_from_opset_20(approximate: str):
+    export_output = _export(LinearGelu(approximate), torch.randn(3, 16), opset_version=20)
+    ops = _op_types(export_output.model_proto)
+    assert ops.count("Gelu") == 1
+    assert not {"Erf", "Tanh"} & set(ops)
+    gelu = next(n for n in onnx.inliner.inline_local_functions(export_output.model_proto).graph.node if n.op_type == "Gelu")
+    attributes = {a.name: onnx.helper.get_attribute_value(a) for a in gelu.attribute}
+    assert attributes.get("approximate", b"none").decode() == approximate
+
+
+def test_written_out_layer_norm_becomes_layer_normalization():
+    ops = _op_types(_export(WrittenOutLayerNorm(), torch.randn(2, 5, 16)).model_proto)
+    assert ops == ["LayerNormalization"]
+
+
+@pytest.mark.parametrize("dynamic", [False, True])
+def test_constant_reshapes_do_not_allow_zero(dynamic: bool, tmp_path):
+    """allowzero on a constant shape without zeros changes nothing but keeps onnxruntime from
+    merging reshapes; transformer_encoder's attention then runs with as few nodes as TorchScript's."""
+    model, args, kwargs = corpus.get("transformer_encoder").build()
+    export_output = exporter.dynamo_export(model, *args, **kwargs, export_options=exporter.ExportOptions(dynamic_shapes=dynamic))
+    proto = onnx.inliner.inline_local_functions(export_output.model_proto)
+    constants = {i.name: onnx.numpy_helper.to_array(i) for i in proto.graph.initializer}
+    for node in proto.graph.node:
+        if node.op_type == "Reshape" and node.input[1] in constants and constants[node.input[1]].all():
+            assert {a.name: a.i for a in node.attribute}.get("allowzero", 0) == 0, node.name
+    if not dynamic:
+        assert len(_onnxruntime_op_types(export_output.model_proto, tmp_path)) <= 67
+
+
+def test_onnxruntime_option_fuses_into_contrib_ops_and_the_default_stays_portable():
+    model, args, kwargs = corpus.get("hf_bert").build()
+    default, fused = (
+        exporter.dynamo_export(model, *args, **kwargs, export_options=exporter.ExportOptions(optimize=optimize))
+        for optimize in (True, "onnxruntime")
+    )
+    assert not any(op.startswith("com.microsoft.") for op in _op_types(default.model_proto))
+    ops = set(_op_types(fused.model_proto))
+    assert {"com.microsoft.SkipLayerNormalization", "com.microsoft.MultiHeadAttention", "com.microsoft.BiasGelu"} <= ops
+    assert not {"Erf", "Softmax"} & ops
+    assert len(_op_types(fused.model_proto)) < 0.7 * len(_op_types(default.model_proto))
+
+
+@pytest.mark.parametrize("value", ["ort", "onnx", 1, None])
+def test_optimize_accepts_only_true_false_or_onnxruntime(value):
+    with pytest.raises(ValueError, match="optimize"):
+        exporter.ExportOptions(optimize=value)
+
+
+def test_optimize_setting_is_on_or_off():
+    """Settings (CLI flags, decorators, the editor) turn the optimizer on or off; the onnxruntime
+    fusions are a Python option."""
+    assert exporter.ExportOptions.from_settings({"optimize": False}).optimize is False
+    with pytest.raises(ValueError, match="optimize"):
+        exporter.ExportOptions.from_settings({"optimize": "onnxruntime"})
+
+
+def test_rms_norm_is_one_op_at_opset_23():
+    model, args, kwargs = corpus.get("hf_llama_lm").build()
+    export_output = exporter.dynamo_export(model, *args, **kwargs, export_options=exporter.ExportOptions(opset_version=23))
+    onnx.checker.check_model(export_output.model_proto)
+    assert _op_types(export_output.model_proto).count("RMSNormalization") == 5  # 2 layers x 2, and the final norm
+    assert_matches_eager(export_output, corpus.get("hf_llama_lm").build()[0], args, kwargs, atol=1e-4, rtol=1e-3)
