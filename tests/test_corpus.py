@@ -72,12 +72,14 @@ FUSED_TAGS = {"transformer", "cnn", "audio"}  # the models the fusions rewrite
 
 
 def _fused_params() -> list:
-    """(case, dynamic) for the cases with a tag of FUSED_TAGS that onnxruntime runs."""
+    """(case, dynamic) for the cases with a tag of FUSED_TAGS that onnxruntime runs (dynamic only where
+    the export is right at other sizes: the second-size check refuses the known gaps)."""
     return [
         pytest.param(case, dynamic, id=f"{case.name}-{'dynamic' if dynamic else 'static'}")
         for case in corpus.CASES
         if case.tags & FUSED_TAGS and case.ort_note is None and case.name not in KNOWN_FAILURES
         for dynamic in (False, True)
+        if not (dynamic and case.name in KNOWN_SECOND_SHAPE_FAILURES)
     ]
 
 
@@ -85,7 +87,7 @@ def _fused_params() -> list:
 def test_onnxruntime_optimized_export_matches_eager(case: corpus.Case, dynamic: bool):
     export_output = _export(case, exporter.ExportOptions(dynamic_shapes=dynamic, optimize="onnxruntime"))
     _compare(case, export_output)
-    if dynamic and case.second_shape is not None and case.name not in KNOWN_SECOND_SHAPE_FAILURES:
+    if dynamic and case.second_shape is not None:
         _compare(case, export_output, **case.second_shape)
 
 
@@ -94,7 +96,7 @@ def test_onnxruntime_optimized_export_matches_eager(case: corpus.Case, dynamic: 
 def test_newer_opset_export_matches_eager(case: corpus.Case, dynamic: bool, opset: int):
     export_output = _export(case, exporter.ExportOptions(dynamic_shapes=dynamic, opset_version=opset))
     _compare(case, export_output)
-    if dynamic and case.second_shape is not None and case.name not in KNOWN_SECOND_SHAPE_FAILURES:
+    if dynamic and case.second_shape is not None:
         _compare(case, export_output, **case.second_shape)
 
 
