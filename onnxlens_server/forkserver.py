@@ -31,6 +31,7 @@ def main() -> None:
     # the server (`WorkerPool`), which logs each line at the level its first word names.
     logging.basicConfig(stream=sys.stderr, level=logging.INFO, format="%(levelname)s %(name)s[%(process)d]: %(message)s")
     logging.captureWarnings(True)
+    sys.stdout.reconfigure(line_buffering=True)  # a pipe: user code's prints reach the log as they happen
     control = socket.socket(fileno=int(sys.argv[1]))
     server = os.getppid()
     start = time.perf_counter()
@@ -79,6 +80,8 @@ def _fork_next(control: socket.socket, jobs: dict[int, socket.socket]) -> bool:
             job.run(request, conn)
             code = 0
         finally:
+            for stream in (sys.stdout, sys.stderr):  # os._exit does not flush
+                stream.flush()
             os._exit(code)
     jobs[pid] = conn
     return True
