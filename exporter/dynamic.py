@@ -117,8 +117,7 @@ def requested_dims(program: torch.export.ExportedProgram, option: Any) -> list[I
     found = []
     for i, (name, val) in enumerate(inputs):
         spec = specs.get(name)
-        per_dim = spec.items() if isinstance(spec, dict) else enumerate(spec) if isinstance(spec, (list, tuple)) else ()
-        found += [InputDim(name, i, d, s) for d, s in per_dim if d < val.dim() and _is_dynamic(s)]
+        found += [InputDim(name, i, d, s) for d, s in per_dim(spec) if d < val.dim() and _is_dynamic(s)]
     return found
 
 
@@ -161,6 +160,13 @@ def user_inputs(program: torch.export.ExportedProgram) -> list[tuple[str, torch.
     """(graph input name, example value) of every user input tensor, in order."""
     user = {spec.arg.name for spec in program.graph_signature.input_specs if spec.kind == torch.export.graph_signature.InputKind.USER_INPUT}
     return [(n.name, n.meta["val"]) for n in program.graph.nodes if n.op == "placeholder" and n.name in user and isinstance(n.meta.get("val"), torch.Tensor)]
+
+
+def per_dim(spec: Any) -> list[tuple[int, Any]]:
+    """(dimension, its spec) of one input's spec: a dict by dimension, or a list/tuple in order."""
+    if isinstance(spec, dict):
+        return list(spec.items())
+    return list(enumerate(spec)) if isinstance(spec, (list, tuple)) else []
 
 
 def requested_spec(option: Any) -> Any:

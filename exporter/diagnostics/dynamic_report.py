@@ -66,8 +66,7 @@ def constraint_violation(error: BaseException, fixed: list[dynamic.Specializatio
     names = {n.strip() for n in violated[1].split(",")}
     fixes = [line.strip() for line in text.split("Suggested fixes:", 1)[-1].strip().splitlines() if "=" in line] if "Suggested fixes:" in text else []
     for index, (input_name, spec) in enumerate(option.items()):
-        per_dim = spec.items() if isinstance(spec, dict) else enumerate(spec) if isinstance(spec, (list, tuple)) else ()
-        for dim, dim_spec in per_dim:
+        for dim, dim_spec in dynamic.per_dim(spec):
             if isinstance(dim_spec, _Dim) and dim_spec.__name__ in names:
                 found = next((s for s in reversed(fixed) if s.matches(input_name, index, dim)), None)
                 stack = found.stack if found else []
