@@ -149,3 +149,13 @@ def test_rms_norm_is_one_op_at_opset_23():
     onnx.checker.check_model(export_output.model_proto)
     assert _op_types(export_output.model_proto).count("RMSNormalization") == 5  # 2 layers x 2, and the final norm
     assert_matches_eager(export_output, corpus.get("hf_llama_lm").build()[0], args, kwargs, atol=1e-4, rtol=1e-3)
+
+
+def test_attention_key_transpose_is_one_transpose(tmp_path):
+    """torchlib's Reshape-Transpose-Reshape of the key becomes one Transpose, which onnxruntime
+    folds into its MatMul: the attention runs with as few nodes as TorchScript's export."""
+    model, args, kwargs = corpus.get("sdpa").build()
+    export_output = _export(model, *args)
+    ops = _op_types(export_output.model_proto)
+    assert ops.count("Reshape") == 2  # split heads, merge heads: none for the key
+    assert len(_onnxruntime_op_types(export_output.model_proto, tmp_path)) <= 17

@@ -144,7 +144,7 @@ def portable_rules(opset_version: int, target: bool | str) -> list[pattern.Rewri
     from onnxscript.rewriter.ort_fusions import erfgelu, gelu  # patterns only; imported on use (cold start)
     from onnxscript.rewriter.rules.fusion import _layer_norm, _rms_normalization
 
-    rules = [_ReshapeDropAllowzero.rule(), *_layer_norm.layer_normalization_rules]
+    rules = [_ReshapeDropAllowzero.rule(), _SwapLastAxes.rule(), *_layer_norm.layer_normalization_rules]
     if opset_version >= _RMS_NORMALIZATION_OPSET:
         rules += _rms_normalization.rms_normalization_rules
     if target == OPTIMIZE_ONNXRUNTIME:
@@ -196,3 +196,34 @@ class _ReshapeDropAllowzero(pattern.RewriteRuleClassBase):
 
     def rewrite(self, op, x, shape):
         return op.Reshape(x, shape)
+
+
+class _SwapLastAxes(pattern.RewriteRuleClassBase):
+    """torchlib's attention transposes the key as Reshape to 3-D, Transpose, Reshape back: that is a
+    Transpose of the last two axes (when the shapes show it), which onnxruntime folds into the MatMul."""
+
+    def pattern(self, op, x, flat_shape, shape):
+        flat = op.Reshape(x, flat_shape, _outputs=["flat"])
+        return op.Reshape(op.Transpose(flat, perm=[0, 2, 1]), shape, _outputs=["out"])
+
+    def check(self, context, x, flat, out, **_) -> pattern.MatchResult:
+        result = pattern.MatchResult()
+        dims = [_known_dims(v) for v in (x, flat, out)]
+        if any(d is None for d in dims):
+            return result.fail("A shape is not known.")
+        x_dims, flat_dims, out_dims = dims
+        if len(x_dims) < 3 or flat_dims[1:] != x_dims[-2:] or out_dims != [*x_dims[:-2], x_dims[-1], x_dims[-2]]:
+            return result.fail("Not a swap of the last two axes.")
+        return result
+
+    def rewrite(self, op, x, **_):
+        rank = x.shape.rank()
+        return op.Transpose(x, perm=[*range(rank - 2), rank - 1, rank - 2])
+
+
+def _known_dims(value: ir.Value) -> list[int | str] | None:
+    """The dims of `value`'s shape (symbolic ones by name), or None when any is unknown."""
+    if value.shape is None:
+        return None
+    dims = [d if isinstance(d, int) else d.value for d in value.shape]
+    return None if None in dims else dims
