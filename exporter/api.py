@@ -131,7 +131,7 @@ class Exporter:
         except capture.GraphCaptureError as e:
             first = e.attempts[0].error
             torch_message = f"{type(first).__name__}: {capture._first_line(first)}"
-            violation = dynamic_report.constraint_violation(first, extractor.specializations, self.options.dynamic_shapes)
+            violation = dynamic_report.constraint_violation(first, extractor.specializations, self.options.dynamic_shapes, self._arguments())
             if violation is not None:
                 message, stack, details = violation
                 self.ctx.report(rules.DIMENSION_SPECIALIZED, Level.ERROR, message, stack=stack, exception=first, torchMessage=torch_message, **details)
@@ -148,8 +148,11 @@ class Exporter:
             )
             raise OnnxExporterErrorWithin(f"Could not capture the model as an FX graph: {message}" if explanation else str(e)) from first
         self._dims = dynamic.requested_dims(program, self.options.dynamic_shapes)
-        dynamic_report.report_specialized(self.ctx, program, self._dims, extractor.specializations)
+        dynamic_report.report_specialized(self.ctx, program, self._dims, extractor.specializations, self._arguments())
         return program
+
+    def _arguments(self) -> dict[str, int | str]:
+        return dynamic.arguments(self.model, self.model_args, self.model_kwargs)
 
     def _check_outputs(self, program: torch.export.ExportedProgram) -> None:
         try:

@@ -98,11 +98,13 @@ class FXGraphExtractor:
         # Size-oblivious capture keeps example sizes 0 and 1 symbolic; where the model then cannot be
         # traced (e.g. broadcasting that needs to know a size is not 1), capture as torch.export does.
         modes = (True, False) if shapes is not None and dynamic.has_size_0_or_1((args, kwargs)) else (False,)
+        carried: list[dynamic.Specialization] = []  # where the code fixed a size 0/1 that size-oblivious capture kept
         for strategy, oblivious in [(s, o) for s in self.strategies for o in modes]:
             name = strategy.name + (" keeping sizes 0/1 symbolic" if oblivious else "")
             start = time.perf_counter()
             try:
                 with _maybe(fake_mode), _flat_outputs(module), full_user_stacks(), dynamic.capturing(shapes is not None, oblivious) as fixed:
+                    fixed += carried
                     self.specializations = fixed
                     program = strategy.capture(module, args, kwargs, shapes)
             except Exception as e:  # each failure is recorded and the next strategy tried
@@ -118,6 +120,9 @@ class FXGraphExtractor:
                     exception=e,
                     strategy=name,
                 )
+                continue
+            if oblivious and (carried := dynamic.still_symbolic(program, fixed)):  # right only at the example size: capture as torch.export does
+                ctx.report(rules.GRAPH_CAPTURE, Level.NONE, f"{name}: the code fixes a size of 0 or 1; capturing again.", strategy=name)
                 continue
             attempt = CaptureAttempt(name, time.perf_counter() - start)
             self.attempts.append(attempt)

@@ -127,6 +127,17 @@ def specialized(program: torch.export.ExportedProgram, dims: list[InputDim]) -> 
     return [(d, int(size)) for d in dims if not is_symbolic(size := inputs[d.index][1].shape[d.dim])]
 
 
+def still_symbolic(program: torch.export.ExportedProgram, fixed: list[Specialization]) -> list[Specialization]:
+    """The recorded specializations whose input dimension the program keeps symbolic: size-oblivious
+    capture does that with a size the code compares with 0 or 1 (``if x.shape[0] == 1:``), and the
+    graph then holds only at that size."""
+    inputs = user_inputs(program)
+    return [
+        s for s in fixed
+        if any(s.matches(name, i, d) and is_symbolic(size) for i, (name, val) in enumerate(inputs) for d, size in enumerate(val.shape))
+    ]
+
+
 def is_symbolic(size: Any) -> bool:
     """A size that is not a constant (torch.export may leave a SymInt whose value is fixed)."""
     return isinstance(size, torch.SymInt) and not size.node.expr.is_number
@@ -167,6 +178,38 @@ def per_dim(spec: Any) -> list[tuple[int, Any]]:
     if isinstance(spec, dict):
         return list(spec.items())
     return list(enumerate(spec)) if isinstance(spec, (list, tuple)) else []
+
+
+def arguments(model: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, int | str]:
+    """Where the example gives each top-level tensor input, by its name: a position in `args`, or
+    the `kwargs` key."""
+    forward = model.forward if isinstance(model, torch.nn.Module) else model
+    try:
+        parameters = list(inspect.signature(forward).parameters.values())
+    except (TypeError, ValueError):
+        return {}
+    positional = [p.name for p in parameters[: len(args)] if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    found: dict[str, int | str] = {name: i for i, name in enumerate(positional) if isinstance(args[i], torch.Tensor)}
+    return found | {key: key for key, value in kwargs.items() if isinstance(value, torch.Tensor)}
+
+
+def as_settings(option: Any) -> Any:
+    """A spec as the JSON of the settings (a named `Dim` as its name, hints as "auto", "dynamic",
+    "static"), or None where JSON cannot say it (a derived dim, a range)."""
+    if option is None or isinstance(option, (bool, int, str)):
+        return option
+    if isinstance(option, _DimHint):
+        return option.type.name.lower() if option.min is None and option.max is None else None
+    if isinstance(option, _Dim):
+        plain = not isinstance(option, _DerivedDim) and option.min <= 2 and option.max == torch.utils._sympy.numbers.int_oo
+        return option.__name__ if plain else None
+    if not isinstance(option, (dict, list, tuple)):
+        return None
+    pairs = list(option.items() if isinstance(option, dict) else enumerate(option))
+    converted = [(str(k), as_settings(v)) for k, v in pairs]
+    if any(c is None and v is not None for (_, c), (_, v) in zip(converted, pairs)):
+        return None
+    return dict(converted) if isinstance(option, dict) else [c for _, c in converted]
 
 
 def requested_spec(option: Any) -> Any:

@@ -19,7 +19,7 @@ from pygls.lsp.server import LanguageServer
 from pygls.uris import to_fs_path
 
 from exporter.constants import Stage, progress_text
-from onnxlens_server import documents, outputs, sarif_to_lsp, traces
+from onnxlens_server import documents, outputs, sarif_to_lsp, shape_fixes, traces
 from onnxlens_server.job import ExportRequest, target_key
 from onnxlens_server.protocol import (
     EXPORT_FINISHED,
@@ -62,6 +62,7 @@ class Commands:
                 path=path,
                 target=name,
                 settings=chosen.settings,
+                overrides=chosen.overrides,
                 output_stem=outputs.output_stem(path, name, root, chosen.output_folder, chosen.output_folder_chosen_by_user),
                 cwd=root,
                 memory_limit_mb=chosen.memory_limit_mb,
@@ -104,7 +105,7 @@ class Commands:
         self.ls.text_document_publish_diagnostics(types.PublishDiagnosticsParams(uri=pathlib.Path(path).as_uri(), diagnostics=diagnostics))
 
     async def _run(self, request: ExportRequest, timeout: float) -> JobResult:
-        logger.info("Export of %s (job %s) with %s", request.target, request.job_id, request.settings)
+        logger.info("Export of %s (job %s) with %s, overrides %s", request.target, request.job_id, request.settings, request.overrides)
         progress = self.ls.work_done_progress
         token = str(uuid.uuid4())
         capabilities = self.ls.client_capabilities
@@ -135,7 +136,8 @@ class Commands:
         log = _read_json(state.sarif) if state.sarif else None
         line_text = self._line_text
         if log is not None:
-            state.diagnostics = sarif_to_lsp.diagnostics_by_path(log, line_text)
+            data = {"target": request.target, "targetUri": pathlib.Path(request.path).as_uri()}
+            state.diagnostics = sarif_to_lsp.diagnostics_by_path(log, line_text, lambda r: _place(r, request), data)
             state.traces = traces.line_traces(log)
         if result.status != "ok" and not any(d.severity == types.DiagnosticSeverity.Error for ds in state.diagnostics.values() for d in ds):
             path, line = _failure_location(result)
@@ -178,6 +180,20 @@ def _select_targets(args: ExportArgs, found: Discovery, path: str) -> list[str]:
     return [target_at(found.targets, args.line).name]
 
 
+def _place(result: dict[str, Any], request: ExportRequest) -> tuple[str, int] | None:
+    """Where an input dimension the export fixed without a source line (FXE0020) goes: the example's
+    literal size in the target, else the target's line."""
+    properties = result.get("properties", {})
+    if result.get("ruleId") != sarif_to_lsp.DIMENSION_RULE or "input" not in properties:
+        return None
+    source = request.source if request.source is not None else _read_text(request.path)
+    if "argument" in properties and "dim" in properties and "size" in properties:
+        where = shape_fixes.example_size_range(source, request.target, properties["argument"], properties["dim"], properties["size"])
+        if where is not None:
+            return request.path, where.start.line
+    return request.path, next((t.line for t in discover(source).targets if t.name == request.target), 0)
+
+
 def _failure_location(result: JobResult) -> tuple[str, int]:
     """Where a failure without a located SARIF result (crash, timeout, bad target) goes: the user frame
     it was raised from, else the target's line."""
@@ -210,6 +226,14 @@ def _job_json(result: JobResult) -> dict[str, Any]:
         "summary": result.data.get("summary"),
         "seconds": round(result.seconds, 3),
     }
+
+
+def _read_text(path: str) -> str:
+    try:
+        with open(path, encoding="utf-8") as f:
+            return f.read()
+    except (OSError, ValueError):
+        return ""
 
 
 def _read_json(path: str) -> dict[str, Any] | None:

@@ -25,7 +25,8 @@ class ExportRequest:
     job_id: str
     path: str  # the model file (absolute)
     target: str  # an @exporter.export_target function in it
-    settings: dict[str, Any]  # ExportOptions.from_settings keys
+    settings: dict[str, Any]  # ExportOptions.from_settings keys: the editor's configuration
+    overrides: dict[str, Any]  # the same keys: the request's, over the target's own options
     output_stem: str  # the output files' path without suffix (`onnx_path`, `sarif_path`)
     cwd: str  # the working directory of the export (the workspace folder)
     memory_limit_mb: int = 0  # the export process's data size limit; 0: none
@@ -100,7 +101,7 @@ def _export(request: ExportRequest, progress) -> dict[str, Any]:
         return {"status": "failed", "message": f"{os.path.basename(request.path)} has no export target {request.target!r}", "frames": []}
     progress(Stage.BUILD_TARGET.value, {})
     model, args, kwargs = build_target(fn)
-    options = exporter.ExportOptions.from_settings({**target_options(fn), **request.settings})
+    options = exporter.ExportOptions.from_settings({**request.settings, **target_options(fn), **request.overrides})
     job = exporter.Exporter(options, model, args, kwargs, progress=progress)
     os.makedirs(request.output_dir, exist_ok=True)
     try:

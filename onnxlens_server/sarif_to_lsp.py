@@ -11,6 +11,7 @@ from lsprotocol import types
 SOURCE = "onnxlens"
 CAPTURE_RULE = "FXE0017"  # graph capture: one error, plus a note per strategy tried
 SUMMARY_RULE, DETAIL_RULE = "FXE0012", "FXE0011"  # unsupported operators: all of them / one each
+DIMENSION_RULE = "FXE0020"  # a dimension asked to be dynamic came out static
 
 _SEVERITY = {
     "error": types.DiagnosticSeverity.Error,
@@ -52,19 +53,21 @@ def failure(message: str, code: str, line: int, text_line: str | None) -> types.
     return types.Diagnostic(range=to_range(line, text_line), message=message, severity=types.DiagnosticSeverity.Error, source=SOURCE, code=code)
 
 
-def diagnostics_by_path(log: dict[str, Any], read_line=None) -> dict[str, list[types.Diagnostic]]:
+def diagnostics_by_path(log: dict[str, Any], read_line=None, place=None, data: dict[str, Any] | None = None) -> dict[str, list[types.Diagnostic]]:
     """Problems for every file the log's results point into, one per cause.
 
     Left out (they stay in the log and the results view): results at level none (the DEBUG trail),
     op-level-debug line summaries (shown inline instead), the unsupported-operator summary (FXE0012)
     when each operator has its own FXE0011 problem, and the capture strategies' attempts, which
     become related information of the capture error. `read_line(path, line)` gives a line's text
-    for a precise range.
+    for a precise range; `place(result)` a location for a result without one (None: left out);
+    `data` is added to each problem's data (e.g. the target that exported).
     """
     found: dict[str, list[types.Diagnostic]] = {}
     for run in log.get("runs", []):
         rules = {r["id"]: r for r in run.get("tool", {}).get("driver", {}).get("rules", [])}
-        results = [r for r in run.get("results", []) if r.get("level", "warning") in _SEVERITY and r.get("locations")]
+        results = [r for r in run.get("results", []) if r.get("level", "warning") in _SEVERITY]
+        results = [r for r in (_placed(r, place) for r in results) if r.get("locations")]
         attempts = [r for r in results if r["ruleId"] == CAPTURE_RULE and "strategy" in r.get("properties", {})]
         rule_ids = {r["ruleId"] for r in results}
         for result in results:
@@ -89,10 +92,19 @@ def diagnostics_by_path(log: dict[str, Any], read_line=None) -> dict[str, list[t
                     code_description=types.CodeDescription(href=rule["helpUri"]) if rule.get("helpUri") else None,
                     source=SOURCE,
                     related_information=related,
-                    data={"ruleId": result["ruleId"], "properties": _small(result.get("properties", {}))},
+                    data={"ruleId": result["ruleId"], "properties": _small(result.get("properties", {})), **(data or {})},
                 )
             )
     return found
+
+
+def _placed(result: dict[str, Any], place) -> dict[str, Any]:
+    """`result`, located where `place` says if it has no location."""
+    if result.get("locations") or place is None or (where := place(result)) is None:
+        return result
+    path, line = where
+    location = {"physicalLocation": {"artifactLocation": {"uri": pathlib.Path(path).as_uri()}, "region": {"startLine": line + 1}}}
+    return {**result, "locations": [location]}
 
 
 def _attempt(result: dict[str, Any], run: dict[str, Any], read_line) -> types.DiagnosticRelatedInformation:
@@ -126,4 +138,10 @@ def _related(result: dict[str, Any], run: dict[str, Any], read_line) -> list[typ
 
 def _small(properties: dict[str, Any]) -> dict[str, Any]:
     """The properties a code action needs (not the large dumps)."""
-    return {k: v for k, v in properties.items() if k in ("fxTarget", "fxNode", "modulePath", "onnxOpTypes", "schema", "generatedFunction")}
+    return {k: v for k, v in properties.items() if k in _FIX_PROPERTIES}
+
+
+_FIX_PROPERTIES = (
+    "fxTarget", "fxNode", "modulePath", "onnxOpTypes", "schema", "generatedFunction",  # FXE0011
+    "input", "dim", "size", "argument", "dimName", "suggestedFixes", "dynamicShapes",  # FXE0020
+)

@@ -35,6 +35,12 @@ class OnnxlensServer(LanguageServer):
     def line_text(self, path: str, line: int) -> str | None:
         return documents.line_text(self.workspace, path, line)
 
+    def text_of(self, uri: str) -> str | None:
+        try:
+            return documents.read(self.workspace, uri)[1]
+        except protocol.RequestError:
+            return None
+
 
 server = OnnxlensServer()
 
@@ -117,7 +123,7 @@ def hover(ls: OnnxlensServer, params: types.HoverParams) -> types.Hover | None:
 async def code_actions(ls: OnnxlensServer, params: types.CodeActionParams) -> list[types.CodeAction]:
     uri = params.text_document.uri
     _, source, found = await ls.commands.discover(uri)
-    actions = features.code_actions(uri, source, found, params)
+    actions = features.code_actions(uri, source, found, params, ls.text_of)
     if ls.protocol.trace != types.TraceValue.Off:  # the client asked for a trace (VS Code: the log level Trace)
         line = params.range.start.line
         trigger = params.context.trigger_kind.name.lower() if params.context.trigger_kind else "unknown"

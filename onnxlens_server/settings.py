@@ -35,7 +35,8 @@ _SERVER_KEYS = {  # the server's own keys: what a value must be (None: the defau
 
 @dataclasses.dataclass(frozen=True)
 class ExportSettings:
-    settings: dict[str, Any]  # `ExportOptions.from_settings` keys, validated
+    settings: dict[str, Any]  # the configuration's, as `ExportOptions.from_settings` keys, validated
+    overrides: dict[str, Any]  # the request's (e.g. the op-level debug lens), the same way
     timeout: float
     output_folder: str  # relative to the model's workspace folder (`outputs.output_stem`)
     output_folder_chosen_by_user: bool
@@ -43,14 +44,15 @@ class ExportSettings:
 
 
 def export_settings(configuration: Mapping[str, Any], overrides: Mapping[str, Any]) -> ExportSettings:
-    """The configuration's export settings updated with a request's `overrides` (editor keys both).
+    """The configuration's export settings and a request's `overrides` (editor keys both); an export
+    applies the configuration, then its target's own options, then the overrides (`job`).
     Raises `RequestError` (INVALID_OPTIONS) for bad values."""
     unknown = sorted(set(overrides) - set(_NAMES))
     if unknown:
         raise RequestError(ErrorCode.INVALID_OPTIONS, f"Unknown export option {unknown[0]!r}; known: {', '.join(_NAMES)}")
-    merged = {**{k: v for k, v in configuration.items() if k in _NAMES}, **overrides}
     try:
-        settings = validate_settings({_NAMES[k]: v for k, v in merged.items()})
+        settings = validate_settings({_NAMES[k]: v for k, v in configuration.items() if k in _NAMES})
+        overrides = validate_settings({_NAMES[k]: v for k, v in overrides.items()})
     except ValueError as e:
         raise RequestError(ErrorCode.INVALID_OPTIONS, f"Invalid onnxlens settings: {e}") from None
     for key, (valid, expected) in _SERVER_KEYS.items():
@@ -62,7 +64,7 @@ def export_settings(configuration: Mapping[str, Any], overrides: Mapping[str, An
     if not isinstance(memory_limit, int) or isinstance(memory_limit, bool) or memory_limit < 0:
         raise RequestError(ErrorCode.INVALID_OPTIONS, f"Invalid onnxlens settings: {MEMORY_LIMIT_KEY} must be a whole number of MiB >= 0 (0: no limit), not {memory_limit!r}")
     output_folder = configuration.get(OUTPUT_FOLDER_KEY) or DEFAULT_OUTPUT_FOLDER
-    return ExportSettings(settings, timeout, output_folder, configuration.get(OUTPUT_FOLDER_SCOPE) == "user", memory_limit)
+    return ExportSettings(settings, dict(overrides), timeout, output_folder, configuration.get(OUTPUT_FOLDER_SCOPE) == "user", memory_limit)
 
 
 def default_memory_limit_mb() -> int:

@@ -32,6 +32,13 @@ class FixesWidth(torch.nn.Module):
         return x.sum(1)
 
 
+class SqueezesOne(torch.nn.Module):
+    def forward(self, x):
+        if x.shape[0] == 1:  # true only at the example's size
+            x = x.squeeze(0).unsqueeze(0)
+        return torch.softmax(x @ x.T, -1)
+
+
 class Doubled(torch.nn.Module):
     def forward(self, a, b):
         return torch.cat([a, a], 1) + b
@@ -85,6 +92,28 @@ def test_strict_capture_locates_the_fixing_line_too():
     assert found.value == 6 and (found.stack[0].path, found.stack[0].line) == (HERE, line_of("if x.shape[1] == 6:"))
 
 
+def test_a_size_1_the_code_fixes_is_static_and_located_not_kept_symbolic():
+    """Size-oblivious capture takes the branch of ``x.shape[0] == 1`` yet keeps the dim symbolic: the
+    graph would be wrong at any other batch. The capture falls back to torch.export's, which fixes it."""
+    out = export(SqueezesOne(), torch.randn(1, 6), spec=True)
+    assert input_dims(out) == {"x": [1, "x_dim_1"]}
+    (note,) = fxe0020(out)
+    assert note.properties == {"input": "x", "dim": 0, "size": 1, "requested": "dynamic_shapes=True", "argument": 0}
+    assert (note.stack[0].path, note.stack[0].line) == (HERE, line_of("if x.shape[0] == 1:"))
+    assert note.message.startswith("`if x.shape[0] == 1:  # true only at the example's size` fixes dimension 0 of input 'x' to 1, the example's size")
+    x = torch.randn(1, 9)
+    (actual,) = run_onnx_feeds(out.model_proto, {"x": x.numpy()})
+    np.testing.assert_allclose(actual, SqueezesOne()(x).numpy(), rtol=1e-5, atol=1e-6)
+
+
+def test_where_the_example_gives_each_input():
+    def f(a, b, *, mask=None):
+        return a
+
+    assert dynamic.arguments(f, (torch.ones(1), 3), {"mask": torch.ones(2)}) == {"a": 0, "mask": "mask"}
+    assert dynamic.arguments(Head(), (), {"x": torch.ones(1, 4)}) == {"x": "x"}
+
+
 def test_a_named_dim_the_code_fixes_is_a_located_error_with_the_suggested_fix():
     with pytest.raises(exporter.OnnxExporterError) as info:
         export(FixesWidth(), torch.randn(2, 6), spec={"x": {0: Dim("batch"), 1: Dim("seq")}})
@@ -92,6 +121,7 @@ def test_a_named_dim_the_code_fixes_is_a_located_error_with_the_suggested_fix():
     assert error.message == ("`if x.shape[1] == 6:  # fixes dim 1` fixes dimension 1 of input 'x' to 6, but it is declared "
                              "dynamic as Dim('seq'). torch.export suggests: seq = 6.")
     assert error.properties["suggestedFixes"] == ["seq = 6"]
+    assert error.properties["dynamicShapes"] == {"x": {"0": "batch", "1": "seq"}} and error.properties["argument"] == 0
     assert (error.stack[0].path, error.stack[0].line) == (HERE, line_of("if x.shape[1] == 6:"))
 
 

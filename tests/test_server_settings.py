@@ -13,10 +13,11 @@ from onnxlens_server.state import States, TargetState
 from onnxlens_server.traces import LineTrace
 
 
-def test_request_overrides_win_over_the_configuration():
+def test_configuration_and_request_overrides_are_kept_apart():
     configuration = {"opset": 20, "opLevelDebug": False, "verbosity": "DEBUG", "interpreter": "/py", "timeoutSeconds": 30, "outputFolder": "out"}
     chosen = export_settings({**configuration, "memoryLimitMB": 900}, {"opLevelDebug": True})
-    assert chosen.settings == {"opset_version": 20, "op_level_debug": True, "verbosity": "debug"}
+    assert chosen.settings == {"opset_version": 20, "op_level_debug": False, "verbosity": "debug"}
+    assert chosen.overrides == {"op_level_debug": True}
     assert (chosen.timeout, chosen.output_folder, chosen.output_folder_chosen_by_user, chosen.memory_limit_mb) == (30.0, "out", False, 900)
     defaults = export_settings({}, {})
     memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")

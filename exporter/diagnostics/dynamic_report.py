@@ -18,10 +18,15 @@ _VIOLATED = re.compile(r"Constraints violated \(([^)]*)\)")
 
 
 def report_specialized(
-    ctx: DiagnosticContext, program: torch.export.ExportedProgram, dims: list[dynamic.InputDim], fixed: list[dynamic.Specialization]
+    ctx: DiagnosticContext,
+    program: torch.export.ExportedProgram,
+    dims: list[dynamic.InputDim],
+    fixed: list[dynamic.Specialization],
+    arguments: dict[str, int | str],
 ) -> None:
     """FXE0020 for each of `dims` that came out static (a warning where the user named the dimension
-    in a spec, a note under ``dynamic_shapes=True``), then the note listing the symbolic dimensions."""
+    in a spec, a note under ``dynamic_shapes=True``), then the note listing the symbolic dimensions.
+    `arguments` says where the example gives each input (`dynamic.arguments`), for a quick fix."""
     if not dims:
         return
     for dim, size in dynamic.specialized(program, dims):
@@ -30,6 +35,9 @@ def report_specialized(
         if found is None and size <= 1:
             message = (f"Dimension {dim.dim} of input '{dim.input}' is {size} in the example, and torch.export keeps "
                        f"such sizes static: give an example with another size there to make it dynamic.")
+        elif size <= 1:
+            message = (f"{_code(stack)} fixes dimension {dim.dim} of input '{dim.input}' to {size}, the example's size: the "
+                       "exported graph accepts only that size there. With another example size the code may not fix it.")
         else:
             message = (f"{_code(stack)} fixes dimension {dim.dim} of input '{dim.input}' to {size}: the exported graph "
                        "accepts only that size there, though the dimension was asked to be dynamic.")
@@ -42,6 +50,7 @@ def report_specialized(
             dim=dim.dim,
             size=size,
             requested="dynamic_shapes=True" if dim.spec is True else _spelled(dim.spec),
+            **_argument(arguments, dim.input),
         )
     names = dynamic.dim_names(program, dims)
     inputs = {name: _dims(val, names) for name, val in dynamic.user_inputs(program)}
@@ -56,8 +65,12 @@ def report_specialized(
     )
 
 
-def constraint_violation(error: BaseException, fixed: list[dynamic.Specialization], option: Any) -> tuple[str, list[Frame], dict[str, Any]] | None:
-    """(message, stack, properties) when `error` is torch.export refusing a named `Dim` the code fixed."""
+def constraint_violation(
+    error: BaseException, fixed: list[dynamic.Specialization], option: Any, arguments: dict[str, int | str]
+) -> tuple[str, list[Frame], dict[str, Any]] | None:
+    """(message, stack, properties) when `error` is torch.export refusing a named `Dim` the code fixed.
+    The properties hold torch's suggested fixes and the spec as settings JSON (`dynamic.as_settings`),
+    for a quick fix."""
     text = str(error)
     violated = _VIOLATED.search(text)
     option = dynamic.requested_spec(option)
@@ -75,8 +88,13 @@ def constraint_violation(error: BaseException, fixed: list[dynamic.Specializatio
                     f"{_code(stack)} fixes dimension {dim} of input '{input_name}'{value}, but it is declared dynamic as "
                     f"Dim({dim_spec.__name__!r}). torch.export suggests: {'; '.join(fixes) or 'make the dimension static'}."
                 )
-                return message, stack, {"input": input_name, "dim": dim, "dimName": dim_spec.__name__, "suggestedFixes": fixes}
+                properties = {"input": input_name, "dim": dim, "dimName": dim_spec.__name__, "suggestedFixes": fixes}
+                return message, stack, properties | _argument(arguments, input_name) | {"dynamicShapes": dynamic.as_settings(option)}
     return None
+
+
+def _argument(arguments: dict[str, int | str], name: str) -> dict[str, Any]:
+    return {"argument": arguments[name]} if name in arguments else {}
 
 
 def _code(stack: list[Frame]) -> str:

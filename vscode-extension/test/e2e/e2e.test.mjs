@@ -855,3 +855,22 @@ scenario('11 the status item shows within 10 s of the window, before a Python fi
 });
 
 registerScenarios();
+
+scenario('12 the FXE0020 quick fix changes the example\'s size 1 and the re-export makes the batch dynamic', async () => {
+  const file = 'dynamic_model.py'; // edited (not saved) by this scenario
+  const fixing = lineOf(file, { marker: 'fixes-batch' });
+  const editor = await openFile(file);
+  assert.deepEqual(await exportFromContextMenu(editor, file, 'def squeezes_one'), [['squeezes_one', 'ok']]);
+  const onnx = join(env.workspace, 'onnxlens-out/dynamic_model.squeezes_one.onnx');
+  assert.ok(!readFileSync(onnx).includes('x_dim_0'), 'the first export keeps the batch at 1');
+  await focusActiveEditor();
+  await goTo(fixing.line, fixing.column);
+  const action = page().locator('.action-widget .monaco-list-row', { hasText: 'size 2 in dimension 0' }).first();
+  await openQuickFixMenu(action, file, fixing.line);
+  assert.match(await action.innerText(), /Give the example of 'x' size 2 in dimension 0 \(it is 1, which the code fixes\)/);
+  const before = exportAnswers().length;
+  await action.click(); // the edit, then the re-export (the code action's command)
+  assert.deepEqual(await onlyExportAnswer(before), [['squeezes_one', 'ok']]);
+  assert.match(await visibleText(editor), /x = torch\.randn\(2, 6\)/);
+  assert.ok(readFileSync(onnx).includes('x_dim_0'), 'the re-export of the edited text has a symbolic batch');
+});
