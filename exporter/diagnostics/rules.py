@@ -159,7 +159,10 @@ DIMENSION_SPECIALIZED = Rule(
     "input and output dimensions.",
     "If the size really varies, make that line work for any size (compare sizes with torch._check, "
     "use -1 in view/reshape, derive sizes from the input's shape). If it is always that size, mark the "
-    "dimension Dim.STATIC (or give no Dim for it) to say so.",
+    "dimension Dim.STATIC (or give no Dim for it) to say so. A size of 1 (or 0) in the example that the "
+    "code compares (`if x.shape[0] == 1:`) is fixed only because of the example: give it another size. "
+    "In the editor, quick fixes do both: they change the example's literal size 1 to 2, or apply "
+    "torch's suggested fix to the target's dynamic_shapes, and export the target again.",
 )
 
 ALL_RULES: tuple[Rule, ...] = (
