@@ -854,8 +854,6 @@ scenario('11 the status item shows within 10 s of the window, before a Python fi
   assert.ok(shown - opened <= 10 * SECOND, `the status item showed ${shown - opened} ms after the window`);
 });
 
-registerScenarios();
-
 scenario('12 the FXE0020 quick fix changes the example\'s size 1 and the re-export makes the batch dynamic', async () => {
   const file = 'dynamic_model.py'; // edited (not saved) by this scenario
   const fixing = lineOf(file, { marker: 'fixes-batch' });
@@ -874,3 +872,5 @@ scenario('12 the FXE0020 quick fix changes the example\'s size 1 and the re-expo
   assert.match(await visibleText(editor), /x = torch\.randn\(2, 6\)/);
   assert.ok(readFileSync(onnx).includes('x_dim_0'), 'the re-export of the edited text has a symbolic batch');
 });
+
+registerScenarios();
