@@ -32,7 +32,7 @@ def tolerances(overrides: Mapping[str, tuple[float, float]] | None = None) -> di
     merged = dict(TOLERANCES)
     for name, (atol, rtol) in (overrides or {}).items():
         if name not in TOLERANCES:
-            raise ValueError(f"verify_tolerances: unknown dtype {name!r}; known: {', '.join(TOLERANCES)}")
+            raise ValueError(f"unknown dtype {name!r} in tolerances; known: {', '.join(TOLERANCES)}")
         merged[name] = (float(atol), float(rtol))
     return merged
 

@@ -16,6 +16,7 @@ from typing import Any
 
 VERBOSITIES = ("debug", "info", "warning", "error")
 OPTIMIZE_ONNXRUNTIME = "onnxruntime"  # ExportOptions.optimize: also onnxruntime's fusions (contrib ops)
+VERIFY_DTYPES = ("float64", "float32", "float16", "bfloat16")  # the keys of ExportOptions.verify_tolerances
 
 
 def _setting(default: Any, kind: type, help: str, **extra: Any) -> Any:
@@ -77,6 +78,9 @@ class ExportOptions:
     def __post_init__(self) -> None:
         if not isinstance(self.optimize, bool) and self.optimize != OPTIMIZE_ONNXRUNTIME:
             raise ValueError(f"ExportOptions.optimize must be True, False or {OPTIMIZE_ONNXRUNTIME!r}, got {self.optimize!r}")
+        unknown = sorted(set(self.verify_tolerances or ()) - set(VERIFY_DTYPES))
+        if unknown:
+            raise ValueError(f"ExportOptions.verify_tolerances: unknown dtypes {unknown}; known: {', '.join(VERIFY_DTYPES)}")
 
     @classmethod
     def from_settings(cls, settings: Mapping[str, Any]) -> ExportOptions:
