@@ -142,7 +142,7 @@ class Verifier:
         message = (
             f"First divergence from eager PyTorch in onnxruntime: {found.node.target} ({found.node.name}) → {ops}: "
             f"{c.describe()}, while its inputs match. "
-            + (f"{found.inherited} later values inherit it; " if found.inherited else "")
+            + (f"{found.inherited} later value{' inherits' if found.inherited == 1 else 's inherit'} it; " if found.inherited else "")
             + f"{outputs_text}.{optimizer}"
         )
         result.diagnostic = ctx.report(

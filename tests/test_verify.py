@@ -226,3 +226,63 @@ def test_a_divergence_the_optimizer_introduced_is_blamed_on_it(monkeypatch):
     assert error.properties["onnxOpTypes"] == ["HardSigmoid"]
     assert error.properties["unoptimizedModelMatches"] is True
     assert "comes from the ONNX optimizer" in error.message
+
+
+CLI_MODEL = '''\
+import onnxscript
+import torch
+from onnxscript import opset18 as op
+
+import exporter
+
+fault = onnxscript.values.Opset("onnxlens.test.fault", 1)
+
+
+@onnxscript.script(fault)
+def sigmoid_one_percent_high(x):
+    return op.Mul(op.Sigmoid(x), op.CastLike(op.Constant(value_float=1.01), x))
+
+
+class Gated(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.inp, self.gate = torch.nn.Linear(8, 8), torch.nn.Linear(8, 8)
+
+    def forward(self, x):
+        h = torch.relu(self.inp(x))
+        return h * torch.sigmoid(self.gate(h))  # the gate
+
+
+@exporter.export_target
+def gated():
+    torch.manual_seed(0)
+    if FAULT:
+        exporter.default_registry().register_op(sigmoid_one_percent_high, "aten", "sigmoid")
+    return Gated().eval(), (torch.randn(3, 8),)
+'''
+
+
+@pytest.mark.parametrize("faulty", [True, False])
+def test_cli_verify_prints_the_line_and_fails(tmp_path, faulty):
+    from helpers import console_script
+
+    source = tmp_path / "gated.py"
+    source.write_text(f"FAULT = {faulty}\n" + CLI_MODEL)
+    line = 1 + next(i for i, text in enumerate(CLI_MODEL.splitlines(), 1) if "# the gate" in text)
+    out = tmp_path / "out" / "g.onnx"
+    run = subprocess.run(
+        [console_script("onnxlens-export"), f"{source}:gated", "-o", str(out), "--verify", "--sarif", str(tmp_path / "g.sarif")],
+        capture_output=True, text=True, timeout=600,
+    )
+    if not faulty:
+        assert run.returncode == 0, run.stderr
+        log = validate_sarif(tmp_path / "g.sarif")
+        assert [r["level"] for r in log["runs"][0]["results"] if r["ruleId"] == "FXE0021"] == ["note"]
+        assert not (tmp_path / "out" / "g_repro").exists()
+        return
+    assert run.returncode == 1, run.stderr
+    errors = [text for text in run.stderr.splitlines() if ": error FXE" in text]
+    assert len(errors) == 1 and errors[0].startswith(f"{source}:{line}: error FXE0021 First divergence"), run.stderr
+    assert f"Reproducer: {tmp_path / 'out' / 'g_repro'}/run.py" in errors[0]
+    assert out.is_file() and (tmp_path / "out" / "g_repro" / "run.py").is_file()
+    assert subprocess.run([sys.executable, str(tmp_path / "out" / "g_repro" / "run.py")], capture_output=True).returncode == 1
