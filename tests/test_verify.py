@@ -104,6 +104,12 @@ def test_slightly_wrong_translation_is_found_at_its_line(tmp_path):
     [result] = [r for r in log["runs"][0]["results"] if r["ruleId"] == "FXE0021" and r["level"] == "error"]
     assert result["properties"]["reproducer"] == str(tmp_path / "gated_repro")
     assert result["locations"][0]["physicalLocation"]["region"]["startLine"] == line_of("gated-sigmoid")
+    # In the editor: a problem at that line whose related information opens the reproducer's run.py.
+    from onnxlens_server.sarif_to_lsp import diagnostics_by_path
+
+    [problem] = [d for d in diagnostics_by_path(log)[MODEL_FILE] if d.code == "FXE0021"]
+    assert problem.range.start.line == line_of("gated-sigmoid") - 1
+    assert problem.related_information[-1].location.uri == (tmp_path / "gated_repro" / "run.py").as_uri()
 
 
 def test_reproducer_exits_1_with_the_fault_and_0_without(tmp_path):

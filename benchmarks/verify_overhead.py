@@ -1,0 +1,114 @@
+"""What `--verify` costs: verified export time / plain export time over the corpus, and peak RSS.
+
+    python benchmarks/verify_overhead.py [--cases a,b] [--repeats 3] [--no-rss]
+
+For each corpus model, in one warm process, a plain export (`ExportOptions()`) and a verified one
+(`ExportOptions(verify=True)`) are timed interleaved (plain, verify, plain, verify, …), each on a
+freshly built model. The corpus's models match, so a verified export runs the final model once in
+onnxruntime and the model once eagerly; the bisection that follows a divergence is timed on its
+own (`divergence.bisect` on the same export: one more onnxruntime session, one FX-graph run), as a
+share of the plain export, with the nodes it compared and the share of FX values it could map.
+Then, unless ``--no-rss``, the largest Hugging Face model of the corpus is exported in fresh
+processes, plain and verified, and each one's peak RSS (``ru_maxrss``) is printed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests"))
+
+import torch  # noqa: E402
+
+import corpus  # noqa: E402
+import exporter  # noqa: E402
+from exporter import divergence, numerics  # noqa: E402
+from exporter.api import Exporter  # noqa: E402
+
+
+def _export(case: corpus.Case, verify: bool) -> float:
+    model, args, kwargs = case.build()
+    start = time.perf_counter()
+    Exporter(exporter.ExportOptions(verify=verify), model, args, kwargs).export()
+    return time.perf_counter() - start
+
+
+def _bisect(case: corpus.Case) -> tuple[float, divergence.Bisection]:
+    model, args, kwargs = case.build()
+    job = Exporter(exporter.ExportOptions(), model, args, kwargs)
+    export_output = job.export()
+    verifier = job._verifier
+    inputs = [numerics.to_numpy(x) for x in verifier.input_adapter.apply(*args, **kwargs)]
+    feeds = {i.name: x for i, x in zip(export_output.model.graph.inputs, inputs)}
+    start = time.perf_counter()
+    result = divergence.bisect(verifier.program, export_output.model, feeds, args, kwargs, verifier.tolerances)
+    return time.perf_counter() - start, result
+
+
+def _params(case: corpus.Case) -> int:
+    model, _, _ = case.build()
+    return sum(p.numel() for p in model.parameters()) if isinstance(model, torch.nn.Module) else 0
+
+
+def _peak_rss(case: str, verify: bool) -> float:
+    """MiB of peak RSS of a fresh process exporting `case`."""
+    code = (
+        "import sys, resource; sys.path.insert(0, 'tests'); import corpus, exporter;"
+        f"m, a, k = corpus.get({case!r}).build();"
+        f"exporter.dynamo_export(m, *a, **k, export_options=exporter.ExportOptions(verify={verify}));"
+        "print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)"
+    )
+    root = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=root, env={**os.environ, "PYTHONPATH": root}, check=True)
+    return int(out.stdout.strip().splitlines()[-1]) / 1024
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--cases", help="comma-separated corpus case names (default: all)")
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--no-rss", action="store_true")
+    args = parser.parse_args()
+    cases = [corpus.get(n) for n in args.cases.split(",")] if args.cases else list(corpus.CASES)
+    ratios: dict[str, float] = {}
+    print(f"{'case':28} {'plain s':>8} {'verify s':>8} {'ratio':>6} {'bisect/plain':>12} {'compared':>8} {'mapped':>6} {'ort runs':>8} first divergence")
+    for case in cases:
+        plain, verified = [], []
+        try:
+            for _ in range(args.repeats):
+                plain.append(_export(case, False))
+                verified.append(_export(case, True))
+        except exporter.OnnxExporterError as e:
+            print(f"{case.name:28} failed: {str(e).splitlines()[0][:100]}")
+            continue
+        p, v = statistics.median(plain), statistics.median(verified)
+        ratios[case.name] = v / p
+        if case.ort_note:  # onnxruntime does not run it: verification skips it, nothing to bisect
+            print(f"{case.name:28} {p:8.3f} {v:8.3f} {v / p:6.2f} {'(not run in onnxruntime)':>12}", flush=True)
+            continue
+        bisect_seconds, result = _bisect(case)
+        first = result.divergence.node.name if result.divergence else "-"
+        print(
+            f"{case.name:28} {p:8.3f} {v:8.3f} {v / p:6.2f} {bisect_seconds / p:12.2f} {result.compared:8d} "
+            f"{result.mapped_fraction:6.2f} {result.ort_runs:8d} {first}",
+            flush=True,
+        )
+    values = sorted(ratios.values())
+    print(f"\nverify/plain over {len(values)} models: median {statistics.median(values):.2f}, max {values[-1]:.2f} ({max(ratios, key=ratios.get)})")
+    hf = [c for c in cases if "hf" in c.tags]
+    if hf:
+        largest = max(hf, key=_params)
+        if largest.name in ratios:
+            print(f"largest Hugging Face model {largest.name} ({_params(largest) / 1e6:.2f}M parameters): verify/plain {ratios[largest.name]:.2f}")
+        if not args.no_rss:
+            rss = {verify: _peak_rss(largest.name, verify) for verify in (False, True)}
+            print(f"peak RSS of {largest.name} in a fresh process: plain {rss[False]:.0f} MiB, verify {rss[True]:.0f} MiB")
+
+
+if __name__ == "__main__":
+    main()
