@@ -39,6 +39,7 @@ class Verification:
     seconds: float = 0.0
     reproducer: Reproducer | None = None
     diagnostic: Diagnostic | None = None  # the error result (None when the outputs match)
+    skipped: str | None = None  # why nothing was compared (onnxruntime does not run the model)
 
 
 class Verifier:
@@ -72,17 +73,19 @@ class Verifier:
         expected = [numerics.to_numpy(x) for x in self.output_adapter.apply(_eager(self.torch_model, args, kwargs))]
         inputs = [numerics.to_numpy(x) for x in self.input_adapter.apply(*args, **kwargs)]
         try:
-            session = _session(self.model)
-            feeds = {i.name: x for i, x in zip(session.get_inputs(), inputs)}
-            actual = session.run(None, feeds)
+            feeds, actual = _run(self.model, inputs)
         except Exception as e:  # e.g. no bf16 kernels on the CPU provider: nothing to compare
-            ctx.report(rules.ACCURACY_DIVERGENCE, Level.NOTE, f"Verification skipped: onnxruntime does not run this model ({type(e).__name__}: {_first_line(e)}).")
-            return Verification(ok=True, outputs=[])
+            reason = f"onnxruntime does not run this model ({type(e).__name__}: {_first_line(e)})"
+            ctx.report(rules.ACCURACY_DIVERGENCE, Level.NOTE, f"Verification skipped: {reason}.")
+            return Verification(ok=True, outputs=[], skipped=reason)
+        if len(actual) != len(expected):
+            message = f"The ONNX model has {len(actual)} outputs where eager PyTorch gives {len(expected)}."
+            return Verification(ok=False, outputs=[], ort_sessions=1, diagnostic=ctx.report(rules.ACCURACY_DIVERGENCE, Level.ERROR, message))
         outputs = [
             numerics.compare(a, e, _dtype_of(e), self.tolerances, histogram=True) for a, e in zip(actual, expected)
         ]
         del actual
-        result = Verification(ok=len(outputs) == len(expected) and all(c.ok for c in outputs), outputs=outputs, ort_sessions=1)
+        result = Verification(ok=all(c.ok for c in outputs), outputs=outputs, ort_sessions=1)
         if result.ok:
             result.seconds = time.perf_counter() - start
             ctx.report(
@@ -109,7 +112,7 @@ class Verifier:
         unoptimized = self._unoptimized_model()
         if unoptimized is not None:
             try:
-                actual = _session(unoptimized).run(None, feeds)
+                _, actual = _run(unoptimized, inputs=list(feeds.values()))
                 result.ort_sessions += 1
                 result.unoptimized_matches = all(numerics.compare(a, e, _dtype_of(e), self.tolerances).ok for a, e in zip(actual, expected))
             except Exception as e:
@@ -176,10 +179,13 @@ class Verifier:
         return self._unoptimized
 
 
-def _session(model: ir.Model):
+def _run(model: ir.Model, inputs: list[np.ndarray]) -> tuple[dict[str, np.ndarray], list[np.ndarray]]:
+    """The feeds by input name and the outputs of `model` in onnxruntime (the session is freed after)."""
     import onnxruntime as ort
 
-    return ort.InferenceSession(ir.serde.serialize_model(model).SerializeToString(), providers=["CPUExecutionProvider"])
+    session = ort.InferenceSession(ir.serde.serialize_model(model).SerializeToString(), providers=["CPUExecutionProvider"])
+    feeds = {i.name: x for i, x in zip(session.get_inputs(), inputs)}
+    return feeds, session.run(None, feeds)
 
 
 def _eager(model: Any, args: tuple, kwargs: dict) -> Any:
