@@ -52,6 +52,8 @@ class Bisection:
     compared: int  # FX nodes compared
     mapped_fraction: float  # of the FX nodes with a tensor value, those with an ONNX value to compare
     ort_runs: int
+    results: dict[torch.fx.Node, Comparison]  # every compared node's numbers
+    op_types: dict[str, list[str]]  # FX node name → the ONNX op types it became in the final model
 
 
 def onnx_name(node: ir.Node | None) -> str | None:
@@ -114,7 +116,12 @@ def bisect(
         walker.run(*placeholder_feeds(program, args, kwargs, {**program.state_dict, **program.constants}))
     walker.flush()
     tensors = sum(1 for n in program.graph.nodes if n.op == "call_function" and isinstance(n.meta.get("val"), torch.Tensor))
-    return Bisection(walker.divergence, len(walker.results), len(mapped) / tensors if tensors else 1.0, walker.ort_runs)
+    op_types: dict[str, list[str]] = {}
+    for onnx_node in probe.graph:
+        op_types.setdefault(onnx_name(onnx_node) or "", []).append(onnx_node.op_type)
+    return Bisection(
+        walker.divergence, len(walker.results), len(mapped) / tensors if tensors else 1.0, walker.ort_runs, walker.results, op_types
+    )
 
 
 class _Walker(torch.fx.Interpreter):

@@ -11,6 +11,7 @@ fault, and a reproducer is kept for `ExportOutput.save` to write beside the mode
 from __future__ import annotations
 
 import dataclasses
+import operator
 import os
 import time
 from typing import Any
@@ -23,7 +24,8 @@ from exporter import divergence, numerics
 from exporter.adapters import InputAdapter, OutputAdapter
 from exporter.constants import ir_version
 from exporter.diagnostics import DiagnosticContext, Level, rules
-from exporter.diagnostics.context import Diagnostic
+from exporter.diagnostics.context import Diagnostic, io_properties
+from exporter.diagnostics.locations import stack_of
 from exporter.reproducer import Reproducer, directory_for
 
 
@@ -128,6 +130,7 @@ class Verifier:
         found = result.bisection.divergence if result.bisection else None
         if result.bisection:
             properties.update(nodesCompared=result.bisection.compared, mappedFraction=round(result.bisection.mapped_fraction, 3), ortRuns=result.bisection.ort_runs + 1)
+            _report_per_line(ctx, result.bisection)
         if found is None:
             where = " No intermediate value diverges: the outputs do." if result.bisection else ""
             result.diagnostic = ctx.report(
@@ -177,6 +180,32 @@ class Verifier:
             onnx_passes(self.opset_version, optimize=False, modularize=False)(self._unoptimized)
             self._unoptimized_final = True
         return self._unoptimized
+
+
+def _report_per_line(ctx: DiagnosticContext, bisection: divergence.Bisection) -> None:
+    """One FXE0021 note per source line (what editors show inline): its compared values and worst error."""
+    lines: dict[tuple[str, int], list[dict[str, Any]]] = {}
+    stacks: dict[tuple[str, int], list] = {}
+    for node, c in bisection.results.items():
+        stack = stack_of(node)
+        if not stack or not stack[0].is_user_code:
+            continue
+        key = (stack[0].path, stack[0].line)
+        stacks.setdefault(key, stack)
+        target = node.args[0] if node.target is operator.getitem else node
+        lines.setdefault(key, []).append(
+            {"fxNode": node.name, "fxTarget": str(target.target), "onnxOpTypes": bisection.op_types.get(target.name, []), **c.properties(), **io_properties(node)}
+        )
+    for key, ops in lines.items():
+        failed = sum(not op["ok"] for op in ops)
+        worst = max(op["maxAbsError"] for op in ops)
+        op_types = sorted({t for op in ops for t in op["onnxOpTypes"]})
+        ctx.report(
+            rules.ACCURACY_DIVERGENCE, Level.NOTE,
+            f"{len(ops)} values in onnxruntime → {', '.join(op_types)}; max abs error {worst:.3g}"
+            + (f"; {failed} out of tolerance" if failed else ""),
+            stack=stacks[key], aggregate="sourceLine", checkedOps=len(ops), mismatches=failed, maxAbsError=worst, onnxOpTypes=op_types, ops=ops,
+        )
 
 
 def _run(model: ir.Model, inputs: list[np.ndarray]) -> tuple[dict[str, np.ndarray], list[np.ndarray]]:
