@@ -3,7 +3,8 @@
 The default tolerances (``TOLERANCES``, by dtype name; ``ExportOptions.verify_tolerances`` overrides
 any of them) hold for whole models: errors add up over ops, so they are looser than op-level debug's.
 A value matches when every element satisfies ``|onnx - torch| <= atol + rtol * |torch|`` and both have
-their NaNs and infinities at the same places. Integer and boolean values must be equal.
+their NaNs and infinities at the same places. Integer and boolean values must be equal. The max
+relative error is taken over the elements at least ``atol`` in magnitude.
 """
 
 from __future__ import annotations
@@ -83,7 +84,8 @@ def compare(
     if expected.size == 0:
         return result
     a, e = actual.astype(np.float64), expected.astype(np.float64)
-    diff = np.abs(a - e)
+    with np.errstate(invalid="ignore", over="ignore"):  # inf - inf: compared below as non-finite values
+        diff = np.abs(a - e)
     both_finite = np.isfinite(a) & np.isfinite(e)
     same_nonfinite = (np.isnan(a) & np.isnan(e)) | (np.isinf(e) & (a == e))
     bad = ~both_finite & ~same_nonfinite
@@ -92,8 +94,10 @@ def compare(
     result.ok = result.mismatched == 0
     finite_diff = np.where(both_finite, diff, 0.0)
     result.max_abs_error = float("inf") if (~both_finite & ~same_nonfinite).any() else float(finite_diff.max())
+    meaningful = both_finite & (np.abs(e) >= max(atol, 1e-12))  # relative errors of values near 0 say nothing
     result.max_rel_error = (
-        float("inf") if result.max_abs_error == float("inf") else float((finite_diff / np.maximum(np.abs(e), 1e-12)).max())
+        float("inf") if result.max_abs_error == float("inf")
+        else float((finite_diff[meaningful] / np.abs(e[meaningful])).max()) if meaningful.any() else 0.0
     )
     if histogram:
         result.histogram = _histogram(np.where(same_nonfinite, 0.0, np.where(both_finite, diff, np.inf)))

@@ -300,3 +300,19 @@ def test_cli_verify_prints_the_line_and_fails(tmp_path, faulty):
     assert f"Reproducer: {tmp_path / 'out' / 'g_repro'}/run.py" in errors[0]
     assert out.is_file() and (tmp_path / "out" / "g_repro" / "run.py").is_file()
     assert subprocess.run([sys.executable, str(tmp_path / "out" / "g_repro" / "run.py")], capture_output=True).returncode == 1
+
+
+def test_comparison_numbers_and_histogram():
+    from exporter.numerics import compare, tolerances
+
+    expected = np.array([1.0, 2.0, -4.0, 0.0, np.inf, np.nan], dtype=np.float32)
+    actual = np.array([1.0, 2.0 + 3e-6, -4.5, 2e-3, np.inf, np.nan], dtype=np.float32)
+    c = compare(actual, expected, "float32", tolerances(), histogram=True)
+    # |2e-3 - 0| > 1e-4 and |-4.5 + 4| > 1e-4 + 1e-3 * 4: two elements out of tolerance; inf and NaN agree.
+    assert (c.ok, c.mismatched, c.elements) == (False, 2, 6)
+    assert c.max_abs_error == pytest.approx(0.5) and c.max_rel_error == pytest.approx(0.125)
+    assert c.histogram == {"0": 3, "<=1e-07": 0, "<=1e-06": 0, "<=1e-05": 1, "<=0.0001": 0, "<=0.001": 0, "<=0.01": 1, "<=0.1": 0, "<=1": 1, ">1": 0}
+    nan_where_finite = compare(np.array([np.nan], np.float32), np.array([1.0], np.float32), "float32", tolerances(), histogram=True)
+    assert not nan_where_finite.ok and nan_where_finite.max_abs_error == float("inf") and nan_where_finite.histogram[">1"] == 1
+    assert compare(np.array([3, 4]), np.array([3, 5]), "int64", tolerances()).mismatched == 1  # integers exact
+    assert compare(np.zeros((2, 3)), np.zeros((3, 2)), "float32", tolerances()).problem == "shape [2, 3] vs PyTorch [3, 2]"
