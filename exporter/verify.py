@@ -126,10 +126,11 @@ class Verifier:
         }[result.unoptimized_matches]
         properties["unoptimizedModelMatches"] = result.unoptimized_matches
         result.seconds = time.perf_counter() - start
-        properties.update(ortSessions=result.ort_sessions, seconds=round(result.seconds, 3))
+        bisect_runs = result.bisection.ort_runs if result.bisection else 0
+        properties.update(ortSessions=result.ort_sessions, ortRuns=result.ort_sessions - bool(result.bisection) + bisect_runs, seconds=round(result.seconds, 3))
         found = result.bisection.divergence if result.bisection else None
         if result.bisection:
-            properties.update(nodesCompared=result.bisection.compared, mappedFraction=round(result.bisection.mapped_fraction, 3), ortRuns=result.bisection.ort_runs + 1)
+            properties.update(nodesCompared=result.bisection.compared, mappedFraction=round(result.bisection.mapped_fraction, 3))
             _report_per_line(ctx, result.bisection)
         if found is None:
             where = " No intermediate value diverges: the outputs do." if result.bisection else ""
@@ -168,7 +169,7 @@ class Verifier:
             return None
         directory = os.path.abspath(directory_for(model_path))
         self.last.reproducer.write(directory)
-        if self.last.diagnostic is not None:
+        if self.last.diagnostic is not None and "reproducer" not in self.last.diagnostic.properties:
             self.last.diagnostic.properties["reproducer"] = directory
             self.last.diagnostic.message += f" Reproducer: {directory}/run.py"
         return directory
