@@ -8,8 +8,10 @@ freshly built model. The corpus's models match, so a verified export runs the fi
 onnxruntime and the model once eagerly; the bisection that follows a divergence is timed on its
 own (`divergence.bisect` on the same export: one more onnxruntime session, one FX-graph run), as a
 share of the plain export, with the nodes it compared and the share of FX values it could map.
-Then, unless ``--no-rss``, the largest Hugging Face model of the corpus is exported in fresh
-processes, plain and verified, and each one's peak RSS (``ru_maxrss``) is printed.
+Then, unless ``--no-rss``, the largest Hugging Face model of the corpus and a larger LLaMA (random
+weights, ``--large-layers`` layers of width 1024: 8 layers ≈ 170M parameters) are exported in fresh
+processes — plain, verified, and verified followed by a bisection — and each process's time and peak
+RSS (``ru_maxrss``) are printed.
 """
 
 from __future__ import annotations
@@ -55,17 +57,50 @@ def _params(case: corpus.Case) -> int:
     return sum(p.numel() for p in model.parameters()) if isinstance(model, torch.nn.Module) else 0
 
 
-def _peak_rss(case: str, verify: bool) -> float:
-    """MiB of peak RSS of a fresh process exporting `case`."""
-    code = (
-        "import sys, resource; sys.path.insert(0, 'tests'); import corpus, exporter;"
-        f"m, a, k = corpus.get({case!r}).build();"
-        f"exporter.dynamo_export(m, *a, **k, export_options=exporter.ExportOptions(verify={verify}));"
-        "print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)"
+MODES = ("plain", "verify", "verify+bisect")
+
+
+def _large_llama(layers: int) -> corpus.Built:
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(0)
+    config = LlamaConfig(
+        vocab_size=32000, hidden_size=1024, intermediate_size=2816, num_hidden_layers=layers, num_attention_heads=16,
+        num_key_value_heads=4, max_position_embeddings=256, attn_implementation=corpus.HF_ATTN,
     )
+    return LlamaForCausalLM(config).eval(), (), corpus._token_inputs(32000, 2, 64)
+
+
+def _child(name: str, mode: str, layers: int) -> None:
+    """Export `name` (a corpus case, or "large") in `mode`; print seconds, peak RSS in MiB and parameters."""
+    import resource
+
+    model, args, kwargs = _large_llama(layers) if name == "large" else corpus.get(name).build()
+    start = time.perf_counter()
+    job = Exporter(exporter.ExportOptions(verify=mode != "plain"), model, args, kwargs)
+    export_output = job.export()
+    if mode == "verify+bisect":  # as after a divergence: one more onnxruntime session, one FX-graph run
+        verifier = job._verifier
+        inputs = [numerics.to_numpy(x) for x in verifier.input_adapter.apply(*args, **kwargs)]
+        feeds = {i.name: x for i, x in zip(export_output.model.graph.inputs, inputs)}
+        divergence.bisect(verifier.program, export_output.model, feeds, args, kwargs, verifier.tolerances)
+    seconds = time.perf_counter() - start
+    print(seconds, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, sum(p.numel() for p in model.parameters()))
+
+
+def _fresh_processes(name: str, layers: int) -> None:
     root = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=root, env={**os.environ, "PYTHONPATH": root}, check=True)
-    return int(out.stdout.strip().splitlines()[-1]) / 1024
+    results = {}
+    for mode in MODES:
+        out = subprocess.run(
+            [sys.executable, os.path.abspath(__file__), "--child", name, mode, "--large-layers", str(layers)],
+            capture_output=True, text=True, cwd=root, env={**os.environ, "PYTHONPATH": root}, check=True,
+        )
+        seconds, rss, params = out.stdout.split()
+        results[mode] = (float(seconds), float(rss))
+    print(f"{name} ({int(params) / 1e6:.1f}M parameters), fresh processes: " + "; ".join(
+        f"{mode} {s:.1f}s, peak RSS {r:.0f} MiB" for mode, (s, r) in results.items()
+    ))
 
 
 def main() -> None:
@@ -73,7 +108,12 @@ def main() -> None:
     parser.add_argument("--cases", help="comma-separated corpus case names (default: all)")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--no-rss", action="store_true")
+    parser.add_argument("--large-layers", type=int, default=8)
+    parser.add_argument("--child", nargs=2, metavar=("CASE", "MODE"), help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.child:
+        _child(*args.child, args.large_layers)
+        return
     cases = [corpus.get(n) for n in args.cases.split(",")] if args.cases else list(corpus.CASES)
     ratios: dict[str, float] = {}
     print(f"{'case':28} {'plain s':>8} {'verify s':>8} {'ratio':>6} {'bisect/plain':>12} {'compared':>8} {'mapped':>6} {'ort runs':>8} first divergence")
@@ -106,8 +146,9 @@ def main() -> None:
         if largest.name in ratios:
             print(f"largest Hugging Face model {largest.name} ({_params(largest) / 1e6:.2f}M parameters): verify/plain {ratios[largest.name]:.2f}")
         if not args.no_rss:
-            rss = {verify: _peak_rss(largest.name, verify) for verify in (False, True)}
-            print(f"peak RSS of {largest.name} in a fresh process: plain {rss[False]:.0f} MiB, verify {rss[True]:.0f} MiB")
+            _fresh_processes(largest.name, args.large_layers)
+    if not args.no_rss:
+        _fresh_processes("large", args.large_layers)
 
 
 if __name__ == "__main__":

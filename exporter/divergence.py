@@ -23,6 +23,7 @@ import onnx_ir as ir
 import onnx_ir.passes.common as common_passes
 import torch
 
+from exporter import ort_session
 from exporter.constants import METADATA_FX_NODE
 from exporter.numerics import Comparison, compare, dtype_name, to_numpy
 from exporter.op_debug import placeholder_feeds
@@ -107,10 +108,8 @@ def bisect(
 ) -> Bisection:
     """Find the first FX node of `program` whose value in `model` (run in onnxruntime on `feeds`)
     diverges from PyTorch's on `args`/`kwargs`."""
-    import onnxruntime as ort
-
     probe, mapped = probe_model(model, program)
-    session = ort.InferenceSession(ir.serde.serialize_model(probe).SerializeToString(), providers=["CPUExecutionProvider"])
+    session = ort_session.session(probe)
     walker = _Walker(program, probe.graph, mapped, session, feeds, tols, budget_bytes)
     with torch.no_grad():
         walker.run(*placeholder_feeds(program, args, kwargs, {**program.state_dict, **program.constants}))

@@ -83,7 +83,8 @@ def compare(
         return result
     if expected.size == 0:
         return result
-    a, e = actual.astype(np.float64), expected.astype(np.float64)
+    work = np.float32 if {actual.dtype.name, expected.dtype.name} <= {"float32", "float16"} else np.float64
+    a, e = actual.astype(work, copy=False), expected.astype(work, copy=False)
     with np.errstate(invalid="ignore", over="ignore"):  # inf - inf: compared below as non-finite values
         diff = np.abs(a - e)
     both_finite = np.isfinite(a) & np.isfinite(e)

@@ -20,7 +20,7 @@ import numpy as np
 import onnx_ir as ir
 import torch
 
-from exporter import divergence, numerics
+from exporter import divergence, numerics, ort_session
 from exporter.adapters import InputAdapter, OutputAdapter
 from exporter.constants import ir_version
 from exporter.diagnostics import DiagnosticContext, Level, rules
@@ -211,9 +211,7 @@ def _report_per_line(ctx: DiagnosticContext, bisection: divergence.Bisection) ->
 
 def _run(model: ir.Model, inputs: list[np.ndarray]) -> tuple[dict[str, np.ndarray], list[np.ndarray]]:
     """The feeds by input name and the outputs of `model` in onnxruntime (the session is freed after)."""
-    import onnxruntime as ort
-
-    session = ort.InferenceSession(ir.serde.serialize_model(model).SerializeToString(), providers=["CPUExecutionProvider"])
+    session = ort_session.session(model)
     feeds = {i.name: x for i, x in zip(session.get_inputs(), inputs)}
     return feeds, session.run(None, feeds)
 

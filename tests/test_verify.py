@@ -316,3 +316,18 @@ def test_comparison_numbers_and_histogram():
     assert not nan_where_finite.ok and nan_where_finite.max_abs_error == float("inf") and nan_where_finite.histogram[">1"] == 1
     assert compare(np.array([3, 4]), np.array([3, 5]), "int64", tolerances()).mismatched == 1  # integers exact
     assert compare(np.zeros((2, 3)), np.zeros((3, 2)), "float32", tolerances()).problem == "shape [2, 3] vs PyTorch [3, 2]"
+
+
+def test_sessions_share_the_weights_and_leave_the_model_as_it_was():
+    from exporter import ort_session
+
+    torch.manual_seed(0)
+    model, x = torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.ReLU(), torch.nn.Linear(64, 3)).eval(), torch.randn(2, 64)
+    export_output = exporter.dynamo_export(model, x)
+    before = {name: v.const_value for name, v in export_output.model.graph.initializers.items()}
+    session = ort_session.session(export_output.model)
+    assert {name: v.const_value for name, v in export_output.model.graph.initializers.items()} == before
+    shared = {name for name, t in model.state_dict().items() if t.numel() * 4 >= 1024}  # smaller ones stay inline
+    assert {name for name, _ in session.onnxlens_weights} == shared == {"0.weight"}
+    with torch.no_grad():
+        np.testing.assert_allclose(session.run(None, {"input": x.numpy()})[0], model(x).numpy(), atol=1e-5)
