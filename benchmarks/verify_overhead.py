@@ -88,18 +88,23 @@ def _child(name: str, mode: str, layers: int) -> None:
     print(seconds, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, sum(p.numel() for p in model.parameters()))
 
 
-def _fresh_processes(name: str, layers: int) -> None:
+def _fresh_processes(name: str, layers: int, repeats: int) -> None:
+    """Each mode `repeats` times, interleaved, each in a fresh process: median seconds, median peak RSS."""
     root = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
-    results = {}
-    for mode in MODES:
-        out = subprocess.run(
-            [sys.executable, os.path.abspath(__file__), "--child", name, mode, "--large-layers", str(layers)],
-            capture_output=True, text=True, cwd=root, env={**os.environ, "PYTHONPATH": root}, check=True,
-        )
-        seconds, rss, params = out.stdout.split()
-        results[mode] = (float(seconds), float(rss))
-    print(f"{name} ({int(params) / 1e6:.1f}M parameters), fresh processes: " + "; ".join(
-        f"{mode} {s:.1f}s, peak RSS {r:.0f} MiB" for mode, (s, r) in results.items()
+    results: dict[str, list[tuple[float, float]]] = {mode: [] for mode in MODES}
+    for _ in range(repeats):
+        for mode in MODES:
+            out = subprocess.run(
+                [sys.executable, os.path.abspath(__file__), "--child", name, mode, "--large-layers", str(layers)],
+                capture_output=True, text=True, cwd=root, env={**os.environ, "PYTHONPATH": root}, check=True,
+            )
+            seconds, rss, params = out.stdout.split()
+            results[mode].append((float(seconds), float(rss)))
+    plain = statistics.median(s for s, _ in results["plain"])
+    print(f"{name} ({int(params) / 1e6:.1f}M parameters), fresh processes, median of {repeats}: " + "; ".join(
+        f"{mode} {statistics.median(s for s, _ in runs):.1f}s ({statistics.median(s for s, _ in runs) / plain:.2f}x), "
+        f"peak RSS {statistics.median(r for _, r in runs):.0f} MiB"
+        for mode, runs in results.items()
     ))
 
 
@@ -146,9 +151,9 @@ def main() -> None:
         if largest.name in ratios:
             print(f"largest Hugging Face model {largest.name} ({_params(largest) / 1e6:.2f}M parameters): verify/plain {ratios[largest.name]:.2f}")
         if not args.no_rss:
-            _fresh_processes(largest.name, args.large_layers)
+            _fresh_processes(largest.name, args.large_layers, args.repeats)
     if not args.no_rss:
-        _fresh_processes("large", args.large_layers)
+        _fresh_processes("large", args.large_layers, args.repeats)
 
 
 if __name__ == "__main__":

@@ -55,7 +55,7 @@ class Exporter:
         self.generate_functions = generate_functions and options.fake_context is None
         self._generator: generate.Generator | None = None
         self._verifier = None  # exporter.verify.Verifier, once the model is final
-        self._unverified_model = None  # the model kept for a failed verification's ExportOutput
+        self._verified_model = None  # the model once verified (a failed verification keeps it in the ExportOutput)
 
     def export(self) -> ExportOutput:
         with captured_logs(self.ctx.logs):
@@ -94,7 +94,7 @@ class Exporter:
                 )
             if self.options.verify and self._verifier is not None and not self.ctx.errors():
                 self._stage(Stage.VERIFY, self._verifier.verify, self.model_args, self.model_kwargs, self.ctx)
-                self._unverified_model = model
+                self._verified_model = model
             if self.ctx.errors():
                 raise OnnxExporterErrorWithin(_errors_message(self.ctx))
         except OnnxExporterErrorWithin as e:
@@ -252,13 +252,13 @@ class Exporter:
     def _partial(self, error: BaseException) -> ExportOutput:
         """What a failed export leaves: the diagnostics, and the model when only its verification failed."""
         return ExportOutput(
-            self._unverified_model,
+            self._verified_model,
             self.input_adapter,
             self.output_adapter,
             self.ctx,
             fake_context=self.options.fake_context,
             export_exception=error,
-            verifier=self._verifier if self._unverified_model is not None else None,
+            verifier=self._verifier if self._verified_model is not None else None,
         )
 
 

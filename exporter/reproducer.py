@@ -14,6 +14,7 @@ import numpy as np
 import onnx_ir as ir
 from onnx_ir.passes.common import RemoveUnusedOpsetsPass
 
+from exporter import ort_session
 from exporter.files import atomic_path
 
 _RUN_PY = '''"""{title}
@@ -59,11 +60,20 @@ class Reproducer:
     atol: float
     rtol: float
 
+    def model(self) -> ir.Model:
+        model = ir.Model(self.graph, ir_version=self.ir_version)
+        RemoveUnusedOpsetsPass()(model)
+        return model
+
+    def run(self) -> list[np.ndarray]:
+        """The model's outputs in onnxruntime on the inputs (what ``run.py`` compares)."""
+        session = ort_session.session(self.model())
+        return session.run(list(self.expected), self.inputs)
+
     def write(self, directory: str) -> None:
         """Write ``model.onnx``, ``inputs.npz``, ``expected.npz`` and ``run.py`` into `directory`."""
         os.makedirs(directory, exist_ok=True)
-        model = ir.Model(self.graph, ir_version=self.ir_version)
-        RemoveUnusedOpsetsPass()(model)
+        model = self.model()
         with atomic_path(os.path.join(directory, "model.onnx")) as tmp:
             ir.save(model, tmp)
         for name, arrays in (("inputs.npz", self.inputs), ("expected.npz", self.expected)):

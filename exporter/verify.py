@@ -146,22 +146,37 @@ class Verifier:
         )
         ops = "/".join(dict.fromkeys(found.onnx_op_types)) or "no ONNX ops of its own"
         c = found.comparison
+        result.reproducer = Reproducer(
+            f"onnxlens reproducer: {found.node.target} ({found.node.name}) → {ops} diverges from PyTorch in onnxruntime.",
+            found.repro_graph, ir_version(self.opset_version), found.repro_inputs,
+            {found.repro_graph.outputs[0].name: found.expected}, c.atol, c.rtol,
+        )
+        isolated = self._isolated(result.reproducer, found)
+        properties["isolatedNodeDiverges"] = isolated
+        amplifies = (
+            " On PyTorch's exact input values its ONNX ops match: it amplifies differences of its inputs that are "
+            "within tolerance (the per-line notes show them), and the reproducer passes."
+            if isolated is False else ""
+        )
         message = (
             f"First divergence from eager PyTorch in onnxruntime: {found.node.target} ({found.node.name}) → {ops}: "
             f"{c.describe()}, while its inputs match. "
             + (f"{found.inherited} later value{' inherits' if found.inherited == 1 else 's inherit'} it; " if found.inherited else "")
-            + f"{outputs_text}.{optimizer}"
+            + f"{outputs_text}.{optimizer}{amplifies}"
         )
         result.diagnostic = ctx.report(
             rules.ACCURACY_DIVERGENCE, Level.ERROR, message, node=found.node,
             onnxOpTypes=found.onnx_op_types, **{f"node{k[0].upper()}{k[1:]}": v for k, v in c.properties().items()},
             inheritedDivergences=found.inherited, otherFirstDivergences=found.independent, **properties,
         )
-        result.reproducer = Reproducer(
-            f"onnxlens reproducer: {found.node.target} ({found.node.name}) → {ops} diverges from PyTorch in onnxruntime.",
-            found.repro_graph, ir_version(self.opset_version), found.repro_inputs,
-            {found.repro_graph.outputs[0].name: found.expected}, c.atol, c.rtol,
-        )
+
+    def _isolated(self, reproducer: Reproducer, found: divergence.Divergence) -> bool | None:
+        """Whether the node's ONNX ops alone, on PyTorch's exact inputs, diverge (None: they did not run)."""
+        try:
+            [actual] = reproducer.run()
+        except Exception:
+            return None
+        return not numerics.compare(actual, found.expected, _dtype_of(found.expected), self.tolerances).ok
 
     def write_reproducer(self, model_path: str) -> str | None:
         """Write the last verification's reproducer to ``<stem>_repro/`` beside `model_path`; its path."""

@@ -43,6 +43,11 @@ def softmax_without_max(self, dim: int, dtype: int = -1):
 
 
 @onnxscript.script(fault)
+def mean_ten_ppm_high(self, dim: list[int], keepdim: bool = False, dtype: int = -1):
+    return op.Mul(op.ReduceMean(self, op.Constant(value_ints=dim), keepdims=keepdim), op.CastLike(op.Constant(value_float=1.00001), self))
+
+
+@onnxscript.script(fault)
 def norm_five_percent_high(self, ord: float, dim: list[int], keepdim: bool, dtype: int = -1):
     return op.Mul(op.ReduceL2(self, op.Constant(value_ints=dim), keepdims=keepdim), op.CastLike(op.Constant(value_float=1.05), self))
 
@@ -93,6 +98,7 @@ def test_slightly_wrong_translation_is_found_at_its_line(tmp_path):
     assert (props["nodeAtol"], props["nodeRtol"]) == (1e-4, 1e-3)
     assert props["inheritedDivergences"] >= 2  # the mix line and the output inherit it
     assert props["unoptimizedModelMatches"] is False  # the translation, not the optimizer
+    assert props["isolatedNodeDiverges"] is True  # wrong on PyTorch's own inputs too
     assert "aten.sigmoid.default" in error.message and "Sigmoid" in error.message
     # One more onnxruntime session for the bisection (plus the model's and the unoptimized model's).
     assert props["ortSessions"] == 3 and props["nodesCompared"] >= 6
@@ -331,3 +337,17 @@ def test_sessions_share_the_weights_and_leave_the_model_as_it_was():
     assert {name for name, _ in session.onnxlens_weights} == shared == {"0.weight"}
     with torch.no_grad():
         np.testing.assert_allclose(session.run(None, {"input": x.numpy()})[0], model(x).numpy(), atol=1e-5)
+
+
+def test_an_error_within_tolerance_that_a_later_op_amplifies_is_said_to_be_amplified():
+    torch.manual_seed(0)
+    model, x = models.Centered().eval(), torch.randn(3, 16)
+    failed = verified_failure(model, x, registry=registry_with(mean_ten_ppm_high, "mean", "dim"))
+    error = only_error_at(failed, "centered-sub")
+    with torch.no_grad():
+        mean = model.up(x).mean(-1)
+    # The mean is off by 1e-5 * 1e4 = 0.1, within 1e-4 + 1e-3 * 1e4; h - mean is near 0, so 0.1 is far out.
+    assert float((mean * 1e-5).max()) < 1e-4 + 1e-3 * float(mean.min())
+    assert error.properties["fxTarget"] == "aten.sub.Tensor"
+    assert error.properties["isolatedNodeDiverges"] is False
+    assert "amplifies differences of its inputs that are within tolerance" in error.message
