@@ -11,7 +11,9 @@ share of the plain export, with the nodes it compared and the share of FX values
 Then, unless ``--no-rss``, the largest Hugging Face model of the corpus and a larger LLaMA (random
 weights, ``--large-layers`` layers of width 1024: 8 layers ≈ 170M parameters) are exported in fresh
 processes — plain, verified, and verified followed by a bisection — and each process's time and peak
-RSS (``ru_maxrss``) are printed.
+RSS (``ru_maxrss``) are printed. ``--faults`` instead exports the injected faults of
+``tests/test_verify.py`` with ``verify=True`` and prints, for each, the line found, the nodes compared,
+the onnxruntime sessions and runs, and the seconds (export, and its verify stage).
 """
 
 from __future__ import annotations
@@ -108,16 +110,50 @@ def _fresh_processes(name: str, layers: int, repeats: int) -> None:
     ))
 
 
+def _faults() -> None:
+    import test_verify as t
+    from fixtures import diverging_models as models
+
+    faults = [
+        ("sigmoid 1% high", "gated-sigmoid", lambda: models.Gated().eval(), (5, 16), torch.float32, t.sigmoid_one_percent_high, "sigmoid", None),
+        ("softmax overflow", "attention-softmax", lambda: models.ScaledAttention(40.0).eval(), (2, 6, 16), torch.float32, t.softmax_without_max, "softmax", "int"),
+        ("float16 norm 5% high", "half-normalize", lambda: models.NormalizedHalf().eval().half(), (4, 64), torch.float16, t.norm_five_percent_high, "linalg_vector_norm", None),
+        ("mean within tolerance, amplified", "centered-sub", lambda: models.Centered().eval(), (3, 16), torch.float32, t.mean_ten_ppm_high, "mean", "dim"),
+    ]
+    for title, marker, build, shape, dtype, function, name, overload in faults:
+        torch.manual_seed(0)
+        model, x = build(), torch.randn(*shape).to(dtype)
+        options = exporter.ExportOptions(verify=True, onnx_registry=t.registry_with(function, name, overload))
+        job = Exporter(options, model, (x,), {})
+        start = time.perf_counter()
+        try:
+            job.export()
+        except exporter.OnnxExporterError:
+            pass
+        seconds = time.perf_counter() - start
+        [error] = [d for d in job.ctx.errors() if d.rule.id == "FXE0021"]
+        p = error.properties
+        print(
+            f"{title:34} line {error.location.line} (expected {t.line_of(marker)}) {p['fxTarget']}: "
+            f"{p['nodesCompared']} nodes compared, {p['ortSessions']} sessions, {p['ortRuns']} runs; "
+            f"export {seconds:.2f}s, verify stage {job.timings['verify']:.2f}s"
+        )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--cases", help="comma-separated corpus case names (default: all)")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--no-rss", action="store_true")
     parser.add_argument("--large-layers", type=int, default=8)
+    parser.add_argument("--faults", action="store_true", help="only the injected faults of tests/test_verify.py")
     parser.add_argument("--child", nargs=2, metavar=("CASE", "MODE"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
         _child(*args.child, args.large_layers)
+        return
+    if args.faults:
+        _faults()
         return
     cases = [corpus.get(n) for n in args.cases.split(",")] if args.cases else list(corpus.CASES)
     ratios: dict[str, float] = {}

@@ -38,6 +38,7 @@ class Verification:
     bisection: divergence.Bisection | None = None
     unoptimized_matches: bool | None = None  # None: not run (no unoptimized model kept, or nothing diverged)
     ort_sessions: int = 0
+    ort_runs: int = 0
     seconds: float = 0.0
     reproducer: Reproducer | None = None
     diagnostic: Diagnostic | None = None  # the error result (None when the outputs match)
@@ -82,18 +83,18 @@ class Verifier:
             return Verification(ok=True, outputs=[], skipped=reason)
         if len(actual) != len(expected):
             message = f"The ONNX model has {len(actual)} outputs where eager PyTorch gives {len(expected)}."
-            return Verification(ok=False, outputs=[], ort_sessions=1, diagnostic=ctx.report(rules.ACCURACY_DIVERGENCE, Level.ERROR, message))
+            return Verification(ok=False, outputs=[], ort_sessions=1, ort_runs=1, diagnostic=ctx.report(rules.ACCURACY_DIVERGENCE, Level.ERROR, message))
         outputs = [
             numerics.compare(a, e, _dtype_of(e), self.tolerances, histogram=True) for a, e in zip(actual, expected)
         ]
         del actual
-        result = Verification(ok=all(c.ok for c in outputs), outputs=outputs, ort_sessions=1)
+        result = Verification(ok=all(c.ok for c in outputs), outputs=outputs, ort_sessions=1, ort_runs=1)
         if result.ok:
             result.seconds = time.perf_counter() - start
             ctx.report(
                 rules.ACCURACY_DIVERGENCE, Level.NOTE,
                 f"Verified in onnxruntime against eager PyTorch: {len(outputs)} outputs match ({_outputs_summary(outputs)}).",
-                outputs=[c.properties() for c in outputs], ortSessions=1, seconds=round(result.seconds, 3),
+                outputs=[c.properties() for c in outputs], ortSessions=1, ortRuns=1, seconds=round(result.seconds, 3),
             )
             self.last = result
             return result
@@ -109,6 +110,7 @@ class Verifier:
         try:
             result.bisection = divergence.bisect(self.program, self.model, feeds, args, kwargs, self.tolerances, budget_bytes=self.budget_bytes)
             result.ort_sessions += 1
+            result.ort_runs += result.bisection.ort_runs
         except Exception as e:
             properties["bisectionError"] = f"{type(e).__name__}: {_first_line(e)}"
         unoptimized = self._unoptimized_model()
@@ -116,6 +118,7 @@ class Verifier:
             try:
                 _, actual = _run(unoptimized, inputs=list(feeds.values()))
                 result.ort_sessions += 1
+                result.ort_runs += 1
                 result.unoptimized_matches = all(numerics.compare(a, e, _dtype_of(e), self.tolerances).ok for a, e in zip(actual, expected))
             except Exception as e:
                 properties["unoptimizedError"] = f"{type(e).__name__}: {_first_line(e)}"
@@ -126,8 +129,7 @@ class Verifier:
         }[result.unoptimized_matches]
         properties["unoptimizedModelMatches"] = result.unoptimized_matches
         result.seconds = time.perf_counter() - start
-        bisect_runs = result.bisection.ort_runs if result.bisection else 0
-        properties.update(ortSessions=result.ort_sessions, ortRuns=result.ort_sessions - bool(result.bisection) + bisect_runs, seconds=round(result.seconds, 3))
+        properties.update(ortSessions=result.ort_sessions, ortRuns=result.ort_runs, seconds=round(result.seconds, 3))
         found = result.bisection.divergence if result.bisection else None
         if result.bisection:
             properties.update(nodesCompared=result.bisection.compared, mappedFraction=round(result.bisection.mapped_fraction, 3))
@@ -152,7 +154,9 @@ class Verifier:
             {found.repro_graph.outputs[0].name: found.expected}, c.atol, c.rtol,
         )
         isolated = self._isolated(result.reproducer, found)
-        properties["isolatedNodeDiverges"] = isolated
+        result.ort_sessions += 1
+        result.ort_runs += 1
+        properties.update(isolatedNodeDiverges=isolated, ortSessions=result.ort_sessions, ortRuns=result.ort_runs)
         amplifies = (
             " On PyTorch's exact input values its ONNX ops match: it amplifies differences of its inputs that are "
             "within tolerance (the per-line notes show them), and the reproducer passes."

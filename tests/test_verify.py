@@ -100,8 +100,9 @@ def test_slightly_wrong_translation_is_found_at_its_line(tmp_path):
     assert props["unoptimizedModelMatches"] is False  # the translation, not the optimizer
     assert props["isolatedNodeDiverges"] is True  # wrong on PyTorch's own inputs too
     assert "aten.sigmoid.default" in error.message and "Sigmoid" in error.message
-    # One more onnxruntime session for the bisection (plus the model's and the unoptimized model's).
-    assert props["ortSessions"] == 3 and props["nodesCompared"] >= 6
+    # One more onnxruntime session over the model for the bisection (plus the model's, the unoptimized
+    # model's and the reproducer's), one run each.
+    assert props["ortSessions"] == props["ortRuns"] == 4 and props["nodesCompared"] >= 6
     output = props["outputs"][0]
     assert output["ok"] is False and sum(output["errorHistogram"].values()) == output["elements"] == 5 * 8
     failed.save(tmp_path / "gated.onnx")
