@@ -19,6 +19,7 @@ def session(model: ir.Model):
     import onnxruntime as ort
 
     options = ort.SessionOptions()
+    options.log_severity_level = 3  # errors only: onnxruntime's warnings (e.g. what it cannot fold) are not the user's
     originals: dict[ir.Value, ir.TensorProtocol] = {}
     weights: list = []
     try:

@@ -93,7 +93,7 @@ class Verifier:
             result.seconds = time.perf_counter() - start
             ctx.report(
                 rules.ACCURACY_DIVERGENCE, Level.NOTE,
-                f"Verified in onnxruntime against eager PyTorch: {len(outputs)} outputs match ({_outputs_summary(outputs)}).",
+                f"Verified in onnxruntime against eager PyTorch: {len(outputs)} output{' matches' if len(outputs) == 1 else 's match'} ({_outputs_summary(outputs)}).",
                 outputs=[c.properties() for c in outputs], ortSessions=1, ortRuns=1, seconds=round(result.seconds, 3),
             )
             self.last = result
