@@ -54,6 +54,8 @@ class Exporter:
         self.output_adapter = adapters.OutputAdapter()
         self.generate_functions = generate_functions and options.fake_context is None
         self._generator: generate.Generator | None = None
+        self._verifier = None  # exporter.verify.Verifier, once the model is final
+        self._verified_model = None  # the model once verified (a failed verification keeps it in the ExportOutput)
 
     def export(self) -> ExportOutput:
         with captured_logs(self.ctx.logs):
@@ -78,8 +80,11 @@ class Exporter:
                 from exporter.op_debug import check_custom_translations
 
                 self._stage(Stage.OP_LEVEL_DEBUG, check_custom_translations, program, self._translator, model, self.model_args, self.model_kwargs, self.ctx)
+            unoptimized = model.clone() if self.options.verify else None  # verify: was it the optimizer?
             self._stage(Stage.ONNX_PASSES, self._finalize, model)
             self._record_adapters(program, model)
+            if self.options.fake_context is None:
+                self._verifier = self._make_verifier(program, model, unoptimized)
             if self._dims and self.options.second_size_check and self.options.fake_context is None and not self.ctx.errors():
                 from exporter import second_size
 
@@ -87,6 +92,9 @@ class Exporter:
                     Stage.SECOND_SIZE, second_size.check, program, model, self.input_adapter, self.output_adapter, self.model,
                     self.model_args, self.model_kwargs, dynamic.dim_names(program, self._dims), self.ctx,
                 )
+            if self.options.verify and self._verifier is not None and not self.ctx.errors():
+                self._stage(Stage.VERIFY, self._verifier.verify, self.model_args, self.model_kwargs, self.ctx)
+                self._verified_model = model
             if self.ctx.errors():
                 raise OnnxExporterErrorWithin(_errors_message(self.ctx))
         except OnnxExporterErrorWithin as e:
@@ -103,6 +111,7 @@ class Exporter:
             self.output_adapter,
             self.ctx,
             fake_context=self.options.fake_context,
+            verifier=self._verifier,
         )
 
     # -- stages -----------------------------------------------------------------------------
@@ -235,14 +244,24 @@ class Exporter:
         self.output_adapter.append_step(adapters.KeepGraphOutputsStep(keep_out))
         self.output_adapter.append_step(adapters.ConvertComplexToRealOutputStep())
 
+    def _make_verifier(self, program: torch.export.ExportedProgram, model, unoptimized):
+        from exporter.verify import Verifier
+
+        return Verifier(
+            program, self.model, model, unoptimized, self.input_adapter, self.output_adapter,
+            opset_version=self.opset_version, tolerances=self.options.verify_tolerances,
+        )
+
     def _partial(self, error: BaseException) -> ExportOutput:
+        """What a failed export leaves: the diagnostics, and the model when only its verification failed."""
         return ExportOutput(
-            None,
+            self._verified_model,
             self.input_adapter,
             self.output_adapter,
             self.ctx,
             fake_context=self.options.fake_context,
             export_exception=error,
+            verifier=self._verifier if self._verified_model is not None else None,
         )
 
 

@@ -135,6 +135,8 @@ def export_one(exporter, name: str, fn, settings: dict[str, Any], output: str, s
     except exporter.OnnxExporterError as e:
         progress.done()
         _print_logs(job.ctx, verbose)
+        if e.export_output.model is not None:  # only the verification failed: keep the model and its reproducer
+            e.export_output.save(output)
         print("\n".join(format_results(job.ctx)), file=sys.stderr)
         if sarif:
             e.export_output.save_diagnostics(sarif)

@@ -42,6 +42,7 @@ class Stage(str, enum.Enum):
     OP_LEVEL_DEBUG = "op-level debug"
     ONNX_PASSES = "onnx passes"
     SECOND_SIZE = "second-size check"  # a dynamic export run at other sizes (exporter.second_size)
+    VERIFY = "verify"  # the final model in onnxruntime against eager PyTorch (exporter.verify)
     SAVE = "save"
 
     def __str__(self) -> str:

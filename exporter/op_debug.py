@@ -155,6 +155,14 @@ def intermediate_values(
     program: torch.export.ExportedProgram, args: tuple, kwargs: dict, weights: dict[str, torch.Tensor]
 ) -> dict[torch.fx.Node, Any]:
     """Every node's value when the example inputs run through the (decomposed) FX graph."""
+    recorder = _Recorder(program.graph_module)
+    with torch.no_grad():
+        recorder.run(*placeholder_feeds(program, args, kwargs, weights))
+    return recorder.values
+
+
+def placeholder_feeds(program: torch.export.ExportedProgram, args: tuple, kwargs: dict, weights: dict[str, torch.Tensor]) -> list[Any]:
+    """The values of the FX graph's placeholders, in order: the flattened inputs and the weights."""
     user_inputs, _ = FlattenInputStep(program.call_spec.in_spec).apply(args, kwargs)
     user_inputs = iter(user_inputs)
     specs = {spec.arg.name: spec for spec in program.graph_signature.input_specs if hasattr(spec.arg, "name")}
@@ -164,10 +172,7 @@ def intermediate_values(
             continue
         spec = specs.get(node.name)
         feeds.append(next(user_inputs) if spec is None or spec.kind == gs.InputKind.USER_INPUT else weights[spec.target])
-    recorder = _Recorder(program.graph_module)
-    with torch.no_grad():
-        recorder.run(*feeds)
-    return recorder.values
+    return feeds
 
 
 class _Recorder(torch.fx.Interpreter):

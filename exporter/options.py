@@ -16,6 +16,7 @@ from typing import Any
 
 VERBOSITIES = ("debug", "info", "warning", "error")
 OPTIMIZE_ONNXRUNTIME = "onnxruntime"  # ExportOptions.optimize: also onnxruntime's fusions (contrib ops)
+VERIFY_DTYPES = ("float64", "float32", "float16", "bfloat16")  # the keys of ExportOptions.verify_tolerances
 
 
 def _setting(default: Any, kind: type, help: str, **extra: Any) -> Any:
@@ -56,6 +57,10 @@ class ExportOptions:
     modularize: wrap each ``nn.Module`` call in an ONNX local function.
     second_size_check: run a dynamic export's model in onnxruntime at other sizes of its dynamic
         dimensions against eager PyTorch (`exporter.second_size`); a mismatch fails the export.
+    verify: run the final model in onnxruntime on the example inputs against eager PyTorch (FXE0021,
+        `exporter.verify`); a divergence fails the export at the first diverging source line.
+    verify_tolerances: per-dtype (atol, rtol) overrides of verify's tolerances, by dtype name
+        (``{"float32": (1e-3, 1e-2)}``; defaults in `exporter.numerics.TOLERANCES`).
     """
 
     dynamic_shapes: Any = _setting(None, bool, "make every input dimension symbolic")
@@ -67,10 +72,15 @@ class ExportOptions:
     optimize: bool | str = _setting(True, bool, "run onnxscript's optimizer")  # or OPTIMIZE_ONNXRUNTIME (Python only)
     modularize: bool = _setting(True, bool, "wrap nn.Modules in ONNX functions")
     second_size_check: bool = _setting(True, bool, "check a dynamic export in onnxruntime at other sizes")
+    verify: bool = _setting(False, bool, "verify the final model in onnxruntime against eager PyTorch (FXE0021)")
+    verify_tolerances: dict[str, tuple[float, float]] | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.optimize, bool) and self.optimize != OPTIMIZE_ONNXRUNTIME:
             raise ValueError(f"ExportOptions.optimize must be True, False or {OPTIMIZE_ONNXRUNTIME!r}, got {self.optimize!r}")
+        unknown = sorted(set(self.verify_tolerances or ()) - set(VERIFY_DTYPES))
+        if unknown:
+            raise ValueError(f"ExportOptions.verify_tolerances: unknown dtypes {unknown}; known: {', '.join(VERIFY_DTYPES)}")
 
     @classmethod
     def from_settings(cls, settings: Mapping[str, Any]) -> ExportOptions:

@@ -22,6 +22,7 @@ if TYPE_CHECKING:
     import torch
 
     from exporter.fake import ONNXFakeContext
+    from exporter.verify import Verification, Verifier
 
 @runtime_checkable
 class ExportOutputSerializer(Protocol):
@@ -49,6 +50,7 @@ class ExportOutput:
         *,
         fake_context: ONNXFakeContext | None = None,
         export_exception: BaseException | None = None,
+        verifier: Verifier | None = None,
     ) -> None:
         self.model = model
         self._input_adapter = input_adapter
@@ -56,6 +58,7 @@ class ExportOutput:
         self._diagnostic_context = diagnostic_context
         self._fake_context = fake_context
         self._export_exception = export_exception
+        self._verifier = verifier
 
     @functools.cached_property
     def model_proto(self) -> onnx.ModelProto:
@@ -84,6 +87,14 @@ class ExportOutput:
         """The PyTorch model's outputs as the flat list the ONNX model returns."""
         return self._output_adapter.apply(model_outputs)
 
+    def verify(self, *model_args: Any, **model_kwargs: Any) -> Verification:
+        """Run the model in onnxruntime on these inputs against eager PyTorch (FXE0021, added to the
+        diagnostics): every output's errors and, when one diverges, the first diverging source line.
+        `save` then also writes a reproducer of that divergence in ``<stem>_repro/``."""
+        if self._verifier is None:
+            raise RuntimeError("Nothing to verify: the export failed, or ran under fake mode (no weights).")
+        return self._verifier.verify(model_args, model_kwargs, self._diagnostic_context)
+
     def save(
         self,
         destination: str | os.PathLike | io.BufferedIOBase,
@@ -98,7 +109,11 @@ class ExportOutput:
         weights are written as external data in ``<stem>_initializers/`` beside the model. Under fake
         mode, the checkpoints loaded inside `enable_fake_mode` are used when none is given. With
         `strict` (the default), the state dict must hold every weight of the model and nothing else.
+        With a file path, a reproducer of a failed verification (`verify`) is written to
+        ``<stem>_repro/`` beside the model.
         """
+        if self._verifier is not None and isinstance(destination, (str, os.PathLike)):
+            self._verifier.write_reproducer(os.fspath(destination))
         if model_state_dict is None and self._fake_context is not None and self._fake_context.state_dict_paths:
             model_state_dict = list(self._fake_context.state_dict_paths)
         if model_state_dict is not None:

@@ -107,6 +107,8 @@ def _export(request: ExportRequest, progress) -> dict[str, Any]:
     try:
         output = job.export()
     except exporter.OnnxExporterError as e:
+        if e.export_output.model is not None:  # only the verification failed: keep the model and its reproducer
+            e.export_output.save(request.onnx_path)
         e.export_output.save_diagnostics(request.sarif_path)
         return {"status": "failed", "message": str(e), "sarif": request.sarif_path, "stages": job.timings}
     progress(Stage.SAVE.value, {})

@@ -81,6 +81,9 @@ def diagnostics_by_path(log: dict[str, Any], read_line=None, place=None, data: d
             line = line_of(result["locations"][0])
             rule = rules.get(result["ruleId"], {})
             related = _related(result, run, read_line)
+            reproducer = result.get("properties", {}).get("reproducer")
+            if reproducer:  # FXE0021: the first divergence's reproducer
+                related = (related or []) + [_reproducer(reproducer)]
             if result["ruleId"] == CAPTURE_RULE:
                 related = (related or []) + [_attempt(a, run, read_line) for a in attempts if artifact_path(a["locations"][0], run)] or None
             found.setdefault(path, []).append(
@@ -114,6 +117,14 @@ def _attempt(result: dict[str, Any], run: dict[str, Any], read_line) -> types.Di
     return types.DiagnosticRelatedInformation(
         location=types.Location(pathlib.Path(path).as_uri(), to_range(line, read_line(path, line) if read_line else None)),
         message=result["message"]["text"],
+    )
+
+
+def _reproducer(directory: str) -> types.DiagnosticRelatedInformation:
+    """A verification's reproducer (its run.py), as related information of the divergence."""
+    return types.DiagnosticRelatedInformation(
+        location=types.Location((pathlib.Path(directory) / "run.py").as_uri(), to_range(1)),
+        message="reproducer of this divergence: python run.py exits 1 while onnxruntime differs from PyTorch",
     )
 
 

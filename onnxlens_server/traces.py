@@ -1,7 +1,8 @@
 """Op-level debug traces inline: inlay hints at the end of source lines, and hovers with the details.
 
-They come from the FXE0013 per-line summaries of SARIF logs (``properties.aggregate ==
-"sourceLine"``), which list every checked op of the line with its numbers. The hover's Markdown
+They come from the FXE0013 (op-level debug) and FXE0021 (a failed verification's bisection) per-line
+summaries of SARIF logs (``properties.aggregate == "sourceLine"``), which list every checked op of
+the line with its numbers. The hover's Markdown
 uses codicons (``$(check)``), which the extension renders (``supportThemeIcons``).
 """
 
@@ -15,6 +16,7 @@ from lsprotocol import types
 from onnxlens_server.sarif_to_lsp import artifact_path, line_of
 
 
+_TITLES = {"FXE0013": "op-level debug", "FXE0021": "verification in onnxruntime"}  # rules with per-line traces
 HINT_WIDTH = 36  # characters: a hint must not run off the editor or into the next line's reading
 
 
@@ -26,6 +28,7 @@ class LineTrace:
     op_types: list[str]
     max_abs_error: float
     mismatches: int
+    title: str = "op-level debug"
 
 
 def line_traces(log: dict[str, Any]) -> list[LineTrace]:
@@ -33,13 +36,13 @@ def line_traces(log: dict[str, Any]) -> list[LineTrace]:
     for run in log.get("runs", []):
         for result in run.get("results", []):
             props = result.get("properties", {})
-            if result.get("ruleId") != "FXE0013" or props.get("aggregate") != "sourceLine" or not result.get("locations"):
+            if result.get("ruleId") not in _TITLES or props.get("aggregate") != "sourceLine" or not result.get("locations"):
                 continue
             path = artifact_path(result["locations"][0], run)
             if path is not None:
                 traces.append(
                     LineTrace(path, line_of(result["locations"][0]), props.get("ops", []), props.get("onnxOpTypes", []),
-                              props.get("maxAbsError", 0.0), props.get("mismatches", 0))
+                              props.get("maxAbsError", 0.0), props.get("mismatches", 0), _TITLES[result["ruleId"]])
                 )
     return traces
 
@@ -84,5 +87,5 @@ def hover_markdown(trace: LineTrace) -> str:
             f"| `{op.get('fxTarget', '?')}` | {', '.join(op.get('onnxOpTypes', []))} | {shapes} | "
             f"{', '.join(op.get('outputDtypes', []))} | {'' if err is None else f'{err:.3g}'} | {tol} | {verdict} |"
         )
-    title = "**onnxlens op-level debug**" + (f" — {trace.mismatches} mismatch(es)" if trace.mismatches else "")
+    title = f"**onnxlens {trace.title}**" + (f" — {trace.mismatches} mismatch(es)" if trace.mismatches else "")
     return "\n".join([title, "", *rows])

@@ -164,6 +164,25 @@ DIMENSION_SPECIALIZED = Rule(
     "In the editor, quick fixes do both: they change the example's literal size 1 to 2, or apply "
     "torch's suggested fix to the target's dynamic_shapes, and export the target again.",
 )
+ACCURACY_DIVERGENCE = Rule(
+    "FXE0021",
+    "accuracy-divergence",
+    "The exported model gives other numbers than eager PyTorch in onnxruntime.",
+    "With ExportOptions(verify=True) (CLI --verify, setting onnxlens.verify) or export_output.verify(*args, **kwargs), "
+    "the final ONNX model (after optimization, as saved) runs in onnxruntime and every output is compared with eager "
+    "PyTorch: a note gives each output's max abs / rel error and an error histogram (properties outputs). Tolerances "
+    "per dtype (atol, rtol): float64 1e-6, 1e-5; float32 1e-4, 1e-3; float16 1e-2, 1e-2; bfloat16 5e-2, 5e-2; "
+    "integers and booleans exact; ExportOptions(verify_tolerances={\"float32\": (atol, rtol)}) overrides them. "
+    "When an output diverges, the values of the FX graph's nodes are compared in one more onnxruntime session, in "
+    "topological order: the error is at the source line of the first node that diverges while its inputs match, "
+    "naming the ATen op, the ONNX ops it became, its error and tolerance (later nodes that only inherit it are "
+    "counted: inheritedDivergences). It says whether the unoptimized model matches (then the optimizer is at fault). "
+    "Saving the model writes a reproducer beside it, <stem>_repro/ (property reproducer): that node as an ONNX "
+    "model, its inputs, PyTorch's outputs and run.py, which exits 1 while onnxruntime differs.",
+    "Check the ONNX function of the named op (a function you registered, or torchlib's) and run the reproducer's "
+    "run.py; when the optimizer is at fault, export with optimize=False and report the reproducer to onnxscript. "
+    "Values that overflow at the model's scale point at a translation that needs another formulation.",
+)
 
 ALL_RULES: tuple[Rule, ...] = (
     FX_GRAPH_TO_ONNX,
@@ -179,6 +198,7 @@ ALL_RULES: tuple[Rule, ...] = (
     INPUT_OUTPUT_ADAPTATION,
     ONNX_MODEL_CHECK,
     DIMENSION_SPECIALIZED,
+    ACCURACY_DIVERGENCE,
 )
 
 

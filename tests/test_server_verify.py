@@ -1,0 +1,34 @@
+"""Verification in the editor (setting ``onnxlens.verify``): the first divergence is a problem at its
+line, its related information opens the reproducer, and the hovers show each line's error."""
+
+from __future__ import annotations
+
+import pathlib
+import subprocess
+import sys
+
+import pytest
+from lsprotocol import types
+
+from test_server_reliability import export, server
+from test_verify import CLI_MODEL
+
+pytestmark = pytest.mark.asyncio
+
+
+async def test_verify_setting_gives_a_problem_at_the_diverging_line_with_the_reproducer(tmp_path: pathlib.Path):
+    path = tmp_path / "gated.py"
+    path.write_text("FAULT = True\n" + CLI_MODEL)
+    line = ("FAULT = True\n" + CLI_MODEL).splitlines().index("        return h * torch.sigmoid(self.gate(h))  # the gate")
+    async with server(tmp_path, {"verify": True}) as client:
+        job = await export(client, path, target="gated")
+        problems = [d for d in client.diagnostics[path.as_uri()] if d.code == "FXE0021"]
+        hover = await client.text_document_hover_async(types.HoverParams(types.TextDocumentIdentifier(path.as_uri()), types.Position(line, 8)))
+    assert job["status"] == "failed"
+    (problem,) = problems
+    assert problem.severity == types.DiagnosticSeverity.Error and problem.range.start.line == line
+    assert problem.message.startswith("First divergence from eager PyTorch in onnxruntime: aten.sigmoid.default")
+    run_py = pathlib.Path(problem.related_information[-1].location.uri.removeprefix("file://"))
+    assert run_py.name == "run.py" and run_py.parent.name.endswith("_repro")
+    assert subprocess.run([sys.executable, str(run_py)], capture_output=True).returncode == 1
+    assert hover is not None and "verification in onnxruntime" in hover.contents.value
