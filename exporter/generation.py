@@ -97,7 +97,7 @@ def export_for_generation(
     tokenizer: Any = None,
     opset_version: int | None = None,
     optimize: bool | str = True,
-    modularize: bool = False,
+    modularize: bool = True,
     onnx_registry: Any = None,
     diagnostic_options: DiagnosticOptions | None = None,
     sarif: bool = True,

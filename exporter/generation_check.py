@@ -55,7 +55,7 @@ class Parity:
         if self.error is not None:
             return f"generation check failed: {self.error}"
         if self.divergence is None:
-            return f"{self.steps} greedy tokens x {self.batch} rows identical to generate()"
+            return f"{self.steps} greedy tokens for {self.batch} prompt{'s' if self.batch > 1 else ''} identical to generate()"
         d = self.divergence
         return f"generation diverges at step {d.step} (row {d.row}): expected token {d.expected}, produced {d.produced}"
 

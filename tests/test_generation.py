@@ -8,6 +8,8 @@ documented input names only.
 from __future__ import annotations
 
 import json
+import os
+import subprocess
 
 import numpy as np
 import onnx
@@ -20,7 +22,7 @@ from transformers import AutoModelForCausalLM, GemmaConfig, GPT2Config, LlamaCon
 
 import exporter
 from exporter.generation_check import greedy_generate
-from helpers import validate_sarif
+from helpers import console_script, validate_sarif
 
 NEW_TOKENS = 16
 TOKENS = dict(vocab_size=1000, initializer_range=0.1, bos_token_id=1, eos_token_id=2, pad_token_id=0)
@@ -164,3 +166,52 @@ def _default_prompt() -> tuple[torch.Tensor, torch.Tensor]:
     mask[1, :3] = 0
     ids[1, :3] = 0
     return ids, mask
+
+
+CLI_MODELS = '''\
+import torch
+import exporter
+from transformers import AutoModelForCausalLM, GPT2Config
+
+
+def tiny_gpt2():
+    torch.manual_seed(0)
+    config = GPT2Config(vocab_size=1000, n_embd=64, n_layer=2, n_head=4, n_positions=256, tie_word_embeddings=False,
+                        initializer_range=0.1, bos_token_id=1, eos_token_id=2, pad_token_id=0)
+    return AutoModelForCausalLM.from_config(config).eval()
+
+
+@exporter.export_target(task="text-generation")
+def lm():
+    return tiny_gpt2()
+
+
+@exporter.export_target
+def lm_with_prompt():
+    return tiny_gpt2(), (torch.tensor([[5, 17, 300, 42]]),)
+'''
+
+
+@pytest.mark.parametrize("target, flags", [("lm", []), ("lm_with_prompt", ["--task", "text-generation"])])
+def test_cli_exports_a_generation_folder(tmp_path, target, flags):
+    (tmp_path / "models.py").write_text(CLI_MODELS)
+    out = tmp_path / "out" / target
+    run = subprocess.run(
+        [console_script("onnxlens-export"), f"{tmp_path / 'models.py'}:{target}", *flags, "-o", str(out)],
+        capture_output=True, text=True,
+    )
+    assert run.returncode == 0, run.stderr
+    prompts = 2 if target == "lm" else 1  # the default left-padded pair, or the target's prompt
+    assert f"16 greedy tokens for {prompts} prompt" in run.stdout and f"exported {target} for generation -> {out}" in run.stdout
+    assert {"model.onnx", "genai_config.json", "generation_config.json", "model.sarif"} <= set(os.listdir(out))
+
+
+def test_cli_refuses_options_a_generation_export_does_not_take(tmp_path):
+    (tmp_path / "models.py").write_text(CLI_MODELS)
+    run = subprocess.run([console_script("onnxlens-export"), f"{tmp_path / 'models.py'}:lm", "--dynamic-shapes", "-o", str(tmp_path / "o")], capture_output=True, text=True)
+    assert run.returncode == 1 and "does not take dynamic_shapes" in run.stderr and not (tmp_path / "o").exists()
+
+
+def test_export_target_checks_the_task():
+    with pytest.raises(ValueError, match="unknown export task 'translation'"):
+        exporter.export_target(task="translation")
