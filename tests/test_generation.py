@@ -18,28 +18,14 @@ import onnxscript
 import pytest
 import torch
 from onnxscript import opset18 as op
-from transformers import AutoModelForCausalLM, GemmaConfig, GPT2Config, LlamaConfig, MistralConfig, Phi3Config
 
 import exporter
 from exporter.generation_check import greedy_generate
 from helpers import console_script, validate_sarif
+from tiny_lms import CONFIGS, tiny_model
 
 NEW_TOKENS = 16
-TOKENS = dict(vocab_size=1000, initializer_range=0.1, bos_token_id=1, eos_token_id=2, pad_token_id=0)
-DECODER = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256)
-CONFIGS = {
-    "llama": lambda: LlamaConfig(**DECODER, **TOKENS),
-    "mistral": lambda: MistralConfig(**DECODER, sliding_window=8, **TOKENS),  # the window is crossed while generating
-    "phi3": lambda: Phi3Config(**DECODER, original_max_position_embeddings=256, **TOKENS),
-    "gemma": lambda: GemmaConfig(**{**DECODER, "num_key_value_heads": 1}, head_dim=16, tie_word_embeddings=False, **TOKENS),
-    "gpt2": lambda: GPT2Config(n_embd=64, n_layer=2, n_head=4, n_positions=256, tie_word_embeddings=False, **TOKENS),
-}
 PROMPT = [[5, 17, 300, 42, 7, 99, 12], [3, 4, 5, 8, 9, 10, 11]]
-
-
-def tiny_model(name: str) -> torch.nn.Module:
-    torch.manual_seed(0)
-    return AutoModelForCausalLM.from_config(CONFIGS[name]()).eval()
 
 
 @pytest.fixture(scope="module", params=sorted(CONFIGS))
