@@ -27,7 +27,9 @@ from torch.export import Dim
 
 from exporter import genai_config
 from exporter.api import Exporter
+from exporter.diagnostics import Level, rules
 from exporter.errors import OnnxExporterError
+from exporter.fake import ONNXFakeContext
 from exporter.options import DiagnosticOptions, ExportOptions
 from exporter.output import ExportOutput
 from exporter.generation_check import Parity, check_generation
@@ -100,6 +102,8 @@ def export_for_generation(
     modularize: bool = True,
     onnx_registry: Any = None,
     diagnostic_options: DiagnosticOptions | None = None,
+    fake_context: ONNXFakeContext | None = None,
+    model_state_dict: dict[str, Any] | str | os.PathLike | None = None,
     sarif: bool = True,
 ) -> GenerationExport:
     """Export a Hugging Face causal LM (``AutoModelForCausalLM``) for generation into `output_dir`:
@@ -112,12 +116,21 @@ def export_for_generation(
     onnxruntime with its KV cache, token for token against ``model.generate(do_sample=False)``
     (rule FXE0022). A divergence raises `OnnxExporterError` after the folder is written; its
     ``export_output`` holds the diagnostics.
+
+    Fake mode: build the model inside ``with exporter.enable_fake_mode() as ctx:`` and pass
+    ``fake_context=ctx``; the weights come from `model_state_dict` (a dict, or a ``.safetensors`` /
+    ``torch.save`` checkpoint; by default the checkpoints loaded under fake mode) and are written as
+    external data in ``model_initializers/``. Without real weights there is nothing to generate with:
+    the generation check is skipped (a note says so).
     """
     output_dir = os.fspath(output_dir)
     config = model.config
     wrapper = CausalLMWithCache(model).eval()
     uses_positions = "position_ids" in inspect.signature(model.forward).parameters
-    args, shapes = _example(config, uses_positions, next(model.parameters()).dtype)
+    if fake_context is not None and model_state_dict is None and not fake_context.state_dict_paths:
+        raise ValueError("Under fake mode the weights must come from somewhere: pass model_state_dict (a state dict or checkpoint path).")
+    with fake_context.fake_mode if fake_context is not None else contextlib.nullcontext():
+        args, shapes = _example(config, uses_positions, next(model.parameters()).dtype)
     options = ExportOptions(
         dynamic_shapes=shapes,
         opset_version=opset_version,
@@ -125,6 +138,7 @@ def export_for_generation(
         modularize=modularize,
         onnx_registry=onnx_registry,
         diagnostic_options=diagnostic_options,
+        fake_context=fake_context,
         second_size_check=False,  # the generation check below runs prefill and decode at many sizes
     )
     start = time.perf_counter()
@@ -134,9 +148,14 @@ def export_for_generation(
     export_seconds = time.perf_counter() - start
 
     os.makedirs(output_dir, exist_ok=True)
-    files = _write_folder(export_output, model, output_dir, tokenizer, uses_positions)
+    files = _write_folder(export_output, model, output_dir, tokenizer, uses_positions, model_state_dict)
     parity, verify_seconds = None, 0.0
-    if verify_generation:
+    if verify_generation and fake_context is not None:
+        export_output.diagnostic_context.report(
+            rules.GENERATION_DIVERGENCE, Level.NOTE, "Generation check skipped: the model was exported under fake mode (no weights to generate with).",
+            generationCheck="skipped",
+        )
+    elif verify_generation:
         start = time.perf_counter()
         parity = check_generation(model, os.path.join(output_dir, MODEL_FILE), export_output.diagnostic_context, prompt, attention_mask, max_new_tokens)
         verify_seconds = time.perf_counter() - start
@@ -210,10 +229,13 @@ def _name_dim(value: ir.Value, axis: int, name: str) -> None:
         value.shape = ir.Shape(dims)
 
 
-def _write_folder(export_output: ExportOutput, model: torch.nn.Module, output_dir: str, tokenizer: Any, uses_positions: bool) -> list[str]:
+def _write_folder(
+    export_output: ExportOutput, model: torch.nn.Module, output_dir: str, tokenizer: Any, uses_positions: bool, state_dict: Any
+) -> list[str]:
     """Write the model, its configs and tokenizer; the names written, relative to `output_dir`."""
-    export_output.save(os.path.join(output_dir, MODEL_FILE))
-    files = [MODEL_FILE, *([f"{MODEL_FILE}.data"] if os.path.exists(os.path.join(output_dir, f"{MODEL_FILE}.data")) else [])]
+    export_output.save(os.path.join(output_dir, MODEL_FILE), model_state_dict=state_dict)
+    weights = [f"{MODEL_FILE}.data", f"{os.path.splitext(MODEL_FILE)[0]}_initializers"]  # as `ExportOutput.save` names them
+    files = [MODEL_FILE, *(w for w in weights if os.path.exists(os.path.join(output_dir, w)))]
     model.config.save_pretrained(output_dir)
     model.generation_config.save_pretrained(output_dir)
     config = genai_config.build(model.config, model.generation_config, _kv_layout(model.config), MODEL_FILE, uses_positions)

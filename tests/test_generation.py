@@ -18,6 +18,7 @@ import onnxscript
 import pytest
 import torch
 from onnxscript import opset18 as op
+from transformers import AutoModelForCausalLM
 
 import exporter
 from exporter.generation_check import greedy_generate
@@ -201,3 +202,37 @@ def test_cli_refuses_options_a_generation_export_does_not_take(tmp_path):
 def test_export_target_checks_the_task():
     with pytest.raises(ValueError, match="unknown export task 'translation'"):
         exporter.export_target(task="translation")
+
+
+def test_fake_mode_export_writes_the_checkpoint_and_generates(tmp_path):
+    import onnxruntime_genai as og
+
+    real = tiny_model("llama")
+    weights = {**real.state_dict(), **dict(real.named_buffers())}  # rotary inv_freq is not in the state dict
+    with exporter.enable_fake_mode() as ctx:
+        fake = AutoModelForCausalLM.from_config(CONFIGS["llama"]()).eval()
+    result = exporter.export_for_generation(fake, tmp_path, fake_context=ctx, model_state_dict=weights)
+    assert result.parity is None and "model_initializers" in result.files
+    (skipped,) = [d for d in result.export_output.diagnostic_context.diagnostics if d.rule.id == "FXE0022"]
+    assert skipped.properties["generationCheck"] == "skipped"
+    initializers = {t.name: t for t in onnx.load(result.model_path, load_external_data=False).graph.initializer}
+    assert initializers["model.model.embed_tokens.weight"].data_location == onnx.TensorProto.EXTERNAL
+    assert all(t.data_location == onnx.TensorProto.EXTERNAL for name, t in initializers.items() if name.startswith("model."))
+    session = ort.InferenceSession(result.model_path, providers=["CPUExecutionProvider"])
+    ids, mask = [PROMPT[0], [0, 0, 0, *PROMPT[1][3:]]], [[1] * 7, [0, 0, 0, 1, 1, 1, 1]]
+    assert greedy_generate(session, np.array(ids), np.array(mask), NEW_TOKENS, {2}, 0).tokens.tolist() == generate(real, ids, mask)
+    genai_model = og.Model(str(tmp_path))
+    params = og.GeneratorParams(genai_model)
+    params.set_search_options(max_length=7 + NEW_TOKENS, do_sample=False)
+    generator = og.Generator(genai_model, params)
+    generator.append_tokens(np.array(PROMPT[:1], dtype=np.int32))
+    while not generator.is_done():
+        generator.generate_next_token()
+    assert generator.get_sequence(0).tolist()[7:] == generate(real, PROMPT[:1])[0]
+
+
+def test_fake_mode_needs_weights(tmp_path):
+    with exporter.enable_fake_mode() as ctx:
+        fake = AutoModelForCausalLM.from_config(CONFIGS["gpt2"]()).eval()
+    with pytest.raises(ValueError, match="pass model_state_dict"):
+        exporter.export_for_generation(fake, tmp_path, fake_context=ctx)
