@@ -123,29 +123,16 @@ def export_for_generation(
     external data in ``model_initializers/``. Without real weights there is nothing to generate with:
     the generation check is skipped (a note says so).
     """
-    output_dir = os.fspath(output_dir)
-    config = model.config
-    wrapper = CausalLMWithCache(model).eval()
-    uses_positions = "position_ids" in inspect.signature(model.forward).parameters
     if fake_context is not None and model_state_dict is None and not fake_context.state_dict_paths:
         raise ValueError("Under fake mode the weights must come from somewhere: pass model_state_dict (a state dict or checkpoint path).")
-    with fake_context.fake_mode if fake_context is not None else contextlib.nullcontext():
-        args, shapes = _example(config, uses_positions, next(model.parameters()).dtype)
-    options = ExportOptions(
-        dynamic_shapes=shapes,
-        opset_version=opset_version,
-        optimize=optimize,
-        modularize=modularize,
-        onnx_registry=onnx_registry,
-        diagnostic_options=diagnostic_options,
-        fake_context=fake_context,
-        second_size_check=False,  # the generation check below runs prefill and decode at many sizes
-    )
+    output_dir = os.fspath(output_dir)
     start = time.perf_counter()
-    with torch.no_grad(), _transformers_export_patches():
-        export_output = Exporter(options, wrapper, args, {}).export()
-    _name_interface(export_output.model, config, uses_positions)
+    export_output = export_graph(
+        model, opset_version=opset_version, optimize=optimize, modularize=modularize, onnx_registry=onnx_registry,
+        diagnostic_options=diagnostic_options, fake_context=fake_context,
+    )
     export_seconds = time.perf_counter() - start
+    uses_positions = "position_ids" in [v.name for v in export_output.model.graph.inputs]
 
     os.makedirs(output_dir, exist_ok=True)
     files = _write_folder(export_output, model, output_dir, tokenizer, uses_positions, model_state_dict)
@@ -167,6 +154,24 @@ def export_for_generation(
     if errors:
         raise OnnxExporterError(export_output, f"{errors[0].rule.id} {errors[0].message}")
     return result
+
+
+def export_graph(model: torch.nn.Module, **options: Any) -> ExportOutput:
+    """The generation graph of `model` with its standard names, in memory (`export_for_generation`
+    without the folder and the check); `options` are `ExportOptions` fields (`opset_version`,
+    `optimize`, `modularize`, `onnx_registry`, `diagnostic_options`, `fake_context`)."""
+    config = model.config
+    wrapper = CausalLMWithCache(model).eval()
+    uses_positions = "position_ids" in inspect.signature(model.forward).parameters
+    fake_context = options.get("fake_context")
+    with fake_context.fake_mode if fake_context is not None else contextlib.nullcontext():
+        args, shapes = _example(config, uses_positions, next(model.parameters()).dtype)
+    # no second-size check: the generation check runs prefill and decode at many sizes
+    export_options = ExportOptions(dynamic_shapes=shapes, second_size_check=False, **options)
+    with torch.no_grad(), _transformers_export_patches():
+        export_output = Exporter(export_options, wrapper, args, {}).export()
+    _name_interface(export_output.model, config, uses_positions)
+    return export_output
 
 
 def _example(config: Any, uses_positions: bool, dtype: torch.dtype) -> tuple[tuple[Any, ...], dict[str, Any]]:
