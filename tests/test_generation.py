@@ -236,3 +236,16 @@ def test_fake_mode_needs_weights(tmp_path):
         fake = AutoModelForCausalLM.from_config(CONFIGS["gpt2"]()).eval()
     with pytest.raises(ValueError, match="pass model_state_dict"):
         exporter.export_for_generation(fake, tmp_path, fake_context=ctx)
+
+
+@pytest.mark.parametrize("dtype, onnx_type", [(torch.float16, onnx.TensorProto.FLOAT16), (torch.bfloat16, onnx.TensorProto.BFLOAT16)])
+def test_half_precision_is_kept(tmp_path, dtype, onnx_type):
+    result = exporter.export_for_generation(tiny_model("llama").to(dtype), tmp_path)
+    graph = onnx.load(result.model_path).graph
+    assert {v.type.tensor_type.elem_type for v in [*graph.input[3:], *graph.output]} == {onnx_type}
+    assert {t.data_type for t in graph.initializer if np.prod(t.dims) >= 64 * 64} == {onnx_type}  # the weights
+    (check,) = [d for d in result.export_output.diagnostic_context.diagnostics if d.rule.id == "FXE0022"]
+    if dtype == torch.float16:  # generated and compared with generate() in float16
+        assert result.parity.matched and check.properties["generationCheck"] == "passed"
+    else:  # onnxruntime's CPU provider has no bf16 MatMul: a warning, not a verdict
+        assert result.parity is None and check.level.name == "WARNING" and check.properties["generationCheck"] == "skipped"

@@ -174,7 +174,9 @@ GENERATION_DIVERGENCE = Rule(
     "produced token and the logit margins (onnxruntime's logit of the produced token minus that of the "
     "expected one; eager's of the expected minus the produced). Where eager PyTorch's two logits are "
     "within the tie tolerance (1e-3 for float32, 5e-2 for float16, 1e-1 for bfloat16) it is a warning: "
-    "rounding alone may pick either token. An error too when onnxruntime cannot run the model.",
+    "rounding alone may pick either token. An error too when onnxruntime cannot run the model; a "
+    "warning when its CPU provider has no kernel for it (bf16), and a note under fake mode (no weights): "
+    "then the check is skipped.",
     "A divergence at step 0 is in the prefill graph; a later one in decoding with the cache (past "
     "inputs, the attention mask, position ids). Export with ExportOptions(op_level_debug=True) through "
     "exporter.dynamo_export on the same model to find the op, or compare the logits of that step.",
