@@ -50,7 +50,7 @@ class GenerationExport:
     output_dir: str
     files: list[str]  # written, relative to output_dir
     export_output: ExportOutput
-    parity: Parity | None  # None when verify_generation=False
+    parity: Parity | None  # None when not checked (verify_generation=False, fake mode, no onnxruntime kernels)
     export_seconds: float
     verify_seconds: float
 
@@ -84,8 +84,7 @@ class CausalLMWithCache(torch.nn.Module):
         cache = DynamicCache(ddp_cache_data=past_key_values)
         kwargs = {"position_ids": position_ids} if position_ids is not None else {}
         out = self.model(input_ids=input_ids, attention_mask=attention_mask, use_cache=True, **{self.cache_argument: cache}, **kwargs)
-        present = out.past_key_values if hasattr(out, "past_key_values") else out.cache
-        return out.logits, [(layer.keys, layer.values) for layer in present.layers]
+        return out.logits, [(layer.keys, layer.values) for layer in cache.layers]  # the model extended the cache
 
 
 def export_for_generation(
@@ -123,6 +122,8 @@ def export_for_generation(
     external data in ``model_initializers/``. Without real weights there is nothing to generate with:
     the generation check is skipped (a note says so).
     """
+    if getattr(model.config, "is_encoder_decoder", False):
+        raise ValueError(f"{type(model).__name__} is an encoder-decoder model: export_for_generation exports decoder-only causal LMs (AutoModelForCausalLM).")
     if fake_context is not None and model_state_dict is None and not fake_context.state_dict_paths:
         raise ValueError("Under fake mode the weights must come from somewhere: pass model_state_dict (a state dict or checkpoint path).")
     output_dir = os.fspath(output_dir)
