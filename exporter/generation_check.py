@@ -160,7 +160,7 @@ def check_generation(
         return Parity(batch, 0, expected.tolist(), [], None, 0.0, 0.0, error=message)
     produced = result.tokens
     steps = min(expected.shape[1], produced.shape[1])
-    divergence = _first_divergence(expected, produced, eager_logits, result.logits, steps, TIE_TOLERANCE.get(next(model.parameters()).dtype, 1e-3))
+    divergence = first_divergence(expected, produced, eager_logits, result.logits, steps, TIE_TOLERANCE.get(next(model.parameters()).dtype, 1e-3))
     decode_ms = float(np.mean(result.decode_ms)) if result.decode_ms else 0.0
     parity = Parity(batch, steps, expected.tolist(), produced.tolist(), divergence, result.prefill_ms, decode_ms)
     properties = {"batch": batch, "steps": steps, "expectedTokens": parity.expected, "producedTokens": parity.produced}
@@ -189,9 +189,11 @@ def check_generation(
     return parity
 
 
-def _first_divergence(
+def first_divergence(
     expected: np.ndarray, produced: np.ndarray, eager_logits: list[np.ndarray], ort_logits: list[np.ndarray], steps: int, tolerance: float
 ) -> Divergence | None:
+    """The first (step, row) whose tokens differ, with its margins; a near tie when eager's logits of
+    the two tokens are within `tolerance`."""
     for step in range(steps):
         for row in np.flatnonzero(expected[:, step] != produced[:, step]):
             want, got = int(expected[row, step]), int(produced[row, step])

@@ -258,3 +258,17 @@ def test_encoder_decoder_models_are_refused_clearly(tmp_path):
     with pytest.raises(ValueError, match="T5ForConditionalGeneration is an encoder-decoder model"):
         exporter.export_for_generation(model, tmp_path)
     assert not list(tmp_path.iterdir())
+
+
+@pytest.mark.parametrize("gap, near_tie", [(5e-4, True), (0.25, False)])
+def test_a_divergence_between_nearly_tied_logits_is_a_near_tie(gap, near_tie):
+    from exporter.generation_check import first_divergence
+
+    expected, produced = np.array([[7, 3, 5]]), np.array([[7, 3, 6]])
+    eager = [np.zeros((1, 10), np.float32) for _ in range(3)]
+    ort_logits = [x.copy() for x in eager]
+    eager[2][0, 5], eager[2][0, 6] = 1.0, 1.0 - gap  # eager prefers 5 by `gap`
+    ort_logits[2][0, 6] = 0.1  # onnxruntime prefers 6 by 0.1
+    d = first_divergence(expected, produced, eager, ort_logits, 3, tolerance=1e-3)
+    assert (d.step, d.row, d.expected, d.produced, d.near_tie) == (2, 0, 5, 6, near_tie)
+    assert d.margin == pytest.approx(0.1, rel=1e-6) and d.eager_margin == pytest.approx(gap, rel=1e-3)
