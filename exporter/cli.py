@@ -133,14 +133,11 @@ def check_output_folder(path: str) -> None:
         raise TargetError(f"{path}: permission denied")
 
 
-GENERATION_SETTINGS = ("opset_version", "optimize", "modularize", "verbosity", "warnings_as_errors")
-
-
 def export_generation_one(name: str, fn, settings: dict[str, Any], output: str, sarif: str | None, progress, verbose: bool) -> bool:
     """Export one target's causal LM for generation into the folder `output`; True on success."""
     import exporter
     from exporter.diagnostics.report import format_results
-    from exporter.targets import build_generation_target
+    from exporter.targets import GENERATION_SETTINGS, build_generation_target
 
     start = time.perf_counter()
     try:

@@ -13,6 +13,7 @@ TARGET_ATTRIBUTE = "__onnxlens_target__"
 TASK_ATTRIBUTE = "__onnxlens_task__"
 TEXT_GENERATION = "text-generation"  # `exporter.export_for_generation`
 TASKS = (TEXT_GENERATION,)
+GENERATION_SETTINGS = ("opset_version", "optimize", "modularize", "verbosity", "warnings_as_errors")  # those a generation export takes
 
 
 def export_target(fn: Callable[..., Any] | None = None, /, *, task: str | None = None, **options: Any) -> Any:
