@@ -7,6 +7,8 @@ Each step runs in a fresh process (peak RSS is per process, from getrusage):
 
 - ``export-7b``: build LLaMA-2-7B's architecture under `enable_fake_mode`, export; wall time and
   peak RSS.
+- ``generation-7b``: LLaMA-2-7B's generation graph (KV-cache inputs and presents,
+  `exporter.generation.export_graph`) under fake mode, in memory; wall time and peak RSS.
 - ``save-2b``: write a real fp32 safetensors checkpoint for a ~2B LLaMA tensor by tensor (random
   values, never all in memory); export the model under fake mode; save with the checkpoint; report
   the peak RSS after export and after the save (the save's increase); then, in another process,
@@ -53,6 +55,21 @@ def fake_export(config_kwargs: dict):
 def export_7b(_: argparse.Namespace) -> None:
     _, _, params, seconds = fake_export(LLAMA_7B)
     print(json.dumps({"step": "export-7b", "params": params, "seconds": round(seconds, 1), "peak_rss_gib": round(peak_rss_gib(), 2)}))
+
+
+def generation_7b(_: argparse.Namespace) -> None:
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    import exporter
+    from exporter.generation import export_graph
+
+    start = time.perf_counter()
+    with exporter.enable_fake_mode() as ctx:
+        model = LlamaForCausalLM(LlamaConfig(**LLAMA_7B)).eval()
+    export_output = export_graph(model, fake_context=ctx)
+    inputs = [v.name for v in export_output.model.graph.inputs]
+    print(json.dumps({"step": "generation-7b", "graph_inputs": inputs[:4] + ["…"], "seconds": round(time.perf_counter() - start, 1),
+                      "peak_rss_gib": round(peak_rss_gib(), 2)}))
 
 
 def write_checkpoint(model, path: str) -> int:
@@ -123,10 +140,10 @@ def run_saved(args: argparse.Namespace) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("step", choices=["export-7b", "save-2b", "write-checkpoint", "run-saved"])
+    parser.add_argument("step", choices=["export-7b", "generation-7b", "save-2b", "write-checkpoint", "run-saved"])
     parser.add_argument("--dir", default="/tmp/onnxlens-fake-bench")
     args = parser.parse_args()
-    steps = {"export-7b": export_7b, "save-2b": save_2b, "write-checkpoint": checkpoint_step, "run-saved": run_saved}
+    steps = {"export-7b": export_7b, "generation-7b": generation_7b, "save-2b": save_2b, "write-checkpoint": checkpoint_step, "run-saved": run_saved}
     steps[args.step](args)
 
 

@@ -21,6 +21,7 @@ _EXPORTS = {
     "ExportOptions": "exporter.options",
     "ExportOutput": "exporter.output",
     "ExportOutputSerializer": "exporter.output",
+    "GenerationExport": "exporter.generation",
     "Exporter": "exporter.api",
     "FXGraphExtractor": "exporter.capture",
     "ONNXFakeContext": "exporter.fake",
@@ -30,6 +31,7 @@ _EXPORTS = {
     "default_registry": "exporter.registry",
     "dynamo_export": "exporter.api",
     "enable_fake_mode": "exporter.fake",
+    "export_for_generation": "exporter.generation",
     "export_target": "exporter.targets",
 }
 

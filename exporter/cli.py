@@ -21,7 +21,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
     parser = argparse.ArgumentParser(prog="onnxlens-export", description=DESCRIPTION)
     parser.add_argument("target", help="FILE.py or FILE.py:TARGET (default: every target in the file)")
-    parser.add_argument("-o", "--output", help="output .onnx path (one target only; default: <file>.<target>.onnx beside FILE)")
+    parser.add_argument("-o", "--output", help="output .onnx path, or folder for --task text-generation (one target only; default: <file>.<target>.onnx, <file>.<target>/ beside FILE)")
+    parser.add_argument("--task", choices=["text-generation"], help="export the target's causal LM for generation (KV cache, genai_config.json, checked by generating); default: the target's task")
     parser.add_argument("--sarif", help="write the SARIF diagnostics log here (.sarif; one target only)")
     options = parser.add_argument_group("export options (override the target's @export_target options)")
     for setting in SETTINGS.values():
@@ -58,13 +59,11 @@ def main(argv: list[str] | None = None) -> int:
     progress = _Progress(sys.stderr)
     progress(Stage.LOAD.value, {})
     import exporter
-    from exporter.targets import TargetError, find_targets, load_module, target_options
+    from exporter.targets import TEXT_GENERATION, TargetError, find_targets, load_module, target_options, target_task
 
     try:
         if args.sarif:
             check_output_path(args.sarif, ".sarif")
-        if args.output:
-            check_output_path(args.output, ".onnx")
         module = load_module(path)
         targets = find_targets(module)
         if name:
@@ -77,6 +76,9 @@ def main(argv: list[str] | None = None) -> int:
             raise TargetError("-o/--output needs a single target: use FILE.py:TARGET")
         if args.sarif and len(targets) > 1:
             raise TargetError("--sarif needs a single target: use FILE.py:TARGET")
+        if args.output:
+            generation = (args.task or target_task(next(iter(targets.values())))) == TEXT_GENERATION
+            check_output_folder(args.output) if generation else check_output_path(args.output, ".onnx")
     except TargetError as e:
         progress.done()
         print(f"onnxlens-export: error: {e}", file=sys.stderr)
@@ -91,8 +93,12 @@ def main(argv: list[str] | None = None) -> int:
     cli_settings = {name: value for name, value in vars(args).items() if name in SETTINGS and value is not None}
     failures = 0
     for target_name, fn in targets.items():
-        output = args.output or os.path.join(os.path.dirname(os.path.abspath(path)), f"{os.path.splitext(os.path.basename(path))[0]}.{target_name}.onnx")
-        failures += not export_one(exporter, target_name, fn, {**target_options(fn), **cli_settings}, output, args.sarif, progress, args.verbose)
+        stem = os.path.join(os.path.dirname(os.path.abspath(path)), f"{os.path.splitext(os.path.basename(path))[0]}.{target_name}")
+        settings = {**target_options(fn), **cli_settings}
+        if (args.task or target_task(fn)) == TEXT_GENERATION:
+            failures += not export_generation_one(target_name, fn, settings, args.output or stem, args.sarif, progress, args.verbose)
+        else:
+            failures += not export_one(exporter, target_name, fn, settings, args.output or f"{stem}.onnx", args.sarif, progress, args.verbose)
     return 1 if failures else 0
 
 
@@ -112,6 +118,65 @@ def check_output_path(path: str, suffix: str) -> None:
         raise TargetError(f"{path}: {existing} is not a directory")
     if not os.access(existing, os.W_OK | os.X_OK) or (os.path.exists(path) and not os.access(path, os.W_OK)):
         raise TargetError(f"{path}: permission denied")
+
+
+def check_output_folder(path: str) -> None:
+    """Fail before exporting if `path` cannot be the output folder of a generation export."""
+    from exporter.targets import TargetError
+
+    if os.path.exists(path) and not os.path.isdir(path):
+        raise TargetError(f"{path} is a file; --task text-generation writes a folder")
+    existing = os.path.abspath(path)
+    while not os.path.exists(existing):
+        existing = os.path.dirname(existing)
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise TargetError(f"{path}: permission denied")
+
+
+def export_generation_one(name: str, fn, settings: dict[str, Any], output: str, sarif: str | None, progress, verbose: bool) -> bool:
+    """Export one target's causal LM for generation into the folder `output`; True on success."""
+    import exporter
+    from exporter.diagnostics.report import format_results
+    from exporter.targets import GENERATION_SETTINGS, build_generation_target
+
+    start = time.perf_counter()
+    try:
+        progress(f"{name}: {Stage.BUILD_TARGET}", {})
+        unused = sorted(set(settings) - set(GENERATION_SETTINGS))
+        if unused:
+            raise ValueError(f"--task text-generation does not take {', '.join(unused)} (its shapes and checks are fixed)")
+        options = exporter.ExportOptions.from_settings(settings)
+        model, check_inputs = build_generation_target(fn)
+    except Exception as e:
+        progress.done()
+        print(f"{_where(e, fn.__code__.co_filename)}error: target {name}: {type(e).__name__}: {_first_line(e)}", file=sys.stderr)
+        return False
+    progress(f"{name}: export for generation", {})
+    try:
+        result = exporter.export_for_generation(
+            model, output, opset_version=options.opset_version, optimize=options.optimize, modularize=options.modularize,
+            diagnostic_options=options.diagnostic_options, **check_inputs,
+        )
+    except exporter.OnnxExporterError as e:
+        progress.done()
+        _print_logs(e.export_output.diagnostic_context, verbose)
+        print("\n".join(format_results(e.export_output.diagnostic_context)), file=sys.stderr)
+        if sarif:
+            e.export_output.save_diagnostics(sarif)
+        print(f"FAILED {name}: {_first_line(e)}", file=sys.stderr)
+        return False
+    progress.done()
+    if sarif:
+        result.export_output.save_diagnostics(sarif)
+    ctx = result.export_output.diagnostic_context
+    _print_logs(ctx, verbose)
+    for line in format_results(ctx):
+        print(line, file=sys.stderr)
+    print(
+        f"exported {name} for generation -> {output}\n  {', '.join(result.files)}\n  {result.parity.summary()}\n"
+        f"  {time.perf_counter() - start:.2f}s (export {result.export_seconds:.2f}s, generation check {result.verify_seconds:.2f}s)"
+    )
+    return True
 
 
 def export_one(exporter, name: str, fn, settings: dict[str, Any], output: str, sarif: str | None, progress, verbose: bool) -> bool:

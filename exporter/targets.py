@@ -10,17 +10,26 @@ from collections.abc import Callable
 from typing import Any
 
 TARGET_ATTRIBUTE = "__onnxlens_target__"
+TASK_ATTRIBUTE = "__onnxlens_task__"
+TEXT_GENERATION = "text-generation"  # `exporter.export_for_generation`
+TASKS = (TEXT_GENERATION,)
+GENERATION_SETTINGS = ("opset_version", "optimize", "modularize", "verbosity", "warnings_as_errors")  # those a generation export takes
 
 
-def export_target(fn: Callable[..., Any] | None = None, /, **options: Any) -> Any:
+def export_target(fn: Callable[..., Any] | None = None, /, *, task: str | None = None, **options: Any) -> Any:
     """Mark a function as an export target; ``@export_target(dynamic_shapes=True)`` adds options
-    (the settings of `exporter.options.SETTINGS`, checked here)."""
+    (the settings of `exporter.options.SETTINGS`, checked here). ``task="text-generation"`` exports
+    the causal LM it returns for generation (`exporter.export_for_generation`)."""
     from exporter.options import validate_settings
 
     validate_settings(options)
+    if task is not None and task not in TASKS:
+        raise ValueError(f"unknown export task {task!r}; known: {', '.join(TASKS)}")
 
     def mark(f: Callable[..., Any]) -> Callable[..., Any]:
         setattr(f, TARGET_ATTRIBUTE, dict(options))
+        if task is not None:
+            setattr(f, TASK_ATTRIBUTE, task)
         return f
 
     return mark(fn) if fn is not None else mark
@@ -52,6 +61,33 @@ def build_target(fn: Callable[..., Any]) -> tuple[Any, tuple[Any, ...], dict[str
 
 def target_options(fn: Callable[..., Any]) -> dict[str, Any]:
     return dict(getattr(fn, TARGET_ATTRIBUTE, {}))
+
+
+def target_task(fn: Callable[..., Any]) -> str | None:
+    """The target's ``task`` (``"text-generation"``), or None for a plain export."""
+    return getattr(fn, TASK_ATTRIBUTE, None)
+
+
+def build_generation_target(fn: Callable[..., Any]) -> tuple[Any, dict[str, Any]]:
+    """Call a text-generation target: it returns the model, or ``(model, args[, kwargs])`` whose
+    ``input_ids`` (the first argument) and ``attention_mask`` are the prompt of the generation check.
+    The model and the `export_for_generation` arguments for that prompt."""
+    name = getattr(fn, "__qualname__", repr(fn))
+    result = fn()
+    model, args, kwargs = build_target(_returning(result, name)) if isinstance(result, tuple) else (result, (), {})
+    if not hasattr(model, "generate") or not hasattr(model, "config"):
+        raise TargetError(f"export target {name}: a text-generation target returns a Hugging Face causal LM, got {type(model).__name__}")
+    prompt = args[0] if args else kwargs.get("input_ids")
+    return model, {"prompt": prompt, "attention_mask": kwargs.get("attention_mask")} if prompt is not None else {}
+
+
+def _returning(result: Any, name: str) -> Callable[[], Any]:
+    """A function returning `result`, named `name` (for `build_target`'s messages)."""
+    def target() -> Any:
+        return result
+
+    target.__qualname__ = name
+    return target
 
 
 

@@ -9,6 +9,7 @@ from collections.abc import Callable
 from lsprotocol import types
 
 from exporter.options import SETTINGS
+from exporter.targets import TEXT_GENERATION
 from onnxlens_server import fixes, shape_fixes, traces
 from onnxlens_server.job import target_key
 from onnxlens_server.protocol import EXPORT_TARGET, OPEN_SARIF_LOG
@@ -22,15 +23,19 @@ _OP_LEVEL_DEBUG = SETTINGS["op_level_debug"].editor_key
 
 
 def code_lenses(uri: str, path: str, found: Discovery, states: States) -> list[types.CodeLens]:
-    """Export (plain and with op-level debug) on every target; its SARIF log once it has one. The exports
-    go through the extension (`EXPORT_TARGET`), which shows their progress and result."""
+    """Export (plain and with op-level debug) on every target, Export for Generation on a text-generation
+    target; its SARIF log once it has one. The exports go through the extension (`EXPORT_TARGET`), which
+    shows their progress and result."""
     lenses = []
     for target in found.targets:
         at = types.Range(types.Position(target.decorator_line, 0), types.Position(target.decorator_line, 0))
         arguments = {"uri": uri, "target": target.name}
-        lenses.append(types.CodeLens(at, types.Command(title="$(export) Export to ONNX", command=EXPORT_TARGET, arguments=[arguments])))
-        lenses.append(types.CodeLens(at, types.Command(
-            title="Export with op-level debug", command=EXPORT_TARGET, arguments=[{**arguments, "options": {_OP_LEVEL_DEBUG: True}}])))
+        if target.task == TEXT_GENERATION:  # the target's task decides how it exports
+            lenses.append(types.CodeLens(at, types.Command(title="$(export) Export for Generation", command=EXPORT_TARGET, arguments=[arguments])))
+        else:
+            lenses.append(types.CodeLens(at, types.Command(title="$(export) Export to ONNX", command=EXPORT_TARGET, arguments=[arguments])))
+            lenses.append(types.CodeLens(at, types.Command(
+                title="Export with op-level debug", command=EXPORT_TARGET, arguments=[{**arguments, "options": {_OP_LEVEL_DEBUG: True}}])))
         state = states.get(target_key(path, target.name))
         if state and state.sarif:
             lenses.append(types.CodeLens(at, types.Command(title="Open SARIF log", command=OPEN_SARIF_LOG, arguments=[state.sarif])))

@@ -83,6 +83,46 @@ def run(request: ExportRequest, conn: socket.socket) -> None:
     conn.close()
 
 
+def _export_for_generation(request: ExportRequest, fn: Any, progress) -> dict[str, Any]:
+    """A text-generation target: its causal LM exported for generation into the folder ``<output stem>/``
+    (with ``model.onnx``), the SARIF log beside it as for every export; the summary has the generation check."""
+    import exporter
+    from exporter.output import count_nodes
+    from exporter.targets import GENERATION_SETTINGS, build_generation_target, target_options
+
+    progress(Stage.BUILD_TARGET.value, {})
+    model, check_inputs = build_generation_target(fn)
+    settings = {k: v for k, v in {**target_options(fn), **request.settings}.items() if k in GENERATION_SETTINGS}
+    options = exporter.ExportOptions.from_settings(settings)
+    progress(Stage.CAPTURE.value, {})
+    try:
+        result = exporter.export_for_generation(
+            model, request.output_stem, opset_version=options.opset_version, optimize=options.optimize,
+            modularize=options.modularize, diagnostic_options=options.diagnostic_options, sarif=False, **check_inputs,
+        )
+    except exporter.OnnxExporterError as e:
+        e.export_output.save_diagnostics(request.sarif_path)
+        return {"status": "failed", "message": str(e), "sarif": request.sarif_path, "stages": e.export_output.diagnostic_context.timings}
+    result.export_output.save_diagnostics(request.sarif_path)
+    ctx = result.export_output.diagnostic_context
+    graph = result.export_output.model.graph
+    return {
+        "status": "ok",
+        "onnx": result.model_path,
+        "sarif": request.sarif_path,
+        "stages": dict(ctx.timings),
+        "summary": {
+            "inputs": len(graph.inputs),
+            "outputs": len(graph.outputs),
+            "nodes": count_nodes(result.export_output.model),
+            "functions": len(result.export_output.model.functions),
+            "opset": graph.opset_imports.get(""),
+            "warnings": sum(1 for d in ctx.diagnostics if d.level.name == "WARNING"),
+            "generation": result.parity.summary() if result.parity is not None else "generation not verified",
+        },
+    }
+
+
 def _out_of_memory_message(stage: str, limit_mb: int) -> str:
     if not limit_mb:
         return f"Out of memory at {stage}."
@@ -92,13 +132,15 @@ def _out_of_memory_message(stage: str, limit_mb: int) -> str:
 def _export(request: ExportRequest, progress) -> dict[str, Any]:
     import exporter
     from exporter.output import count_nodes
-    from exporter.targets import build_target, load_module, target_options
+    from exporter.targets import TEXT_GENERATION, build_target, load_module, target_options, target_task
 
     progress(Stage.LOAD.value, {})
     module = load_module(request.path, request.source)
     fn = getattr(module, request.target, None)
     if fn is None or not callable(fn):
         return {"status": "failed", "message": f"{os.path.basename(request.path)} has no export target {request.target!r}", "frames": []}
+    if target_task(fn) == TEXT_GENERATION:
+        return _export_for_generation(request, fn, progress)
     progress(Stage.BUILD_TARGET.value, {})
     model, args, kwargs = build_target(fn)
     options = exporter.ExportOptions.from_settings({**request.settings, **target_options(fn), **request.overrides})

@@ -28,6 +28,7 @@ class Target:
     line: int  # 0-based line of the ``def``
     end_line: int  # 0-based last line of the function
     decorator_line: int  # 0-based line of the decorator
+    task: str | None = None  # the decorator's ``task="..."`` (``"text-generation"``), when a string literal
 
 
 @dataclasses.dataclass(frozen=True)
@@ -54,6 +55,13 @@ class Discovery:
     syntax_error: SyntaxProblem | None = None  # the source does not parse
 
 
+def _task(decorator: ast.expr) -> str | None:
+    """The ``task`` keyword of an ``@export_target(...)`` call, if it is a string literal."""
+    keywords = decorator.keywords if isinstance(decorator, ast.Call) else []
+    value = next((k.value for k in keywords if k.arg == "task"), None)
+    return value.value if isinstance(value, ast.Constant) and isinstance(value.value, str) else None
+
+
 def discover(source: str) -> Discovery:
     """Targets and module classes of `source`; a file with a syntax error has none, and says where it is."""
     try:
@@ -62,7 +70,7 @@ def discover(source: str) -> Discovery:
         return Discovery([], [], False, False, -1, SyntaxProblem(e.msg, (e.lineno or 1) - 1))
     aliases = _ImportAliases(tree)
     targets = [
-        Target(node.name, node.lineno - 1, (node.end_lineno or node.lineno) - 1, decorator.lineno - 1)
+        Target(node.name, node.lineno - 1, (node.end_lineno or node.lineno) - 1, decorator.lineno - 1, _task(decorator))
         for node in _module_level(tree)
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
         for decorator in node.decorator_list

@@ -457,3 +457,32 @@ async def test_problems_follow_edits_above_them(client: LanguageClient, workspac
     client.text_document_did_change(types.DidChangeTextDocumentParams(
         types.VersionedTextDocumentIdentifier(uri=uri, version=11),
         [types.TextDocumentContentChangeWholeDocument(text=text)]))
+
+
+GENERATION_TARGET = '''\
+import torch
+import exporter
+from transformers import AutoModelForCausalLM, GPT2Config
+
+
+@exporter.export_target(task="text-generation")
+def lm():
+    torch.manual_seed(0)
+    config = GPT2Config(vocab_size=1000, n_embd=64, n_layer=2, n_head=4, n_positions=256, eos_token_id=2, pad_token_id=0)
+    return AutoModelForCausalLM.from_config(config).eval()
+'''
+
+
+async def test_text_generation_target_exports_for_generation(client: LanguageClient, workspace: pathlib.Path):
+    path = workspace / "lm.py"
+    path.write_text(GENERATION_TARGET)
+    uri = open_document(client, path)
+    lenses = await client.text_document_code_lens_async(types.CodeLensParams(types.TextDocumentIdentifier(uri)))
+    assert [(l.command.title, l.command.command, list(l.command.arguments)) for l in lenses] == [
+        ("$(export) Export for Generation", EXPORT_TARGET, [{"uri": uri, "target": "lm"}])]
+    (job,) = (await export(client, uri=uri, target="lm"))["jobs"]
+    assert job["status"] == "ok", job
+    folder = os.path.dirname(job["onnx"])
+    assert os.path.basename(job["onnx"]) == "model.onnx" and os.path.isfile(os.path.join(folder, "genai_config.json"))
+    assert job["summary"]["generation"] == "16 greedy tokens for 2 prompts identical to generate()"
+    assert json.load(open(job["sarif"]))["runs"][0]["results"]  # the log beside it, as for every export

@@ -184,6 +184,26 @@ ACCURACY_DIVERGENCE = Rule(
     "Values that overflow at the model's scale point at a translation that needs another formulation.",
 )
 
+GENERATION_DIVERGENCE = Rule(
+    "FXE0022",
+    "generation-divergence",
+    "Greedy generation with the exported model differs from the PyTorch model's.",
+    "exporter.export_for_generation checks what it exported by generating: greedy generation of N tokens "
+    "(default 16) from a prompt (default: a left-padded batch of two) in onnxruntime with the KV cache "
+    "(prefill with a past of length 0, then one token per step), token for token against "
+    "model.generate(do_sample=False). A note when every token matches; an error at the first step where "
+    "one differs, naming the step (0 is the token the prefill produced), the prompt, the expected and the "
+    "produced token and the logit margins (onnxruntime's logit of the produced token minus that of the "
+    "expected one; eager's of the expected minus the produced). Where eager PyTorch's two logits are "
+    "within the tie tolerance (1e-3 for float32, 5e-2 for float16, 1e-1 for bfloat16) it is a warning: "
+    "rounding alone may pick either token. An error too when onnxruntime cannot run the model; a "
+    "warning when its CPU provider has no kernel for it (bf16), and a note under fake mode (no weights): "
+    "then the check is skipped.",
+    "A divergence at step 0 is in the prefill graph; a later one in decoding with the cache (past "
+    "inputs, the attention mask, position ids). Export with ExportOptions(op_level_debug=True) through "
+    "exporter.dynamo_export on the same model to find the op, or compare the logits of that step.",
+)
+
 ALL_RULES: tuple[Rule, ...] = (
     FX_GRAPH_TO_ONNX,
     FX_NODE_TO_ONNX,
@@ -199,6 +219,7 @@ ALL_RULES: tuple[Rule, ...] = (
     ONNX_MODEL_CHECK,
     DIMENSION_SPECIALIZED,
     ACCURACY_DIVERGENCE,
+    GENERATION_DIVERGENCE,
 )
 
 

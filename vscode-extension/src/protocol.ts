@@ -48,7 +48,7 @@ export interface Job {
   message: string;
   onnx: string | null;
   sarif: string | null;
-  summary: { nodes: number; warnings: number } | null;
+  summary: { nodes: number; warnings: number; generation?: string } | null;  // generation: the check of an export for generation
   seconds: number;
 }
 

@@ -14,7 +14,8 @@ export function failed(job: Job): boolean {
   return !exported(job) && job.status !== 'cancelled';
 }
 
-/** The notification of one export ("Exported mlp → mlp.mlp.onnx (11 nodes, 0.4 s)"), or one summary of many. */
+/** The notification of one export ("Exported mlp → mlp.mlp.onnx (11 nodes, 0.4 s)"; an export for generation names
+ * its folder and the generation check), or one summary of many. */
 export function resultMessage(jobs: Job[], file: string): string {
   return jobs.length === 1 ? jobMessage(jobs[0]) : summaryMessage(jobs, file);
 }
@@ -35,7 +36,7 @@ export function openLogsAction(logs: number): string {
 
 function jobMessage(job: Job): string {
   if (exported(job)) {
-    return `Exported ${job.target} → ${path.basename(job.onnx ?? '')} (${details(job)})`;
+    return `Exported ${job.target} → ${written(job)} (${details(job)})`;
   }
   return job.status === 'cancelled' ? `Export of ${job.target} cancelled.` : `Export of ${job.target} ${job.status}: ${job.message}`;
 }
@@ -51,7 +52,14 @@ function summaryMessage(jobs: Job[], file: string): string {
   return `Exported ${jobs.filter(exported).length} of ${jobs.length} targets of ${file}: ${parts.join('; ')}`;
 }
 
+/** The model file, or for an export for generation its folder ("net.lm/"). */
+function written(job: Job): string {
+  const onnx = job.onnx ?? '';
+  return job.summary?.generation ? `${path.basename(path.dirname(onnx))}/` : path.basename(onnx);
+}
+
 function details(job: Job): string {
   const warnings = job.summary?.warnings ? `, ${job.summary.warnings} warnings` : '';
-  return `${job.summary?.nodes ?? '?'} nodes${warnings}, ${job.seconds.toFixed(1)} s`;
+  const generation = job.summary?.generation ? `, ${job.summary.generation}` : '';
+  return `${job.summary?.nodes ?? '?'} nodes${warnings}${generation}, ${job.seconds.toFixed(1)} s`;
 }

@@ -20,6 +20,11 @@ test('one export: its own result', () => {
   assert.equal(resultMessage([job('encoder', 'cancelled', { message: 'Cancelled during capture.' })], 'net.py'), 'Export of encoder cancelled.');
 });
 
+test('an export for generation: its folder and the generation check', () => {
+  const lm = job('lm', 'ok', { onnx: '/ws/onnxlens-out/net.lm/model.onnx', summary: { nodes: 80, warnings: 0, generation: '16 greedy tokens for 2 prompts identical to generate()' } });
+  assert.equal(resultMessage([lm], 'net.py'), 'Exported lm → net.lm/ (80 nodes, 16 greedy tokens for 2 prompts identical to generate(), 0.4 s)');
+});
+
 test('several exports: one summary, every target in it in order', () => {
   assert.equal(resultMessage([job('encoder', 'ok'), job('decoder', 'ok', { seconds: 1.26 })], 'net.py'),
     'Exported 2 of 2 targets of net.py: encoder (12 nodes, 0.4 s); decoder (12 nodes, 1.3 s)');

@@ -1,0 +1,274 @@
+"""`exporter.export_for_generation`: tiny causal LMs exported with their KV cache generate, in
+onnxruntime (the project's loop) and in onnxruntime-genai, exactly what ``generate()`` does.
+
+Expectations come from ``model.generate(do_sample=False)`` run here; the ONNX side is fed by the
+documented input names only.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import onnxscript
+import pytest
+import torch
+from onnxscript import opset18 as op
+from transformers import AutoModelForCausalLM
+
+import exporter
+from exporter.generation_check import greedy_generate
+from helpers import console_script, validate_sarif
+from tiny_lms import CONFIGS, tiny_model
+
+NEW_TOKENS = 16
+PROMPT = [[5, 17, 300, 42, 7, 99, 12], [3, 4, 5, 8, 9, 10, 11]]
+
+
+@pytest.fixture(scope="module", params=sorted(CONFIGS))
+def exported(request, tmp_path_factory):
+    model = tiny_model(request.param)
+    result = exporter.export_for_generation(model, tmp_path_factory.mktemp(request.param))
+    return request.param, model, result
+
+
+def generate(model: torch.nn.Module, ids: list[list[int]], mask: list[list[int]] | None = None) -> list[list[int]]:
+    ids = torch.tensor(ids)
+    mask = torch.tensor(mask) if mask is not None else torch.ones_like(ids)
+    with torch.no_grad():
+        out = model.generate(ids, attention_mask=mask, max_new_tokens=NEW_TOKENS, do_sample=False, pad_token_id=0)
+    return out[:, ids.shape[1]:].tolist()
+
+
+def test_folder_interface_and_config(exported):
+    name, model, result = exported
+    assert {"model.onnx", "genai_config.json", "config.json", "generation_config.json", "model.sarif"} <= set(result.files)
+    graph = onnx.load(result.model_path, load_external_data=False).graph
+    dims = {v.name: [d.dim_param or d.dim_value for d in v.type.tensor_type.shape.dim] for v in [*graph.input, *graph.output]}
+    kv_heads = 1 if name == "gemma" else 4 if name == "gpt2" else 2
+    cache = [f"{i}.{kind}" for i in range(2) for kind in ("key", "value")]
+    positions = ["position_ids"]  # every listed architecture takes them (GPT-2's absolute positions too)
+    assert [v.name for v in graph.input] == ["input_ids", "attention_mask", *positions, *(f"past_key_values.{c}" for c in cache)]
+    assert [v.name for v in graph.output] == ["logits", *(f"present.{c}" for c in cache)]
+    assert dims["input_ids"] == dims["position_ids"] == ["batch_size", "sequence_length"]
+    assert dims["attention_mask"] == ["batch_size", "total_sequence_length"]
+    assert dims["logits"] == ["batch_size", "sequence_length", 1000]
+    for c in cache:
+        assert dims[f"past_key_values.{c}"] == ["batch_size", kv_heads, "past_sequence_length", 16]
+        assert dims[f"present.{c}"] == ["batch_size", kv_heads, "total_sequence_length", 16]
+    with open(f"{result.output_dir}/genai_config.json") as f:
+        config = json.load(f)
+    decoder = config["model"]["decoder"]
+    assert (decoder["head_size"], decoder["num_key_value_heads"], decoder["num_hidden_layers"]) == (16, kv_heads, 2)
+    assert decoder["inputs"]["past_key_names"] == "past_key_values.%d.key" and decoder["outputs"]["present_value_names"] == "present.%d.value"
+    assert config["model"]["eos_token_id"] == 2 and config["search"]["past_present_share_buffer"] is False
+
+
+def test_export_checks_itself_by_generating(exported):
+    _, model, result = exported
+    assert result.parity.matched and result.parity.steps == NEW_TOKENS and result.parity.batch == 2
+    log = validate_sarif(f"{result.output_dir}/model.sarif")
+    (passed,) = [r for r in log["runs"][0]["results"] if r["ruleId"] == "FXE0022"]
+    assert passed["level"] == "note" and passed["properties"]["generationCheck"] == "passed"
+
+
+@pytest.mark.parametrize("batch", ["one", "left-padded two"])
+def test_own_loop_generates_like_generate(exported, batch):
+    _, model, result = exported
+    if batch == "one":
+        ids, mask = PROMPT[:1], [[1] * 7]
+    else:
+        ids, mask = [PROMPT[0], [0, 0, 0, *PROMPT[1][3:]]], [[1] * 7, [0, 0, 0, 1, 1, 1, 1]]
+    session = ort.InferenceSession(result.model_path, providers=["CPUExecutionProvider"])
+    produced = greedy_generate(session, np.array(ids), np.array(mask), NEW_TOKENS, {2}, 0)
+    assert produced.tokens.tolist() == generate(model, ids, mask)
+    assert len(produced.decode_ms) == NEW_TOKENS - 1  # one file: the prefill (past 0) and every decode step
+
+
+@pytest.mark.parametrize("batch", [1, 2])
+def test_onnxruntime_genai_generates_like_generate(exported, batch):
+    import onnxruntime_genai as og  # after onnxruntime, whose library it loads
+
+    _, model, result = exported
+    genai_model = og.Model(str(result.output_dir))
+    params = og.GeneratorParams(genai_model)
+    params.set_search_options(max_length=7 + NEW_TOKENS, do_sample=False, batch_size=batch)
+    generator = og.Generator(genai_model, params)
+    generator.append_tokens(np.array(PROMPT[:batch], dtype=np.int32))
+    while not generator.is_done():
+        generator.generate_next_token()
+    produced = [[int(t) for t in generator.get_sequence(i)][7:] for i in range(batch)]
+    assert produced == generate(model, PROMPT[:batch])
+
+
+wrong = onnxscript.values.Opset("onnxlens.test.wrong", 1)
+
+
+@onnxscript.script(wrong)
+def cos_wrong_from_10(x):
+    """Cos, off by 0.5 from an angle of 9.5 on: rotary positions from 10 on are wrong."""
+    c = op.Cos(x)
+    return op.Where(op.Greater(x, op.CastLike(op.Constant(value_float=9.5), x)), op.Add(c, op.CastLike(op.Constant(value_float=0.5), x)), c)
+
+
+def test_wrong_rotary_translation_is_a_divergence_at_its_step(tmp_path):
+    model = tiny_model("llama")
+    registry = exporter.OnnxRegistry()
+    registry.register_op(cos_wrong_from_10, "aten", "cos")
+    with pytest.raises(exporter.OnnxExporterError, match="FXE0022 Generation diverges at step") as info:
+        exporter.export_for_generation(model, tmp_path, onnx_registry=registry)
+    (error,) = info.value.export_output.diagnostic_context.errors()
+    step, row = error.properties["step"], error.properties["row"]
+    # The default prompt's first row has 7 tokens (positions 0-6): step k runs position 6 + k, and
+    # rotary's first frequency is 1, so the wrong cos is first used at step 10 - 6 = 4.
+    assert 4 <= step < NEW_TOKENS and row in (0, 1)
+    ids, mask = _default_prompt()
+    expected = generate(model, ids.tolist(), mask.tolist())
+    session = ort.InferenceSession(str(tmp_path / "model.onnx"), providers=["CPUExecutionProvider"])
+    produced = greedy_generate(session, ids.numpy(), mask.numpy(), NEW_TOKENS, {2}, 0).tokens.tolist()
+    first = min(k for k in range(NEW_TOKENS) if any(e[k] != p[k] for e, p in zip(expected, produced)))
+    assert step == first
+    assert (error.properties["expectedToken"], error.properties["producedToken"]) == (expected[row][step], produced[row][step])
+    assert error.properties["logitMargin"] > 0 and error.properties["eagerLogitMargin"] > 1e-3  # a real divergence, not a tie
+    log = validate_sarif(tmp_path / "model.sarif")
+    (result,) = [r for r in log["runs"][0]["results"] if r["ruleId"] == "FXE0022"]
+    assert result["level"] == "error" and result["properties"]["step"] == step
+
+
+def test_verify_generation_false_skips_the_check(tmp_path):
+    result = exporter.export_for_generation(tiny_model("gpt2"), tmp_path, verify_generation=False, sarif=False)
+    assert result.parity is None and "model.sarif" not in result.files
+    assert not [d for d in result.export_output.diagnostic_context.diagnostics if d.rule.id == "FXE0022"]
+
+
+def _default_prompt() -> tuple[torch.Tensor, torch.Tensor]:
+    """The check's default prompt, rebuilt here: two seeded random rows, the second left-padded by 3."""
+    ids = torch.randint(0, 1000, (2, 7), generator=torch.Generator().manual_seed(0))
+    ids[ids == 0] = 1
+    mask = torch.ones_like(ids)
+    mask[1, :3] = 0
+    ids[1, :3] = 0
+    return ids, mask
+
+
+CLI_MODELS = '''\
+import torch
+import exporter
+from transformers import AutoModelForCausalLM, GPT2Config
+
+
+def tiny_gpt2():
+    torch.manual_seed(0)
+    config = GPT2Config(vocab_size=1000, n_embd=64, n_layer=2, n_head=4, n_positions=256, tie_word_embeddings=False,
+                        initializer_range=0.1, bos_token_id=1, eos_token_id=2, pad_token_id=0)
+    return AutoModelForCausalLM.from_config(config).eval()
+
+
+@exporter.export_target(task="text-generation")
+def lm():
+    return tiny_gpt2()
+
+
+@exporter.export_target
+def lm_with_prompt():
+    return tiny_gpt2(), (torch.tensor([[5, 17, 300, 42]]),)
+'''
+
+
+@pytest.mark.parametrize("target, flags", [("lm", []), ("lm_with_prompt", ["--task", "text-generation"])])
+def test_cli_exports_a_generation_folder(tmp_path, target, flags):
+    (tmp_path / "models.py").write_text(CLI_MODELS)
+    out = tmp_path / "out" / target
+    run = subprocess.run(
+        [console_script("onnxlens-export"), f"{tmp_path / 'models.py'}:{target}", *flags, "-o", str(out)],
+        capture_output=True, text=True,
+    )
+    assert run.returncode == 0, run.stderr
+    prompts = 2 if target == "lm" else 1  # the default left-padded pair, or the target's prompt
+    assert f"16 greedy tokens for {prompts} prompt" in run.stdout and f"exported {target} for generation -> {out}" in run.stdout
+    assert {"model.onnx", "genai_config.json", "generation_config.json", "model.sarif"} <= set(os.listdir(out))
+
+
+def test_cli_refuses_options_a_generation_export_does_not_take(tmp_path):
+    (tmp_path / "models.py").write_text(CLI_MODELS)
+    run = subprocess.run([console_script("onnxlens-export"), f"{tmp_path / 'models.py'}:lm", "--dynamic-shapes", "-o", str(tmp_path / "o")], capture_output=True, text=True)
+    assert run.returncode == 1 and "does not take dynamic_shapes" in run.stderr and not (tmp_path / "o").exists()
+
+
+def test_export_target_checks_the_task():
+    with pytest.raises(ValueError, match="unknown export task 'translation'"):
+        exporter.export_target(task="translation")
+
+
+def test_fake_mode_export_writes_the_checkpoint_and_generates(tmp_path):
+    import onnxruntime_genai as og
+
+    real = tiny_model("llama")
+    weights = {**real.state_dict(), **dict(real.named_buffers())}  # rotary inv_freq is not in the state dict
+    with exporter.enable_fake_mode() as ctx:
+        fake = AutoModelForCausalLM.from_config(CONFIGS["llama"]()).eval()
+    result = exporter.export_for_generation(fake, tmp_path, fake_context=ctx, model_state_dict=weights)
+    assert result.parity is None and "model_initializers" in result.files
+    (skipped,) = [d for d in result.export_output.diagnostic_context.diagnostics if d.rule.id == "FXE0022"]
+    assert skipped.properties["generationCheck"] == "skipped"
+    initializers = {t.name: t for t in onnx.load(result.model_path, load_external_data=False).graph.initializer}
+    assert initializers["model.model.embed_tokens.weight"].data_location == onnx.TensorProto.EXTERNAL
+    assert all(t.data_location == onnx.TensorProto.EXTERNAL for name, t in initializers.items() if name.startswith("model."))
+    session = ort.InferenceSession(result.model_path, providers=["CPUExecutionProvider"])
+    ids, mask = [PROMPT[0], [0, 0, 0, *PROMPT[1][3:]]], [[1] * 7, [0, 0, 0, 1, 1, 1, 1]]
+    assert greedy_generate(session, np.array(ids), np.array(mask), NEW_TOKENS, {2}, 0).tokens.tolist() == generate(real, ids, mask)
+    genai_model = og.Model(str(tmp_path))
+    params = og.GeneratorParams(genai_model)
+    params.set_search_options(max_length=7 + NEW_TOKENS, do_sample=False)
+    generator = og.Generator(genai_model, params)
+    generator.append_tokens(np.array(PROMPT[:1], dtype=np.int32))
+    while not generator.is_done():
+        generator.generate_next_token()
+    assert generator.get_sequence(0).tolist()[7:] == generate(real, PROMPT[:1])[0]
+
+
+def test_fake_mode_needs_weights(tmp_path):
+    with exporter.enable_fake_mode() as ctx:
+        fake = AutoModelForCausalLM.from_config(CONFIGS["gpt2"]()).eval()
+    with pytest.raises(ValueError, match="pass model_state_dict"):
+        exporter.export_for_generation(fake, tmp_path, fake_context=ctx)
+
+
+@pytest.mark.parametrize("dtype, onnx_type", [(torch.float16, onnx.TensorProto.FLOAT16), (torch.bfloat16, onnx.TensorProto.BFLOAT16)])
+def test_half_precision_is_kept(tmp_path, dtype, onnx_type):
+    result = exporter.export_for_generation(tiny_model("llama").to(dtype), tmp_path)
+    graph = onnx.load(result.model_path).graph
+    assert {v.type.tensor_type.elem_type for v in [*graph.input[3:], *graph.output]} == {onnx_type}
+    assert {t.data_type for t in graph.initializer if np.prod(t.dims) >= 64 * 64} == {onnx_type}  # the weights
+    (check,) = [d for d in result.export_output.diagnostic_context.diagnostics if d.rule.id == "FXE0022"]
+    if dtype == torch.float16:  # generated and compared with generate() in float16
+        assert result.parity.matched and check.properties["generationCheck"] == "passed"
+    else:  # onnxruntime's CPU provider has no bf16 MatMul: a warning, not a verdict
+        assert result.parity is None and check.level.name == "WARNING" and check.properties["generationCheck"] == "skipped"
+
+
+def test_encoder_decoder_models_are_refused_clearly(tmp_path):
+    from transformers import T5Config, T5ForConditionalGeneration
+
+    model = T5ForConditionalGeneration(T5Config(vocab_size=100, d_model=32, d_kv=8, d_ff=64, num_layers=1, num_heads=2))
+    with pytest.raises(ValueError, match="T5ForConditionalGeneration is an encoder-decoder model"):
+        exporter.export_for_generation(model, tmp_path)
+    assert not list(tmp_path.iterdir())
+
+
+@pytest.mark.parametrize("gap, near_tie", [(5e-4, True), (0.25, False)])
+def test_a_divergence_between_nearly_tied_logits_is_a_near_tie(gap, near_tie):
+    from exporter.generation_check import first_divergence
+
+    expected, produced = np.array([[7, 3, 5]]), np.array([[7, 3, 6]])
+    eager = [np.zeros((1, 10), np.float32) for _ in range(3)]
+    ort_logits = [x.copy() for x in eager]
+    eager[2][0, 5], eager[2][0, 6] = 1.0, 1.0 - gap  # eager prefers 5 by `gap`
+    ort_logits[2][0, 6] = 0.1  # onnxruntime prefers 6 by 0.1
+    d = first_divergence(expected, produced, eager, ort_logits, 3, tolerance=1e-3)
+    assert (d.step, d.row, d.expected, d.produced, d.near_tie) == (2, 0, 5, 6, near_tie)
+    assert d.margin == pytest.approx(0.1, rel=1e-6) and d.eager_margin == pytest.approx(gap, rel=1e-3)

@@ -1,0 +1,23 @@
+"""Tiny causal LMs of the architectures `exporter.export_for_generation` is tested on: 2 layers,
+hidden size 64, random weights (seed 0), vocabulary of 1000; token ids bos 1, eos 2, pad 0."""
+
+from __future__ import annotations
+
+import torch
+from transformers import AutoModelForCausalLM, GemmaConfig, GPT2Config, LlamaConfig, MistralConfig, Phi3Config
+
+TOKENS = dict(vocab_size=1000, initializer_range=0.1, bos_token_id=1, eos_token_id=2, pad_token_id=0)
+DECODER = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256)
+CONFIGS = {
+    "llama": lambda: LlamaConfig(**DECODER, **TOKENS),
+    "mistral": lambda: MistralConfig(**DECODER, sliding_window=8, **TOKENS),  # the window is crossed while generating
+    "phi3": lambda: Phi3Config(**DECODER, original_max_position_embeddings=256, **TOKENS),
+    # untied output embeddings: tied ones make these tiny random models repeat their last token
+    "gemma": lambda: GemmaConfig(**{**DECODER, "num_key_value_heads": 1}, head_dim=16, tie_word_embeddings=False, **TOKENS),
+    "gpt2": lambda: GPT2Config(n_embd=64, n_layer=2, n_head=4, n_positions=256, tie_word_embeddings=False, **TOKENS),
+}
+
+
+def tiny_model(name: str) -> torch.nn.Module:
+    torch.manual_seed(0)
+    return AutoModelForCausalLM.from_config(CONFIGS[name]()).eval()
