@@ -159,3 +159,31 @@ def test_attention_key_transpose_is_one_transpose(tmp_path):
     ops = _op_types(export_output.model_proto)
     assert ops.count("Reshape") == 2  # split heads, merge heads: none for the key
     assert len(_onnxruntime_op_types(export_output.model_proto, tmp_path)) <= 17
+
+
+class MaskedAttention(nn.Module):
+    """SDPA with a Boolean mask built in the model (Hugging Face builds an all-True one without padding)."""
+
+    def __init__(self, masked_key: int | None) -> None:
+        super().__init__()
+        self.qkv = nn.Linear(16, 48)
+        self.masked_key = masked_key
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        q, k, v = (t.unflatten(-1, (2, 8)).transpose(1, 2) for t in self.qkv(x).chunk(3, dim=-1))
+        mask = torch.ones(x.shape[0], 1, x.shape[1], x.shape[1], dtype=torch.bool)
+        if self.masked_key is not None:
+            mask[..., self.masked_key] = False
+        return nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+
+
+def test_all_true_attention_mask_is_dropped():
+    """A mask that masks nothing leaves the softmax of the scores, as torchlib's attention without a mask
+    (no zeros added, no NaN guard); a mask that masks something stays."""
+    x = torch.randn(2, 5, 16)
+    ops = _op_types(_export(MaskedAttention(None), x).model_proto)
+    assert not {"IsNaN", "Where"} & set(ops)
+    assert ops.count("Add") == 1  # the Linear's bias
+    masked = _op_types(_export(MaskedAttention(masked_key=1), x).model_proto)
+    assert {"IsNaN", "Where"} <= set(masked)
+    assert masked.count("Add") == 2

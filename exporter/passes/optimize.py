@@ -144,7 +144,7 @@ def portable_rules(opset_version: int, target: bool | str) -> list[pattern.Rewri
     from onnxscript.rewriter.ort_fusions import erfgelu, gelu  # patterns only; imported on use (cold start)
     from onnxscript.rewriter.rules.fusion import _layer_norm, _rms_normalization
 
-    rules = [_ReshapeDropAllowzero.rule(), _SwapLastAxes.rule(), *_layer_norm.layer_normalization_rules]
+    rules = [_ReshapeDropAllowzero.rule(), _SwapLastAxes.rule(), _UnmaskedSoftmax.rule(), *_layer_norm.layer_normalization_rules]
     if opset_version >= _RMS_NORMALIZATION_OPSET:
         rules += _rms_normalization.rms_normalization_rules
     if target == OPTIMIZE_ONNXRUNTIME:
@@ -219,6 +219,37 @@ class _SwapLastAxes(pattern.RewriteRuleClassBase):
     def rewrite(self, op, x, **_):
         rank = x.shape.rank()
         return op.Transpose(x, perm=[*range(rank - 2), rank - 1, rank - 2])
+
+
+class _UnmaskedSoftmax(pattern.RewriteRuleClassBase):
+    """torchlib's attention with a Boolean mask that masks nothing (all True, as Hugging Face models pass
+    without padding): folded, the mask adds zeros and the softmax is followed by a guard against the
+    NaNs of fully masked rows. Both go: the softmax of the scores, as torchlib's attention without a mask."""
+
+    def pattern(self, op, scores, zeros, zero):
+        weights = op.Softmax(op.Add(scores, zeros), _outputs=["weights"])
+        return op.Where(op.IsNaN(weights), zero, weights)
+
+    def check(self, context, scores, zeros, zero, **_) -> pattern.MatchResult:
+        result = pattern.MatchResult()
+        mask = ir.convenience.get_const_tensor(zeros)
+        if mask is None or mask.numpy().any():
+            return result.fail("The mask is not a constant of zeros.", zeros)
+        if not _broadcasts_into(mask.shape, scores.shape):
+            return result.fail("Adding the mask would change the scores' shape.", zeros)
+        if not _ir_utils.is_singleton_value(zero, 0.0, rtol=0.0):
+            return result.fail("NaNs are not replaced by zero.", zero)
+        return result
+
+    def rewrite(self, op, scores, weights, **_):
+        return op.Softmax(scores, axis=weights.producer().attributes.get_int("axis", -1))
+
+
+def _broadcasts_into(shape: ir.Shape, target: ir.Shape | None) -> bool:
+    """Whether a tensor of `shape` broadcasts into `target` without changing it (numpy rules)."""
+    if target is None or len(shape) > len(target):
+        return False
+    return all(d == 1 or d == t for d, t in zip(reversed(list(shape)), reversed(list(target))))
 
 
 def _known_dims(value: ir.Value) -> list[int | str] | None:
