@@ -187,3 +187,29 @@ def test_all_true_attention_mask_is_dropped():
     masked = _op_types(_export(MaskedAttention(masked_key=1), x).model_proto)
     assert {"IsNaN", "Where"} <= set(masked)
     assert masked.count("Add") == 2
+
+
+class ViewsAndSlices(nn.Module):
+    """A view to the shape the tensor has, a slice of all of it, and one that is a real change."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        same = torch.relu(x).reshape(2, -1, 5).exp()[:, 0:3]
+        return same.reshape(6, 5) + 1
+
+
+def test_reshape_and_slice_to_the_same_shape_go():
+    ops = _op_types(_export(ViewsAndSlices(), torch.randn(2, 3, 5)).model_proto)
+    assert ops == ["Relu", "Exp", "Reshape", "Add"]
+
+
+@pytest.mark.parametrize(("name", "transposes"), [("lstm", 2), ("gru_bidirectional", 3)])
+def test_rnn_outputs_are_not_transposed_to_move_a_unit_axis(name: str, transposes: int):
+    """torchlib moves the direction axis of ONNX's RNN output before merging it: with one direction
+    that axis has size 1 and the Transpose goes (the LSTM's two); bidirectional, it stays. The initial
+    state's slice to its one layer goes too."""
+    model, args, kwargs = corpus.get(name).build()
+    export_output = exporter.dynamo_export(model, *args, **kwargs)
+    assert_matches_eager(export_output, corpus.get(name).build()[0], args, kwargs)
+    ops = _op_types(export_output.model_proto)
+    assert ops.count("Transpose") == transposes
+    assert "Slice" not in ops

@@ -107,6 +107,7 @@ class FusePass(ir.passes.InPlacePass):
         count = rule_set(portable_rules(self.opset_version, self.target)).apply_to_model(model)
         if self.target == OPTIMIZE_ONNXRUNTIME:
             count += onnxruntime_fusions(model)
+        common_passes.IdentityEliminationPass()(model)  # what the no-op rules leave
         common_passes.RemoveUnusedNodesPass()(model)
         return ir.passes.PassResult(model, modified=bool(count))
 
@@ -144,7 +145,10 @@ def portable_rules(opset_version: int, target: bool | str) -> list[pattern.Rewri
     from onnxscript.rewriter.ort_fusions import erfgelu, gelu  # patterns only; imported on use (cold start)
     from onnxscript.rewriter.rules.fusion import _layer_norm, _rms_normalization
 
-    rules = [_ReshapeDropAllowzero.rule(), _SwapLastAxes.rule(), _UnmaskedSoftmax.rule(), *_layer_norm.layer_normalization_rules]
+    rules = [
+        _ReshapeDropAllowzero.rule(), _SwapLastAxes.rule(), _UnmaskedSoftmax.rule(), _NoOpReshape.rule(), _NoOpSlice.rule(),
+        _ReshapeOfUnitAxesTranspose.rule(), *_layer_norm.layer_normalization_rules,
+    ]  # fmt: skip
     if opset_version >= _RMS_NORMALIZATION_OPSET:
         rules += _rms_normalization.rms_normalization_rules
     if target == OPTIMIZE_ONNXRUNTIME:
@@ -243,6 +247,69 @@ class _UnmaskedSoftmax(pattern.RewriteRuleClassBase):
 
     def rewrite(self, op, scores, weights, **_):
         return op.Softmax(scores, axis=weights.producer().attributes.get_int("axis", -1))
+
+
+class _NoOpReshape(pattern.RewriteRuleClassBase):
+    """A Reshape to the shape its input has (torchlib's views of static shapes that are already right)."""
+
+    def pattern(self, op, x, shape):
+        return op.Reshape(x, shape, _allow_other_attributes=True, _outputs=["out"])
+
+    def check(self, context, x, out, **_) -> pattern.MatchResult:
+        result = pattern.MatchResult()
+        dims = _known_dims(x)
+        if dims is None or dims != _known_dims(out):
+            return result.fail("The shape is not known to stay the same.")
+        return result
+
+    def rewrite(self, op, x, **_):
+        return op.Identity(x)
+
+
+class _NoOpSlice(pattern.RewriteRuleClassBase):
+    """A Slice with unit steps whose result has its input's shape, i.e. the whole input (torchlib's
+    slice of an RNN's initial state by layer, when there is one layer)."""
+
+    def pattern(self, op, x, starts, ends):
+        return op.Slice(x, starts, ends, _allow_other_inputs=True, _outputs=["out"])
+
+    def check(self, context, x, out, **_) -> pattern.MatchResult:
+        result = pattern.MatchResult()
+        inputs = out.producer().inputs
+        steps = ir.convenience.get_const_tensor(inputs[4]) if len(inputs) > 4 and inputs[4] is not None else None
+        if len(inputs) > 4 and inputs[4] is not None and (steps is None or (steps.numpy() != 1).any()):
+            return result.fail("The steps are not all 1.")
+        dims = _known_dims(x)
+        if dims is None or dims != _known_dims(out):
+            return result.fail("The shape is not known to stay the same.")
+        return result
+
+    def rewrite(self, op, x, **_):
+        return op.Identity(x)
+
+
+class _ReshapeOfUnitAxesTranspose(pattern.RewriteRuleClassBase):
+    """A Transpose that moves only axes of size 1 keeps the elements' order: before a Reshape it can go
+    (torchlib's unidirectional LSTM/GRU output, whose direction axis is moved, then merged)."""
+
+    def pattern(self, op, x, shape):
+        return op.Reshape(op.Transpose(x, _outputs=["moved"]), shape, _allow_other_attributes=True, _outputs=["out"])
+
+    def check(self, context, x, moved, shape, out, **_) -> pattern.MatchResult:
+        result = pattern.MatchResult()
+        target = ir.convenience.get_const_tensor(shape)
+        if not out.producer().attributes.get_int("allowzero", 0) and (target is None or (target.numpy() == 0).any()):
+            return result.fail("A 0 in the shape may copy a dimension of the Transpose's result.", shape)
+        if x.shape is None:
+            return result.fail("The input's rank is not known.")
+        perm = moved.producer().attributes.get_ints("perm", None) or list(reversed(range(x.shape.rank())))
+        kept = [axis for axis in perm if x.shape[axis] != 1]
+        if kept != sorted(kept):
+            return result.fail("The Transpose moves an axis whose size is not 1.")
+        return result
+
+    def rewrite(self, op, x, shape, out, **_):
+        return op.Reshape(x, shape, allowzero=out.producer().attributes.get_int("allowzero", 0))
 
 
 def _broadcasts_into(shape: ir.Shape, target: ir.Shape | None) -> bool:
