@@ -26,6 +26,8 @@ import onnx_ir.passes.common as common_passes
 from onnxscript import optimizer, rewriter
 from onnxscript.rewriter import _ir_utils, _matcher, pattern
 
+from onnxscript.rewriter.rules.common import reshape_reshape_rule
+
 from exporter.options import OPTIMIZE_ONNXRUNTIME
 
 _GELU_OPSET = 20  # the first default-domain opset with Gelu
@@ -107,8 +109,13 @@ class FusePass(ir.passes.InPlacePass):
         count = rule_set(portable_rules(self.opset_version, self.target)).apply_to_model(model)
         if self.target == OPTIMIZE_ONNXRUNTIME:
             count += onnxruntime_fusions(model)
+        else:  # the reshapes around the linear layers' Gemms meet the views next to them
+            count += rule_set([reshape_reshape_rule, _NoOpReshape.rule()]).apply_to_model(model)
         common_passes.IdentityEliminationPass()(model)  # what the no-op rules leave
         common_passes.RemoveUnusedNodesPass()(model)
+        common_passes.LiftConstantsToInitializersPass(lift_all_constants=True, size_limit=0)(model)
+        common_passes.DeduplicateInitializersPass()(model)
+        common_passes.CommonSubexpressionEliminationPass()(model)  # e.g. one input reshape for q, k and v
         return ir.passes.PassResult(model, modified=bool(count))
 
 
@@ -152,7 +159,8 @@ def portable_rules(opset_version: int, target: bool | str) -> list[pattern.Rewri
     if opset_version >= _RMS_NORMALIZATION_OPSET:
         rules += _rms_normalization.rms_normalization_rules
     if target == OPTIMIZE_ONNXRUNTIME:
-        return rules
+        return rules  # its attention fusions match MatMul + Add
+    rules.append(_LinearAsGemm.rule())
     if opset_version >= _GELU_OPSET:
         return [*rules, pattern.RewriteRule(erfgelu.erf_gelu_pattern_2, _gelu), pattern.RewriteRule(gelu.GeluTanhFusion().pattern, _gelu_tanh)]
     return [*rules, _GeluAsOnnxruntimeFuses.rule()]
@@ -310,6 +318,28 @@ class _ReshapeOfUnitAxesTranspose(pattern.RewriteRuleClassBase):
 
     def rewrite(self, op, x, shape, out, **_):
         return op.Reshape(x, shape, allowzero=out.producer().attributes.get_int("allowzero", 0))
+
+
+class _LinearAsGemm(pattern.RewriteRuleClassBase):
+    """A linear layer on a batch of static shape, ``MatMul(x, w) + b`` (float), as ``Gemm`` on ``x``
+    flattened to 2-D, reshaped back. onnxruntime makes that Gemm itself, after merging reshapes: made
+    here, the reshapes merge with the views around the layer, and q, k and v share one."""
+
+    def pattern(self, op, x, w, b):
+        return op.Add(op.MatMul(x, w), b)
+
+    def check(self, context, x, w, b, **_) -> pattern.MatchResult:
+        result = pattern.MatchResult()
+        dims = _known_dims(x)
+        if x.dtype != ir.DataType.FLOAT or dims is None or len(dims) < 3 or not all(isinstance(d, int) for d in dims):
+            return result.fail("Not a float batch of static shape.", x)
+        if w.shape is None or w.shape.rank() != 2 or b.shape is None or list(b.shape) != [w.shape[1]]:
+            return result.fail("Not a 2-D weight and a bias of its columns.")
+        return result
+
+    def rewrite(self, op, x, w, b, **_):
+        flat = op.Reshape(x, op.Constant(value_ints=[-1, x.shape[-1]]))
+        return op.Reshape(op.Gemm(flat, w, b), op.Constant(value_ints=[*x.shape[:-1], w.shape[1]]))
 
 
 def _broadcasts_into(shape: ir.Shape, target: ir.Shape | None) -> bool:
