@@ -234,3 +234,15 @@ def test_linear_layers_on_static_batches_are_gemms_between_merged_reshapes():
     dynamic = _op_types(_export(ProjectHeads(), torch.randn(2, 5, 16), dynamic_shapes=True).model_proto)
     assert "Gemm" not in dynamic
     assert dynamic.count("MatMul") == 3
+
+
+def test_floor_division_and_whole_mean_lose_their_no_op_nodes():
+    """torchlib's signed floor division compares a Boolean with a folded True, and its mean of a
+    whole tensor keeps the axes then squeezes them: neither step is left."""
+
+    def floor_and_mean(counts: torch.Tensor, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return counts // 3, x.mean()
+
+    counts = torch.tensor([[-5, -4, -3, 7], [1, 2, 3, -1], [0, 9, -2, 5]])
+    ops = _op_types(_export(floor_and_mean, counts, torch.randn(3, 4)).model_proto)
+    assert sorted(ops) == sorted(["Less", "Mod", "Cast", "And", "Cast", "Div", "Sub", "ReduceMean"])

@@ -154,7 +154,8 @@ def portable_rules(opset_version: int, target: bool | str) -> list[pattern.Rewri
 
     rules = [
         _ReshapeDropAllowzero.rule(), _SwapLastAxes.rule(), _UnmaskedSoftmax.rule(), _NoOpReshape.rule(), _NoOpSlice.rule(),
-        _ReshapeOfUnitAxesTranspose.rule(), *_layer_norm.layer_normalization_rules,
+        _ReshapeOfUnitAxesTranspose.rule(), _EqualTrue.rule(), *(_SqueezedReduction.rule(r) for r in _REDUCTIONS),
+        *_layer_norm.layer_normalization_rules,
     ]  # fmt: skip
     if opset_version >= _RMS_NORMALIZATION_OPSET:
         rules += _rms_normalization.rms_normalization_rules
@@ -340,6 +341,43 @@ class _LinearAsGemm(pattern.RewriteRuleClassBase):
     def rewrite(self, op, x, w, b, **_):
         flat = op.Reshape(x, op.Constant(value_ints=[-1, x.shape[-1]]))
         return op.Reshape(op.Gemm(flat, w, b), op.Constant(value_ints=[*x.shape[:-1], w.shape[1]]))
+
+
+class _EqualTrue(pattern.RewriteRuleClassBase):
+    """``Equal(b, True)`` of a Boolean ``b`` is ``b`` (torchlib's signed floor division, once the
+    divisor's sign is folded)."""
+
+    def pattern(self, op, b, true):
+        return op.Equal(b, true)
+
+    def check(self, context, b, true) -> pattern.MatchResult:
+        result = pattern.MatchResult()
+        if b.dtype != ir.DataType.BOOL or not _ir_utils.is_singleton_value(true, True) or b.shape is None or true.shape is None:
+            return result.fail("Not a Boolean compared with True.")
+        if true.shape.rank() > b.shape.rank():
+            return result.fail("True would add axes.", true)
+        return result
+
+    def rewrite(self, op, b, true):
+        return op.Identity(b)
+
+
+_REDUCTIONS = ("ReduceMean", "ReduceSum", "ReduceMax", "ReduceMin", "ReduceProd")
+
+
+class _SqueezedReduction(pattern.RewriteRuleClassBase):
+    """A reduction over all axes that keeps them, then squeezed (torchlib's ``mean`` of a whole tensor),
+    is the reduction that does not keep them."""
+
+    def __init__(self, reduction: str) -> None:
+        super().__init__(f"Squeezed{reduction}")
+        self.reduction = reduction
+
+    def pattern(self, op, x):
+        return op.Squeeze(getattr(op, self.reduction)(x, keepdims=1, noop_with_empty_axes=0, _allow_other_attributes=False))
+
+    def rewrite(self, op, x):
+        return getattr(op, self.reduction)(x, keepdims=0)
 
 
 def _broadcasts_into(shape: ir.Shape, target: ir.Shape | None) -> bool:
