@@ -11,7 +11,10 @@ only: decompositions become the ops of that opset (``LayerNormalization``, ``Gel
 ``RMSNormalization`` from 23; not onnxscript's opset-23 RotaryEmbedding fusion, whose result
 onnxruntime refuses with dynamic shapes), constant ``Reshape`` shapes drop ``allowzero`` (which
 stops onnxruntime from merging reshapes), and before opset 20 GELU takes the form onnxruntime's
-graph optimizer fuses. With
+graph optimizer fuses. Known shapes and constants remove steps that change nothing (reshapes and
+slices to the same shape, transposes of size-1 axes before a reshape, an all-True attention mask,
+``Equal(b, True)``, a squeezed reduction that kept its axes), and linear layers on static batches
+become ``Gemm`` between reshapes that merge with their neighbours. With
 ``optimize="onnxruntime"`` it also runs onnxscript's onnxruntime fusions, whose contrib ops
 (``com.microsoft``) only onnxruntime runs.
 """
@@ -25,7 +28,6 @@ import onnx_ir as ir
 import onnx_ir.passes.common as common_passes
 from onnxscript import optimizer, rewriter
 from onnxscript.rewriter import _ir_utils, _matcher, pattern
-
 from onnxscript.rewriter.rules.common import reshape_reshape_rule
 
 from exporter.options import OPTIMIZE_ONNXRUNTIME
@@ -284,10 +286,10 @@ class _NoOpSlice(pattern.RewriteRuleClassBase):
 
     def check(self, context, x, out, **_) -> pattern.MatchResult:
         result = pattern.MatchResult()
-        inputs = out.producer().inputs
-        steps = ir.convenience.get_const_tensor(inputs[4]) if len(inputs) > 4 and inputs[4] is not None else None
-        if len(inputs) > 4 and inputs[4] is not None and (steps is None or (steps.numpy() != 1).any()):
-            return result.fail("The steps are not all 1.")
+        steps = out.producer().inputs[4] if len(out.producer().inputs) > 4 else None
+        step_values = None if steps is None else ir.convenience.get_const_tensor(steps)
+        if steps is not None and (step_values is None or (step_values.numpy() != 1).any()):
+            return result.fail("The steps are not all 1.", steps)
         dims = _known_dims(x)
         if dims is None or dims != _known_dims(out):
             return result.fail("The shape is not known to stay the same.")
