@@ -2,12 +2,14 @@
 
 For every corpus case and every exporter, a fresh worker process (``--worker CASE EXPORTER``)
 builds the case, exports it once to warm up (on a separate model instance), times a second
-export, then checks the ONNX model in onnxruntime against eager PyTorch and measures its
-latency. The parent process only schedules workers (sequentially, so timings do not compete
-for cores), collects their JSON lines and prints the table and summary.
+export, then checks the ONNX model in onnxruntime against eager PyTorch and saves it. One more
+worker per case then measures the onnxruntime latency of all the case's models interleaved
+(round-robin). The parent process only schedules workers (sequentially, so timings do not compete
+for cores), collects their JSON lines and prints the table and summary. ``--base TREE`` adds
+``onnxlens-base``: onnxlens (and the corpus) of another source tree, e.g. an export of main.
 
     python benchmarks/compare_exporters.py [--cases mlp,hf_bert] [--exporters onnxlens,torch-dynamo]
-                                           [--json results.json] [--timeout 600]
+                                           [--base /path/to/main] [--json results.json] [--timeout 600]
 
 See benchmarks/README.md for what each figure means.
 """
@@ -22,21 +24,23 @@ import re
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
-EXPORTERS = ("onnxlens", "onnxlens-ort", "torch-dynamo", "torchscript")
+EXPORTERS = ("onnxlens", "onnxlens-ort", "onnxlens-base", "torch-dynamo", "torchscript")
 BASELINE = "torch-dynamo"  # export-time ratios are relative to this exporter
-OURS = ("onnxlens", "onnxlens-ort")
+OURS = ("onnxlens", "onnxlens-ort", "onnxlens-base")
 OTHERS = ("torch-dynamo", "torchscript")  # ORT latency goals are relative to the faster of these
 LATENCY_GOAL_MODEL = 1.05  # no model slower than 1.05x the faster other exporter
 LATENCY_GOAL_GEOMEAN = 0.9
 ORT_WARMUP_RUNS = 5
 ORT_MIN_RUNS = 10
 ORT_TARGET_SECONDS = 0.75  # latency runs per model take ~0.5-1 s in total
+ORT_ROUNDS = 15  # interleaved latency: rounds of consecutive runs of each model in turn
 LOAD_WARNING = 0.2  # cores kept busy by other processes above which timings are flagged
 ANSI_ESCAPE = re.compile(r"\x1b\[[0-9;]*m")
 
@@ -61,9 +65,9 @@ def _root_cause(exc: BaseException) -> BaseException:
     return exc
 
 
-def _worker_setup() -> None:
-    """Make the project and the test helpers importable."""
-    for path in (ROOT, ROOT / "tests"):
+def _worker_setup(tree: Path = ROOT) -> None:
+    """Make the project (of `tree`) and its test helpers importable."""
+    for path in (tree, tree / "tests"):
         if str(path) not in sys.path:
             sys.path.insert(0, str(path))
 
@@ -137,6 +141,12 @@ class OnnxlensRunner(ExporterRunner):
         return list(handle.adapt_torch_outputs_to_onnx(eager_out))
 
 
+class OnnxlensBaseRunner(OnnxlensRunner):
+    """Default onnxlens of the ``--base`` tree (its worker imports that tree's exporter and corpus)."""
+
+    name = "onnxlens-base"
+
+
 class OnnxlensOrtRunner(OnnxlensRunner):
     """``ExportOptions(optimize="onnxruntime")``: onnxscript's onnxruntime fusions (contrib ops) too."""
 
@@ -208,6 +218,7 @@ class TorchScriptRunner(TorchRunner):
 RUNNERS: dict[str, Callable[[], ExporterRunner]] = {
     "onnxlens": OnnxlensRunner,
     "onnxlens-ort": OnnxlensOrtRunner,
+    "onnxlens-base": OnnxlensBaseRunner,
     "torch-dynamo": TorchDynamoRunner,
     "torchscript": TorchScriptRunner,
 }
@@ -256,6 +267,41 @@ def ort_feeds(session: Any, inputs: Sequence[Any]) -> dict[str, Any]:
     if len(inputs) != len(graph_inputs):
         raise ValueError(f"{len(inputs)} flattened inputs vs {len(graph_inputs)} ONNX graph inputs")
     return {i.name: _to_numpy(x) for i, x in zip(graph_inputs, inputs)}
+
+
+def save_model(directory: Path, exporter: str, proto: Any, feeds: dict[str, Any]) -> None:
+    """Write a model and its feeds (in graph input order) for the interleaved latency worker."""
+    import numpy as np
+
+    (directory / f"{exporter}.onnx").write_bytes(proto.SerializeToString())
+    np.savez(directory / f"{exporter}.npz", *feeds.values())
+
+
+def interleaved_latency_ms(directory: Path) -> dict[str, float]:
+    """Median latency (ms) of each saved model, measured in turn: after warm-up, ORT_ROUNDS rounds
+    each run every model for ~ORT_TARGET_SECONDS / ORT_ROUNDS, so load changes hit all alike."""
+    import numpy as np
+    import onnx
+
+    sessions = {}
+    for path in sorted(directory.glob("*.onnx")):
+        session = ort_session(onnx.load(path))
+        with np.load(path.with_suffix(".npz")) as data:
+            feeds = {i.name: data[f"arr_{n}"] for n, i in enumerate(session.get_inputs())}
+        warm = []
+        for _ in range(ORT_WARMUP_RUNS):
+            start = time.perf_counter()
+            session.run(None, feeds)
+            warm.append(time.perf_counter() - start)
+        runs = max(1, int(ORT_TARGET_SECONDS / ORT_ROUNDS / max(statistics.median(warm[1:]), 1e-6)))
+        sessions[path.stem] = (session, feeds, runs, [])
+    for _ in range(ORT_ROUNDS):
+        for session, feeds, runs, times in sessions.values():
+            for _ in range(runs):
+                start = time.perf_counter()
+                session.run(None, feeds)
+                times.append(time.perf_counter() - start)
+    return {name: statistics.median(times) * 1e3 for name, (_, _, _, times) in sessions.items()}
 
 
 def ort_latency_ms(session: Any, feeds: dict[str, Any]) -> tuple[float, int]:
@@ -312,8 +358,9 @@ def timed_export(runner: ExporterRunner, case: Any) -> tuple[Any, float]:
     return handle, time.perf_counter() - start
 
 
-def run_pair(case_name: str, exporter_name: str) -> Result:
-    """Everything measured for one (case, exporter) pair; failures are recorded, not raised."""
+def run_pair(case_name: str, exporter_name: str, save_dir: Path | None = None) -> Result:
+    """Everything measured for one (case, exporter) pair; failures are recorded, not raised.
+    A model that runs is saved to `save_dir` with its feeds."""
     import torch
 
     import corpus
@@ -372,6 +419,8 @@ def run_pair(case_name: str, exporter_name: str) -> Result:
     result["ort_ok"] = True
     try:
         result["ort_ms"], result["ort_runs"] = ort_latency_ms(session, feeds)
+        if save_dir is not None:
+            save_model(save_dir, exporter_name, proto, feeds)
     except Exception as e:  # noqa: BLE001
         return fail("ort latency", e)
 
@@ -407,18 +456,20 @@ def run_repeat(case_name: str, exporter_name: str, repeats: int) -> Result:
     return result
 
 
-def worker_main(mode: str, argv: list[str], repeats: int) -> None:
+def worker_main(mode: str, argv: list[str], repeats: int, tree: Path = ROOT, save_dir: Path | None = None) -> None:
     """Run one worker job; its stdout's last line is the JSON result (exporter chatter goes to stderr)."""
     import contextlib
 
-    _worker_setup()
+    _worker_setup(tree)
     with contextlib.redirect_stdout(sys.stderr):
         if mode == "list":
             import corpus
 
             payload: Any = [c.name for c in corpus.CASES]
         elif mode == "pair":
-            payload = run_pair(*argv)
+            payload = run_pair(*argv, save_dir=save_dir)
+        elif mode == "latency":
+            payload = interleaved_latency_ms(Path(argv[0]))
         else:
             payload = run_repeat(*argv, repeats)
     print(json.dumps(payload), flush=True)
@@ -461,14 +512,16 @@ def call_worker(worker_args: list[str], timeout: float) -> tuple[Any, str | None
         return None, f"worker crashed (rc={proc.returncode}): {tail[0][:200]}", wall
 
 
-def run_pair_in_worker(case: str, exporter: str, timeout: float) -> Result:
-    """One (case, exporter) pair in a fresh process; a crash or timeout is a failed export.
+def run_pair_in_worker(case: str, exporter: str, timeout: float, save_dir: Path, base: Path | None = None) -> Result:
+    """One (case, exporter) pair in a fresh process (`onnxlens-base` importing the `base` tree); a crash
+    or timeout is a failed export. The model is saved to `save_dir` for the interleaved latency.
 
     Also records ``other_load``: the CPU cores that *other* processes kept busy meanwhile
     (machine-wide busy time minus the worker's own), a warning sign for the timings.
     """
     busy, own = _busy_cpu_seconds(), _children_cpu_seconds()
-    payload, error, wall = call_worker(["--worker", case, exporter], timeout)
+    tree = ["--tree", str(base)] if exporter == "onnxlens-base" and base else []
+    payload, error, wall = call_worker(["--worker", case, exporter, "--save-dir", str(save_dir), *tree], timeout)
     busy_after = _busy_cpu_seconds()
     other = None if busy is None or busy_after is None else (busy_after - busy) - (_children_cpu_seconds() - own)
     if payload is None:
@@ -479,6 +532,17 @@ def run_pair_in_worker(case: str, exporter: str, timeout: float) -> Result:
     payload["worker_wall_s"] = wall
     payload["other_load"] = None if other is None else max(0.0, other / wall)
     return payload
+
+
+def measure_interleaved(case_results: list[Result], save_dir: Path, timeout: float) -> None:
+    """Replace each saved model's ``ort_ms`` by its interleaved latency (the worker's own figure stays
+    as ``ort_ms_alone``); a failed latency worker leaves the workers' figures."""
+    latencies, error, _ = call_worker(["--worker-latency", str(save_dir)], timeout)
+    for r in case_results:
+        if latencies and r["exporter"] in latencies:
+            r["ort_ms_alone"], r["ort_ms"] = r.get("ort_ms"), latencies[r["exporter"]]
+        elif error:
+            r["interleaved_error"] = error
 
 
 def _fmt(value: float | None, spec: str) -> str:
@@ -657,11 +721,19 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--repeats", type=int, default=10, help="exports in that figure; 0 skips it (default 10)")
     parser.add_argument("--worker", nargs=2, metavar=("CASE", "EXPORTER"), help=argparse.SUPPRESS)
     parser.add_argument("--worker-repeat", nargs=2, metavar=("CASE", "EXPORTER"), help=argparse.SUPPRESS)
+    parser.add_argument("--base", type=Path, help="source tree whose onnxlens runs as onnxlens-base (e.g. an export of main)")
     parser.add_argument("--worker-list", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--worker-latency", metavar="DIR", help=argparse.SUPPRESS)
+    parser.add_argument("--save-dir", type=Path, help=argparse.SUPPRESS)
+    parser.add_argument("--tree", type=Path, default=ROOT, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     unknown = set(args.exporters) - set(EXPORTERS)
     if unknown:
         parser.error(f"unknown exporters {sorted(unknown)}; choose from {', '.join(EXPORTERS)}")
+    if args.base is None:
+        args.exporters = [e for e in args.exporters if e != "onnxlens-base"]
+    elif not (args.base / "exporter").is_dir():
+        parser.error(f"--base {args.base}: not a source tree of onnxlens (no exporter/)")
     return args
 
 
@@ -670,8 +742,11 @@ def main(argv: list[str] | None = None) -> int:
     if args.worker_list:
         worker_main("list", [], 0)
         return 0
+    if args.worker_latency:
+        worker_main("latency", [args.worker_latency], 0)
+        return 0
     if args.worker or args.worker_repeat:
-        worker_main("pair" if args.worker else "repeat", args.worker or args.worker_repeat, args.repeats)
+        worker_main("pair" if args.worker else "repeat", args.worker or args.worker_repeat, args.repeats, args.tree, args.save_dir)
         return 0
 
     all_cases, error, _ = call_worker(["--worker-list"], args.timeout)
@@ -685,11 +760,15 @@ def main(argv: list[str] | None = None) -> int:
 
     results = []
     for i, case in enumerate(cases, 1):
-        for exporter in exporters:
-            r = run_pair_in_worker(case, exporter, args.timeout)
-            results.append(r)
-            print(f"[{i}/{len(cases)}] {case} / {exporter}: {status(r)} ({r['worker_wall_s']:.1f} s)  {describe_error(r)}",
-                  file=sys.stderr, flush=True)  # fmt: skip
+        with tempfile.TemporaryDirectory(prefix="compare_exporters_") as save_dir:
+            case_results = []
+            for exporter in exporters:
+                r = run_pair_in_worker(case, exporter, args.timeout, Path(save_dir), args.base)
+                case_results.append(r)
+                print(f"[{i}/{len(cases)}] {case} / {exporter}: {status(r)} ({r['worker_wall_s']:.1f} s)  {describe_error(r)}",
+                      file=sys.stderr, flush=True)  # fmt: skip
+            measure_interleaved(case_results, Path(save_dir), args.timeout)
+        results += case_results
 
     print_table(results)
     print_summary(results, cases, exporters)
@@ -697,7 +776,7 @@ def main(argv: list[str] | None = None) -> int:
     print_latency_goals(results, exporters)
     figures = []
     if args.repeats > 0:
-        figures = print_repeat_figure(args.repeat_case, [e for e in exporters if e != "torchscript"], args.repeats, args.timeout)
+        figures = print_repeat_figure(args.repeat_case, [e for e in exporters if e not in ("torchscript", "onnxlens-base")], args.repeats, args.timeout)
     env = environment()
     print("\nEnvironment: " + ", ".join(f"{k} {v}" for k, v in env.items()))
     if args.json:

@@ -156,6 +156,93 @@ def test_attention_key_transpose_is_one_transpose(tmp_path):
     folds into its MatMul: the attention runs with as few nodes as TorchScript's export."""
     model, args, kwargs = corpus.get("sdpa").build()
     export_output = _export(model, *args)
-    ops = _op_types(export_output.model_proto)
-    assert ops.count("Reshape") == 2  # split heads, merge heads: none for the key
+    graph = onnx.inliner.inline_local_functions(export_output.model_proto).graph
+    perms = [list(onnx.helper.get_attribute_value(n.attribute[0])) for n in graph.node if n.op_type == "Transpose"]
+    assert [0, 2, 1] not in perms  # the key's 3-D transpose
     assert len(_onnxruntime_op_types(export_output.model_proto, tmp_path)) <= 17
+
+
+class MaskedAttention(nn.Module):
+    """SDPA with a Boolean mask built in the model (Hugging Face builds an all-True one without padding)."""
+
+    def __init__(self, masked_key: int | None) -> None:
+        super().__init__()
+        self.qkv = nn.Linear(16, 48)
+        self.masked_key = masked_key
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        q, k, v = (t.unflatten(-1, (2, 8)).transpose(1, 2) for t in self.qkv(x).chunk(3, dim=-1))
+        mask = torch.ones(x.shape[0], 1, x.shape[1], x.shape[1], dtype=torch.bool)
+        if self.masked_key is not None:
+            mask[..., self.masked_key] = False
+        return nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+
+
+def test_all_true_attention_mask_is_dropped():
+    """A mask that masks nothing leaves the softmax of the scores, as torchlib's attention without a mask
+    (no zeros added, no NaN guard); a mask that masks something stays."""
+    x = torch.randn(2, 5, 16)
+    ops = _op_types(_export(MaskedAttention(None), x).model_proto)
+    assert not {"IsNaN", "Where", "Add"} & set(ops)  # the Linear's bias is in its Gemm
+    masked = _op_types(_export(MaskedAttention(masked_key=1), x).model_proto)
+    assert {"IsNaN", "Where"} <= set(masked)
+    assert masked.count("Add") == 1
+
+
+class ViewsAndSlices(nn.Module):
+    """A view to the shape the tensor has, a slice of all of it, and one that is a real change."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        same = torch.relu(x).reshape(2, -1, 5).exp()[:, 0:3]
+        return same.reshape(6, 5) + 1
+
+
+def test_reshape_and_slice_to_the_same_shape_go():
+    ops = _op_types(_export(ViewsAndSlices(), torch.randn(2, 3, 5)).model_proto)
+    assert ops == ["Relu", "Exp", "Reshape", "Add"]
+
+
+@pytest.mark.parametrize(("name", "transposes"), [("lstm", 2), ("gru_bidirectional", 3)])
+def test_rnn_outputs_are_not_transposed_to_move_a_unit_axis(name: str, transposes: int):
+    """torchlib moves the direction axis of ONNX's RNN output before merging it: with one direction
+    that axis has size 1 and the Transpose goes (the LSTM's two); bidirectional, it stays. The initial
+    state's slice to its one layer goes too."""
+    model, args, kwargs = corpus.get(name).build()
+    export_output = exporter.dynamo_export(model, *args, **kwargs)
+    assert_matches_eager(export_output, corpus.get(name).build()[0], args, kwargs)
+    ops = _op_types(export_output.model_proto)
+    assert ops.count("Transpose") == transposes
+    assert "Slice" not in ops
+
+
+class ProjectHeads(nn.Module):
+    """q, k and v projections of one input, each split into 2 heads (a view after each linear layer)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.q, self.k, self.v = nn.Linear(16, 16), nn.Linear(16, 16), nn.Linear(16, 16)
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        return tuple(proj(x).unflatten(-1, (2, 8)) for proj in (self.q, self.k, self.v))
+
+
+def test_linear_layers_on_static_batches_are_gemms_between_merged_reshapes():
+    """Each linear layer is a Gemm on the input flattened once for all three; its reshape back
+    merges with the view to heads. Dynamic or half-precision batches keep MatMul + Add."""
+    ops = _op_types(_export(ProjectHeads(), torch.randn(2, 5, 16)).model_proto)
+    assert sorted(ops) == ["Gemm"] * 3 + ["Reshape"] * 4
+    dynamic = _op_types(_export(ProjectHeads(), torch.randn(2, 5, 16), dynamic_shapes=True).model_proto)
+    assert "Gemm" not in dynamic
+    assert dynamic.count("MatMul") == 3
+
+
+def test_floor_division_and_whole_mean_lose_their_no_op_nodes():
+    """torchlib's signed floor division compares a Boolean with a folded True, and its mean of a
+    whole tensor keeps the axes then squeezes them: neither step is left."""
+
+    def floor_and_mean(counts: torch.Tensor, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return counts // 3, x.mean()
+
+    counts = torch.tensor([[-5, -4, -3, 7], [1, 2, 3, -1], [0, 9, -2, 5]])
+    ops = _op_types(_export(floor_and_mean, counts, torch.randn(3, 4)).model_proto)
+    assert sorted(ops) == sorted(["Less", "Mod", "Cast", "And", "Cast", "Div", "Sub", "ReduceMean"])

@@ -11,7 +11,10 @@ only: decompositions become the ops of that opset (``LayerNormalization``, ``Gel
 ``RMSNormalization`` from 23; not onnxscript's opset-23 RotaryEmbedding fusion, whose result
 onnxruntime refuses with dynamic shapes), constant ``Reshape`` shapes drop ``allowzero`` (which
 stops onnxruntime from merging reshapes), and before opset 20 GELU takes the form onnxruntime's
-graph optimizer fuses. With
+graph optimizer fuses. Known shapes and constants remove steps that change nothing (reshapes and
+slices to the same shape, transposes of size-1 axes before a reshape, an all-True attention mask,
+``Equal(b, True)``, a squeezed reduction that kept its axes), and linear layers on static batches
+become ``Gemm`` between reshapes that merge with their neighbours. With
 ``optimize="onnxruntime"`` it also runs onnxscript's onnxruntime fusions, whose contrib ops
 (``com.microsoft``) only onnxruntime runs.
 """
@@ -25,6 +28,7 @@ import onnx_ir as ir
 import onnx_ir.passes.common as common_passes
 from onnxscript import optimizer, rewriter
 from onnxscript.rewriter import _ir_utils, _matcher, pattern
+from onnxscript.rewriter.rules.common import reshape_reshape_rule
 
 from exporter.options import OPTIMIZE_ONNXRUNTIME
 
@@ -107,7 +111,13 @@ class FusePass(ir.passes.InPlacePass):
         count = rule_set(portable_rules(self.opset_version, self.target)).apply_to_model(model)
         if self.target == OPTIMIZE_ONNXRUNTIME:
             count += onnxruntime_fusions(model)
+        else:  # the reshapes around the linear layers' Gemms meet the views next to them
+            count += rule_set([reshape_reshape_rule, _NoOpReshape.rule()]).apply_to_model(model)
+        common_passes.IdentityEliminationPass()(model)  # what the no-op rules leave
         common_passes.RemoveUnusedNodesPass()(model)
+        common_passes.LiftConstantsToInitializersPass(lift_all_constants=True, size_limit=0)(model)
+        common_passes.DeduplicateInitializersPass()(model)
+        common_passes.CommonSubexpressionEliminationPass()(model)  # e.g. one input reshape for q, k and v
         return ir.passes.PassResult(model, modified=bool(count))
 
 
@@ -144,11 +154,16 @@ def portable_rules(opset_version: int, target: bool | str) -> list[pattern.Rewri
     from onnxscript.rewriter.ort_fusions import erfgelu, gelu  # patterns only; imported on use (cold start)
     from onnxscript.rewriter.rules.fusion import _layer_norm, _rms_normalization
 
-    rules = [_ReshapeDropAllowzero.rule(), _SwapLastAxes.rule(), *_layer_norm.layer_normalization_rules]
+    rules = [
+        _ReshapeDropAllowzero.rule(), _SwapLastAxes.rule(), _UnmaskedSoftmax.rule(), _NoOpReshape.rule(), _NoOpSlice.rule(),
+        _ReshapeOfUnitAxesTranspose.rule(), _EqualTrue.rule(), *(_SqueezedReduction.rule(r) for r in _REDUCTIONS),
+        *_layer_norm.layer_normalization_rules,
+    ]  # fmt: skip
     if opset_version >= _RMS_NORMALIZATION_OPSET:
         rules += _rms_normalization.rms_normalization_rules
     if target == OPTIMIZE_ONNXRUNTIME:
-        return rules
+        return rules  # its attention fusions match MatMul + Add
+    rules.append(_LinearAsGemm.rule())
     if opset_version >= _GELU_OPSET:
         return [*rules, pattern.RewriteRule(erfgelu.erf_gelu_pattern_2, _gelu), pattern.RewriteRule(gelu.GeluTanhFusion().pattern, _gelu_tanh)]
     return [*rules, _GeluAsOnnxruntimeFuses.rule()]
@@ -219,6 +234,159 @@ class _SwapLastAxes(pattern.RewriteRuleClassBase):
     def rewrite(self, op, x, **_):
         rank = x.shape.rank()
         return op.Transpose(x, perm=[*range(rank - 2), rank - 1, rank - 2])
+
+
+class _UnmaskedSoftmax(pattern.RewriteRuleClassBase):
+    """torchlib's attention with a Boolean mask that masks nothing (all True, as Hugging Face models pass
+    without padding): folded, the mask adds zeros and the softmax is followed by a guard against the
+    NaNs of fully masked rows. Both go: the softmax of the scores, as torchlib's attention without a mask."""
+
+    def pattern(self, op, scores, zeros, zero):
+        weights = op.Softmax(op.Add(scores, zeros), _outputs=["weights"])
+        return op.Where(op.IsNaN(weights), zero, weights)
+
+    def check(self, context, scores, zeros, zero, **_) -> pattern.MatchResult:
+        result = pattern.MatchResult()
+        mask = ir.convenience.get_const_tensor(zeros)
+        if mask is None or mask.numpy().any():
+            return result.fail("The mask is not a constant of zeros.", zeros)
+        if not _broadcasts_into(mask.shape, scores.shape):
+            return result.fail("Adding the mask would change the scores' shape.", zeros)
+        if not _ir_utils.is_singleton_value(zero, 0.0, rtol=0.0):
+            return result.fail("NaNs are not replaced by zero.", zero)
+        return result
+
+    def rewrite(self, op, scores, weights, **_):
+        return op.Softmax(scores, axis=weights.producer().attributes.get_int("axis", -1))
+
+
+class _NoOpReshape(pattern.RewriteRuleClassBase):
+    """A Reshape to the shape its input has (torchlib's views of static shapes that are already right)."""
+
+    def pattern(self, op, x, shape):
+        return op.Reshape(x, shape, _allow_other_attributes=True, _outputs=["out"])
+
+    def check(self, context, x, out, **_) -> pattern.MatchResult:
+        result = pattern.MatchResult()
+        dims = _known_dims(x)
+        if dims is None or dims != _known_dims(out):
+            return result.fail("The shape is not known to stay the same.")
+        return result
+
+    def rewrite(self, op, x, **_):
+        return op.Identity(x)
+
+
+class _NoOpSlice(pattern.RewriteRuleClassBase):
+    """A Slice with unit steps whose result has its input's shape, i.e. the whole input (torchlib's
+    slice of an RNN's initial state by layer, when there is one layer)."""
+
+    def pattern(self, op, x, starts, ends):
+        return op.Slice(x, starts, ends, _allow_other_inputs=True, _outputs=["out"])
+
+    def check(self, context, x, out, **_) -> pattern.MatchResult:
+        result = pattern.MatchResult()
+        steps = out.producer().inputs[4] if len(out.producer().inputs) > 4 else None
+        step_values = None if steps is None else ir.convenience.get_const_tensor(steps)
+        if steps is not None and (step_values is None or (step_values.numpy() != 1).any()):
+            return result.fail("The steps are not all 1.", steps)
+        dims = _known_dims(x)
+        if dims is None or dims != _known_dims(out):
+            return result.fail("The shape is not known to stay the same.")
+        return result
+
+    def rewrite(self, op, x, **_):
+        return op.Identity(x)
+
+
+class _ReshapeOfUnitAxesTranspose(pattern.RewriteRuleClassBase):
+    """A Transpose that moves only axes of size 1 keeps the elements' order: before a Reshape it can go
+    (torchlib's unidirectional LSTM/GRU output, whose direction axis is moved, then merged)."""
+
+    def pattern(self, op, x, shape):
+        return op.Reshape(op.Transpose(x, _outputs=["moved"]), shape, _allow_other_attributes=True, _outputs=["out"])
+
+    def check(self, context, x, moved, shape, out, **_) -> pattern.MatchResult:
+        result = pattern.MatchResult()
+        target = ir.convenience.get_const_tensor(shape)
+        if not out.producer().attributes.get_int("allowzero", 0) and (target is None or (target.numpy() == 0).any()):
+            return result.fail("A 0 in the shape may copy a dimension of the Transpose's result.", shape)
+        if x.shape is None:
+            return result.fail("The input's rank is not known.")
+        perm = moved.producer().attributes.get_ints("perm", None) or list(reversed(range(x.shape.rank())))
+        kept = [axis for axis in perm if x.shape[axis] != 1]
+        if kept != sorted(kept):
+            return result.fail("The Transpose moves an axis whose size is not 1.")
+        return result
+
+    def rewrite(self, op, x, shape, out, **_):
+        return op.Reshape(x, shape, allowzero=out.producer().attributes.get_int("allowzero", 0))
+
+
+class _LinearAsGemm(pattern.RewriteRuleClassBase):
+    """A linear layer on a batch of static shape, ``MatMul(x, w) + b`` (float), as ``Gemm`` on ``x``
+    flattened to 2-D, reshaped back. onnxruntime makes that Gemm itself, after merging reshapes: made
+    here, the reshapes merge with the views around the layer, and q, k and v share one."""
+
+    def pattern(self, op, x, w, b):
+        return op.Add(op.MatMul(x, w), b)
+
+    def check(self, context, x, w, b, **_) -> pattern.MatchResult:
+        result = pattern.MatchResult()
+        dims = _known_dims(x)
+        if x.dtype != ir.DataType.FLOAT or dims is None or len(dims) < 3 or not all(isinstance(d, int) for d in dims):
+            return result.fail("Not a float batch of static shape.", x)
+        if w.shape is None or w.shape.rank() != 2 or b.shape is None or list(b.shape) != [w.shape[1]]:
+            return result.fail("Not a 2-D weight and a bias of its columns.")
+        return result
+
+    def rewrite(self, op, x, w, b, **_):
+        flat = op.Reshape(x, op.Constant(value_ints=[-1, x.shape[-1]]))
+        return op.Reshape(op.Gemm(flat, w, b), op.Constant(value_ints=[*x.shape[:-1], w.shape[1]]))
+
+
+class _EqualTrue(pattern.RewriteRuleClassBase):
+    """``Equal(b, True)`` of a Boolean ``b`` is ``b`` (torchlib's signed floor division, once the
+    divisor's sign is folded)."""
+
+    def pattern(self, op, b, true):
+        return op.Equal(b, true)
+
+    def check(self, context, b, true) -> pattern.MatchResult:
+        result = pattern.MatchResult()
+        if b.dtype != ir.DataType.BOOL or not _ir_utils.is_singleton_value(true, True) or b.shape is None or true.shape is None:
+            return result.fail("Not a Boolean compared with True.")
+        if true.shape.rank() > b.shape.rank():
+            return result.fail("True would add axes.", true)
+        return result
+
+    def rewrite(self, op, b, true):
+        return op.Identity(b)
+
+
+_REDUCTIONS = ("ReduceMean", "ReduceSum", "ReduceMax", "ReduceMin", "ReduceProd")
+
+
+class _SqueezedReduction(pattern.RewriteRuleClassBase):
+    """A reduction over all axes that keeps them, then squeezed (torchlib's ``mean`` of a whole tensor),
+    is the reduction that does not keep them."""
+
+    def __init__(self, reduction: str) -> None:
+        super().__init__(f"Squeezed{reduction}")
+        self.reduction = reduction
+
+    def pattern(self, op, x):
+        return op.Squeeze(getattr(op, self.reduction)(x, keepdims=1, noop_with_empty_axes=0, _allow_other_attributes=False))
+
+    def rewrite(self, op, x):
+        return getattr(op, self.reduction)(x, keepdims=0)
+
+
+def _broadcasts_into(shape: ir.Shape, target: ir.Shape | None) -> bool:
+    """Whether a tensor of `shape` broadcasts into `target` without changing it (numpy rules)."""
+    if target is None or len(shape) > len(target):
+        return False
+    return all(d == 1 or d == t for d, t in zip(reversed(list(shape)), reversed(list(target))))
 
 
 def _known_dims(value: ir.Value) -> list[int | str] | None:
