@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import argparse
+import atexit
 import gc
 import json
 import os
 import sys
 import time
 import traceback
-from typing import Any
+from typing import Any, NoReturn
 
 from exporter.constants import Stage, progress_text
 
@@ -53,23 +54,26 @@ def _json_spec(text: str) -> Any:
     return spec
 
 
-def main(argv: list[str] | None = None) -> int:
-    """The console script: `run`, then freeze what is left so the collection at exit walks nothing."""
-    try:
-        return run(argv)
-    finally:
-        gc.freeze()
-        gc.enable()
+def main(argv: list[str] | None = None) -> NoReturn:
+    """The console script: `run` with the garbage collector paused until the imports are done, then
+    end the process as the interpreter would, minus tearing torch & co. down module by module
+    (~0.15 s): the exit handlers run and the standard streams are flushed, as in the language
+    server's export processes."""
+    gc.disable()
+    code = run(argv)
+    atexit._run_exitfuncs()
+    for stream in (sys.stdout, sys.stderr):
+        stream.flush()
+    os._exit(code)
 
 
 def run(argv: list[str] | None = None) -> int:
     """Parse `argv`, load the model file and export its targets; the exit code.
 
-    The imports (torch, onnx, TorchDynamo, torchlib) create millions of long-lived objects: the
-    garbage collector is paused while they load, then they are frozen, so the collections during
-    the export do not walk them again and again (together with `main`'s freeze, ~1 s of a cold run).
+    The imports (torch, onnx, TorchDynamo, torchlib) create millions of long-lived objects. They are
+    frozen once loaded and the garbage collector (re)enabled, so the collections during the export
+    do not walk them again and again (with `main`'s pause while they load, ~0.5 s of a cold run).
     """
-    gc.disable()
     args = parse_args(argv)
     path, _, name = args.target.partition(":")
     progress = _Progress(sys.stderr)
@@ -117,7 +121,7 @@ def run(argv: list[str] | None = None) -> int:
 
 
 def _import_pipeline() -> None:
-    """Import what every export uses before it runs (see `main`): the pipeline, torchlib's table and
+    """Import what every export uses before it runs (see `run`): the pipeline, torchlib's table and
     TorchDynamo, which torch.export imports on its first call."""
     import torch.export._trace  # noqa: F401
     from exporter.registry import default_registry
@@ -238,4 +242,4 @@ class _Progress:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    main()
