@@ -3,11 +3,8 @@
 torch, onnxscript's torchlib and the exporter's default registry are loaded here, and one tiny
 model is exported so that torch.export's lazy initialization is done too (it costs about a second
 on the first export of every process). Each export is then a fork of this process, which picks
-up the user's current code and dies with it. What is loaded here is frozen (`gc.freeze`), so the
-exports' garbage collections do not walk it.
+up the user's current code and dies with it.
 """
-
-import gc
 
 import torch
 
@@ -17,5 +14,3 @@ from exporter.registry import default_registry
 
 default_registry().supported_targets()  # builds torchlib's table and its operator lookup
 exporter.dynamo_export(torch.nn.Sequential(torch.nn.Linear(2, 2), torch.nn.ReLU()), torch.zeros(1, 2))
-
-gc.freeze()  # the forked exports' collections then skip everything loaded here

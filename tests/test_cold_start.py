@@ -41,3 +41,8 @@ def test_the_cli_collects_garbage_only_after_freezing_the_imported_modules(tmp_p
     assert int(frozen) > 200_000  # torch, onnx, TorchDynamo, torchlib, ...
     assert all(int(count) >= 200_000 for count in frozen_at_start), frozen_at_start  # none walked them
     assert (tmp_path / "mlp.onnx").stat().st_size > 0
+
+
+def test_the_fork_server_preloads_the_sarif_writer_every_editor_export_uses():
+    code = "import sys, onnxlens_server.warm; print('sarif_om' in sys.modules)"
+    assert _python(code).splitlines()[-1] == "True"
