@@ -8,6 +8,7 @@ import gc
 import json
 import os
 import sys
+import threading
 import time
 import traceback
 from typing import Any, NoReturn
@@ -56,11 +57,18 @@ def _json_spec(text: str) -> Any:
 
 def main(argv: list[str] | None = None) -> NoReturn:
     """The console script: `run` with the garbage collector paused until the imports are done, then
-    end the process as the interpreter would, minus tearing torch & co. down module by module
-    (~0.15 s): the exit handlers run and the standard streams are flushed, as in the language
-    server's export processes."""
+    `_exit`."""
     gc.disable()
-    code = run(argv)
+    _exit(run(argv))
+
+
+def _exit(code: int) -> NoReturn:
+    """End the process as the interpreter would (non-daemon threads joined, exit handlers run,
+    standard streams flushed), minus tearing torch & co. down module by module (~0.15 s); as the
+    language server's export processes end."""
+    for thread in threading.enumerate():
+        if thread is not threading.main_thread() and not thread.daemon:
+            thread.join()
     atexit._run_exitfuncs()
     for stream in (sys.stdout, sys.stderr):
         stream.flush()

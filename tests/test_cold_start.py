@@ -46,3 +46,29 @@ def test_the_cli_collects_garbage_only_after_freezing_the_imported_modules(tmp_p
 def test_the_fork_server_preloads_the_sarif_writer_every_editor_export_uses():
     code = "import sys, onnxlens_server.warm; print('sarif_om' in sys.modules)"
     assert _python(code).splitlines()[-1] == "True"
+
+
+THREAD_MODEL = '''
+import os, threading, time, torch, exporter
+
+def write_after_the_export(onnx_path, marker):
+    while not os.path.exists(onnx_path):
+        time.sleep(0.05)
+    time.sleep(0.5)
+    with open(marker, "w") as f:
+        f.write("done")
+
+@exporter.export_target()
+def small():
+    threading.Thread(target=write_after_the_export, args=({onnx!r}, {marker!r})).start()
+    return torch.nn.Linear(2, 2), (torch.zeros(1, 2),)
+'''
+
+
+def test_the_cli_still_waits_for_the_model_files_threads_and_runs_exit_handlers(tmp_path):
+    onnx_path, marker = tmp_path / "small.onnx", tmp_path / "marker.txt"
+    (tmp_path / "threads.py").write_text(THREAD_MODEL.format(onnx=str(onnx_path), marker=str(marker)))
+    code = "import atexit, sys; from exporter import cli; atexit.register(print, 'exit handler ran'); cli.main(sys.argv[1:])"
+    out = _python(code, f"{tmp_path / 'threads.py'}:small", "-o", str(onnx_path))
+    assert out.splitlines()[-1] == "exit handler ran"
+    assert marker.read_text() == "done"
