@@ -9,6 +9,7 @@ up the user's current code and dies with it.
 import torch
 
 import exporter
+import exporter.diagnostics.sarif  # noqa: F401  (every job writes SARIF; exporter imports it only then)
 from exporter.registry import default_registry
 
 default_registry().supported_targets()  # builds torchlib's table and its operator lookup
