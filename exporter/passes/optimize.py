@@ -113,12 +113,24 @@ class FusePass(ir.passes.InPlacePass):
             count += onnxruntime_fusions(model)
         else:  # the reshapes around the linear layers' Gemms meet the views next to them
             count += rule_set([reshape_reshape_rule, _NoOpReshape.rule()]).apply_to_model(model)
-        common_passes.IdentityEliminationPass()(model)  # what the no-op rules leave
+        _IdentityElimination()(model)  # what the no-op rules leave
         common_passes.RemoveUnusedNodesPass()(model)
         common_passes.LiftConstantsToInitializersPass(lift_all_constants=True, size_limit=0)(model)
         common_passes.DeduplicateInitializersPass()(model)
         common_passes.CommonSubexpressionEliminationPass()(model)  # e.g. one input reshape for q, k and v
         return ir.passes.PassResult(model, modified=bool(count))
+
+
+class _IdentityElimination(common_passes.IdentityEliminationPass):
+    """onnx_ir's, except for an Identity that makes a value of an outer graph a subgraph's output (a
+    Loop body's): without it, that output has no producer in the subgraph, which onnx.checker rejects."""
+
+    def _try_eliminate_identity_node(self, node: ir.Node) -> bool:
+        source = node.inputs[0] if len(node.inputs) == 1 else None
+        outer = source is not None and source.producer() is not None and source.producer().graph is not node.graph
+        if outer and any(output.is_graph_output() for output in node.outputs):
+            return False
+        return super()._try_eliminate_identity_node(node)
 
 
 def onnxruntime_fusions(model: ir.Model) -> int:
