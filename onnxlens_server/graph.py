@@ -85,7 +85,7 @@ class _Builder:
         self.model = model
         self.checks = checks
         self.values: dict[str, dict[str, Any]] = {}  # value id -> {name, dtype, shape}
-        self.producers: dict[str, str] = {}  # value id -> node id
+        self.producers: dict[str, str] = {}  # value id -> node id, or "input:<name>"
         self.nodes: list[dict[str, Any]] = []
         self.groups: list[dict[str, Any]] = []
         self.edges: list[dict[str, str]] = []
@@ -152,12 +152,8 @@ class _Builder:
 
     def _add_node(self, node: ir.Node, node_id: str, inputs: list[str | None], outputs: list[str], group: str | None) -> None:
         for vid in inputs:
-            if vid is None:
-                continue
-            if vid in self.producers:
+            if vid in self.producers:  # a node's output or a graph input (initializers have no producer)
                 self.edges.append({"from": self.producers[vid], "to": node_id, "value": self.values[vid]["name"]})
-            elif vid.startswith("input:"):
-                self.edges.append({"from": vid, "to": node_id, "value": vid.removeprefix("input:")})
         modules = _module_stack(node)
         for path, cls in modules:
             self.classes.setdefault(path, cls)

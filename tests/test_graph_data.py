@@ -8,6 +8,8 @@ import asyncio
 import collections
 import json
 import pathlib
+import subprocess
+import sys
 
 import onnx
 import onnx.inliner
@@ -143,6 +145,12 @@ def test_a_missing_or_corrupt_model_is_a_clear_error(tmp_path):
     (tmp_path / "bad.onnx").write_bytes(b"\xff" * 100)
     with pytest.raises(ValueError, match="is not a readable ONNX model"):
         graph_json(str(tmp_path / "bad.onnx"), None)
+
+
+def test_the_server_loads_onnx_ir_only_for_the_command_and_never_torch():
+    code = "import sys, onnxlens_server.server; a = 'onnx_ir' in sys.modules; import onnxlens_server.graph; print(a, 'torch' in sys.modules)"
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert result.stdout.split() == ["False", "False"]
 
 
 async def graph_of(client, path: pathlib.Path, target: str) -> dict:
