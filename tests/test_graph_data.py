@@ -124,6 +124,16 @@ def test_values_and_initializers_are_described_without_data(exported):
     assert len(text) < 20_000 < path.stat().st_size // 10  # 67k float weights (270 kB) in the model, none in the JSON
 
 
+def test_external_weights_are_not_read(exported, tmp_path):
+    net, path, graph = exported
+    proto = onnx.load(str(path))
+    onnx.save(proto, str(tmp_path / "big.onnx"), save_as_external_data=True, location="big.data", size_threshold=4096)
+    (tmp_path / "big.data").unlink()  # reading a weight would fail now
+    external = graph_json(str(tmp_path / "big.onnx"), None)
+    assert {i["name"] for i in external["initializers"] if i["external"]} == {k for k, t in net.state_dict().items() if t.nbytes >= 4096}
+    assert [n["id"] for n in external["nodes"]] == [n["id"] for n in graph["nodes"]]
+
+
 def test_op_level_debug_numbers_are_on_their_nodes(exported, tmp_path):
     _, _, graph = exported
     for node in graph["nodes"]:
