@@ -1,13 +1,14 @@
 """An exported model as a graph for the editor's view (the `GRAPH` command), as JSON.
 
-The view is **inlined**: module local functions (``pkg.onnxlens.modules``, see
-`exporter.passes.modularize`) are expanded, so `nodes` are the model's primitive ops, each with the
-chain of function calls it sits in (`group`, an entry of `groups`, nested by `parent`) and its
-module path. Node ids are the call node ids joined by ``/``; edges link the node producing a value
-to each node using it (``input:<name>`` and ``output:<name>`` for the graph's inputs and outputs;
-initializers are listed, not linked). A node's source is the innermost user frame of the stack the
-exporter recorded in its ``pkg.onnxlens.stack_trace`` metadata; op-level debug (FXE0013) and
-verification (FXE0021) numbers come from the SARIF log's per-line results, by FX node.
+The view is **inlined**: local functions are expanded, so `nodes` are the model's primitive ops
+(ids: the call nodes' ids and the node's, joined by ``/``). Each module's function call
+(``pkg.onnxlens.modules``, see `exporter.passes.modularize`) is a group: a node has its innermost one
+(`group`, an entry of `groups`, nested by `parent`) and its module path. Edges link the node producing
+a value to each node using it (``input:<name>`` and ``output:<name>`` for the graph's inputs and
+outputs; initializers are listed, not linked). A node's source is the innermost user frame of the
+stack the exporter recorded in its ``pkg.onnxlens.stack_trace`` metadata; op-level debug (FXE0013)
+and verification (FXE0021) numbers come from the SARIF log's per-line results, by FX node. Nodes in
+subgraphs (``If``, ``Loop``) are not listed.
 
 The model is read without its external data and no tensor data goes into the JSON. Needs onnx_ir
 (imported by the caller off the event loop: it takes most of a second).
@@ -133,20 +134,22 @@ class _Builder:
             node_id = f"{prefix}{node.name or f'{node.op_type}_{index}'}"
             inputs = [env.get(v, v.name or "") if v is not None else None for v in node.inputs]
             function = self.model.functions.get(node.op_identifier())
-            if function is not None and node.domain == DOMAIN_MODULES:
+            if function is not None:
                 self._call(node, node_id, function, inputs, env, group)
                 continue
             for value in node.outputs:
                 env[value] = self._define(value, f"{prefix}{value.name}", node_id)
             self._add_node(node, node_id, inputs, [env[v] for v in node.outputs], group)
 
-    def _call(self, node: ir.Node, node_id: str, function: ir.Function, inputs: list[str | None], env: dict[ir.Value, str], parent: str | None) -> None:
-        source, _ = _source(node)
-        self.groups.append(
-            {"id": node_id, "parent": parent, "function": function.name, "module": node.metadata_props.get(METADATA_MODULE_PATH, ""), "source": source}
-        )
+    def _call(self, node: ir.Node, node_id: str, function: ir.Function, inputs: list[str | None], env: dict[ir.Value, str], group: str | None) -> None:
+        """Expand a function call: a module's call is a group of its own, other functions join `group`."""
+        if node.domain == DOMAIN_MODULES:
+            source, _ = _source(node)
+            module = node.metadata_props.get(METADATA_MODULE_PATH, "")
+            self.groups.append({"id": node_id, "parent": group, "function": function.name, "module": module, "source": source})
+            group = node_id
         inner = {formal: actual for formal, actual in zip(function.inputs, inputs) if actual is not None}
-        self._walk(function.graph, inner, f"{node_id}/", node_id)
+        self._walk(function.graph, inner, f"{node_id}/", group)
         for output, formal in zip(node.outputs, function.outputs):
             env[output] = inner[formal]
 

@@ -13,6 +13,7 @@ import sys
 
 import onnx
 import onnx.inliner
+import onnx_ir as ir
 import onnxscript
 import pytest
 import torch
@@ -21,7 +22,7 @@ from onnxscript import opset18 as op
 from pygls.exceptions import JsonRpcException
 
 import exporter
-from onnxlens_server.graph import graph_json
+from onnxlens_server.graph import graph_json, model_graph
 from onnxlens_server.protocol import GRAPH, ErrorCode
 
 from test_server_reliability import ANSWER_TIMEOUT, export, model, server
@@ -96,6 +97,23 @@ def test_functions_are_groups_nested_as_the_modules(exported):
     for node in graph["nodes"]:
         assert (groups[node["group"]]["module"] if node["group"] else "") == node["module"]
         assert node["id"].startswith(f"{node['group']}/" if node["group"] else "")
+
+
+def test_other_functions_are_inlined_into_their_callers_group(exported):
+    _, path, graph = exported
+    model = ir.load(str(path))
+    (key,) = [k for k, f in model.functions.items() if f.name == "Linear_layers_0"]
+    function = model.functions.pop(key)
+    function.domain = "pkg.other"  # a local function that is not a module's
+    model.functions[function.identifier()] = function
+    call = next(n for f in model.functions.values() for n in f if n.op_type == "Linear_layers_0")
+    call.domain = "pkg.other"
+    other = model_graph(model, {})
+    assert [n["op"] for n in other["nodes"]] == [n["op"] for n in graph["nodes"]]
+    (layers,) = [g["id"] for g in graph["groups"] if g["module"] == "layers"]
+    first = other["nodes"][0]
+    assert first["op"] == "Gemm" and first["group"] == layers and first["id"].startswith(f"{layers}/")
+    assert "layers.0" not in {g["module"] for g in other["groups"]}
 
 
 def test_edges_link_producers_to_consumers(exported):
