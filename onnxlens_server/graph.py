@@ -16,6 +16,7 @@ The model is read without its external data and no tensor data goes into the JSO
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import re
@@ -206,6 +207,7 @@ def _source(node: ir.Node) -> tuple[dict[str, Any] | None, list[dict[str, Any]]]
     return next((f for f in stack if _is_user_file(f["path"])), None), stack
 
 
+@functools.lru_cache(maxsize=4096)
 def _is_user_file(path: str) -> bool:
     """The model author's files: not the standard library, installed packages or onnxlens itself."""
     if path.startswith("<"):
