@@ -92,6 +92,7 @@ class _Builder:
         self.groups: list[dict[str, Any]] = []
         self.edges: list[dict[str, str]] = []
         self.classes: dict[str, str] = {}  # module path -> class name (from the nodes' module stacks)
+        self.group_modules: dict[str | None, str] = {None: ""}  # group id -> module path
 
     def build(self) -> dict[str, Any]:
         graph = self.model.graph
@@ -148,6 +149,7 @@ class _Builder:
             source, _ = _source(node)
             module = node.metadata_props.get(METADATA_MODULE_PATH, "")
             self.groups.append({"id": node_id, "parent": group, "function": function.name, "module": module, "source": source})
+            self.group_modules[node_id] = module
             group = node_id
         inner = {formal: actual for formal, actual in zip(function.inputs, inputs) if actual is not None}
         self._walk(function.graph, inner, f"{node_id}/", group)
@@ -170,7 +172,7 @@ class _Builder:
                 "domain": node.domain,
                 "name": node.name or "",
                 "group": group,
-                "module": modules[-1][0] if modules else "",
+                "module": modules[-1][0] if modules else self.group_modules[group],  # nodes the optimizer made have no stack
                 "inputs": [self.values.get(vid, {"name": vid}) if vid is not None else None for vid in inputs],
                 "outputs": [self.values[vid] for vid in outputs],
                 "attributes": {name: _attribute_text(attr) for name, attr in node.attributes.items()},
