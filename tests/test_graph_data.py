@@ -53,12 +53,21 @@ def source_line(marker: str) -> int:
     return line
 
 
-def export_net(folder: pathlib.Path, registry: exporter.OnnxRegistry | None = None) -> tuple[Net, pathlib.Path, dict]:
-    """`Net` exported with op-level debug (with `registry`'s translations); its model and its graph."""
+def faulty_registry() -> exporter.OnnxRegistry:
+    registry = exporter.OnnxRegistry()
+    registry.register_op(sigmoid_one_percent_high, "aten", "sigmoid")
+    return registry
+
+
+def export_net(folder: pathlib.Path, **options) -> tuple[Net, pathlib.Path, dict]:
+    """`Net` exported with `options` (op-level debug by default); its model and its graph (also of a
+    failed export: its model is kept)."""
     torch.manual_seed(0)
     net = Net().eval()
-    options = exporter.ExportOptions(op_level_debug=True, **({"onnx_registry": registry} if registry else {}))
-    output = exporter.dynamo_export(net, torch.randn(3, 8), export_options=options)
+    try:
+        output = exporter.dynamo_export(net, torch.randn(3, 8), export_options=exporter.ExportOptions(**(options or {"op_level_debug": True})))
+    except exporter.OnnxExporterError as e:
+        output = e.export_output
     output.save(str(folder / "net.onnx"))
     output.save_diagnostics(str(folder / "net.sarif"))
     return net, folder / "net.onnx", graph_json(str(folder / "net.onnx"), str(folder / "net.sarif"))
@@ -161,14 +170,20 @@ def test_op_level_debug_numbers_are_on_their_nodes(exported, tmp_path):
     for node in graph["nodes"]:
         (check,) = node["checks"]
         assert check["rule"] == "FXE0013" and check["ok"] and 0 <= check["maxAbsError"] <= check["atol"]
-    registry = exporter.OnnxRegistry()
-    registry.register_op(sigmoid_one_percent_high, "aten", "sigmoid")
-    _, _, faulty = export_net(tmp_path, registry)
+    _, _, faulty = export_net(tmp_path, op_level_debug=True, onnx_registry=faulty_registry())
     failed = {n["op"] for n in faulty["nodes"] if not n["checks"][0]["ok"]}
     assert "Sigmoid" in failed and "Gemm" not in failed
     assert all(n["fxNode"] == "sigmoid" for n in faulty["nodes"] if not n["checks"][0]["ok"])
     sigmoid = next(n for n in faulty["nodes"] if n["op"] == "Sigmoid")
     assert sigmoid["checks"][0]["maxAbsError"] > sigmoid["checks"][0]["atol"]
+
+
+def test_verification_numbers_are_on_their_nodes(tmp_path):
+    _, _, graph = export_net(tmp_path, verify=True, onnx_registry=faulty_registry())  # fails: the sigmoid diverges
+    checks = {n["fxNode"]: n["checks"] for n in graph["nodes"] if n["checks"]}
+    assert {c["rule"] for cs in checks.values() for c in cs} == {"FXE0021"}
+    assert not checks["sigmoid"][0]["ok"] and checks["sigmoid"][0]["maxAbsError"] > checks["sigmoid"][0]["atol"]
+    assert all(c["ok"] for name, cs in checks.items() if name != "sigmoid" for c in cs) and "linear" in checks
 
 
 def test_a_missing_or_corrupt_model_is_a_clear_error(tmp_path):
