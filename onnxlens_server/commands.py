@@ -1,4 +1,5 @@
-"""The server's commands: export targets (in worker processes, with progress), list them, cancel an export.
+"""The server's commands: export targets (in worker processes, with progress), list them, cancel an export,
+give a target's last exported model as a graph (read in a thread: `graph`).
 
 An export's result replaces its target's problems and traces (`state`), which are published at once.
 A file's targets are discovered off the event loop, once per text (`targets.Discoveries`).
@@ -29,6 +30,7 @@ from onnxlens_server.protocol import (
     ErrorCode,
     ExportArgs,
     RequestError,
+    TargetArgs,
 )
 from onnxlens_server.settings import export_settings, read_configuration
 from onnxlens_server.state import States, TargetState
@@ -84,6 +86,20 @@ class Commands:
         cancelled = self.pool.cancel(args.job_id)
         logger.info("Cancel of %s: %s", args.job_id, "done" if cancelled else "no such job")
         return {"cancelled": cancelled}
+
+    async def graph(self, args: TargetArgs) -> dict[str, Any]:
+        """The model the target's last export wrote, as a graph with its SARIF log's numbers."""
+        path = to_fs_path(args.uri) or args.uri
+        state = self.states.get(target_key(path, args.target))
+        if state is None or state.onnx is None:
+            raise RequestError(
+                ErrorCode.NOT_EXPORTED,
+                f"{args.target} ({os.path.basename(path)}) has no exported model yet: export it first (a failed export leaves none).",
+            )
+        try:
+            return await asyncio.to_thread(_graph_json, state.onnx, state.sarif)
+        except (OSError, ValueError) as e:
+            raise RequestError(ErrorCode.UNREADABLE_MODEL, f"The model of {args.target} cannot be read: {e}. Export it again.") from None
 
     async def discover(self, uri: str) -> tuple[str, str, Discovery]:
         """The path, text and discovery of document `uri` (off the event loop: `Discoveries`). The syntax
@@ -162,6 +178,12 @@ class Commands:
 
     def _line_text(self, path: str, line: int) -> str | None:
         return documents.line_text(self.ls.workspace, path, line)
+
+
+def _graph_json(onnx_path: str, sarif_path: str | None) -> dict[str, Any]:
+    from onnxlens_server import graph  # onnx_ir takes most of a second to import: in the thread, once
+
+    return graph.graph_json(onnx_path, sarif_path)
 
 
 def _select_targets(args: ExportArgs, found: Discovery, path: str) -> list[str]:

@@ -7,6 +7,7 @@ Commands (``workspace/executeCommand``), each taking one JSON object, checked by
 - `EXPORT` `ExportArgs` → ``{jobs: [job, ...]}`` (a job as in `EXPORT_FINISHED`)
 - `LIST_TARGETS` `DocumentArgs` → ``{targets: [{name, line}], modules: [{name, line}]}``
 - `CANCEL` `CancelArgs` → ``{cancelled: bool}``
+- `GRAPH` `TargetArgs` → the target's last exported model as a graph (`onnxlens_server.graph`)
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from pygls.exceptions import JsonRpcException, JsonRpcInvalidParams
 EXPORT = "onnxlens.server.export"
 LIST_TARGETS = "onnxlens.server.listTargets"
 CANCEL = "onnxlens.server.cancel"
+GRAPH = "onnxlens.server.graph"
 # Client commands (the extension implements them), used by code lenses:
 OPEN_SARIF_LOG = "onnxlens.openSarifLog"  # [sarif path]
 EXPORT_TARGET = "onnxlens.exportTarget"  # [ExportArgs]: exports as EXPORT does, and shows the result as every export does
@@ -47,6 +49,8 @@ class ErrorCode(enum.IntEnum):
     UNREADABLE_FILE = 1006  # not UTF-8 text, or not readable
     SYNTAX_ERROR = 1007  # the model file does not parse (the message says file:line)
     OUTSIDE_WORKSPACE = 1008  # the model file, or the output folder, is outside the workspace folders
+    NOT_EXPORTED = 1009  # the target has no exported model in this session (never exported, or its export failed)
+    UNREADABLE_MODEL = 1010  # the exported .onnx file is gone or is not a readable ONNX model
 
 
 class RequestError(JsonRpcException):
@@ -90,6 +94,12 @@ class ExportArgs:
     all: bool = attrs.field(default=False, validator=_json(bool))
     options: dict[str, Any] = attrs.field(factory=dict, validator=_json(dict))  # per-request overrides of the onnxlens settings
     job_id: str | None = attrs.field(default=None, alias="jobId", validator=_json(str, type(None)))
+
+
+@attrs.define
+class TargetArgs:
+    uri: str = attrs.field(validator=_json(str))
+    target: str = attrs.field(validator=_json(str))
 
 
 @attrs.define

@@ -63,6 +63,11 @@ def cancel_command(ls: OnnxlensServer, *arguments: Any) -> dict[str, Any]:
     return ls.commands.cancel(protocol.parse_arguments(protocol.CANCEL, protocol.CancelArgs, arguments))
 
 
+@server.command(protocol.GRAPH)
+async def graph_command(ls: OnnxlensServer, *arguments: Any) -> dict[str, Any]:
+    return await ls.commands.graph(protocol.parse_arguments(protocol.GRAPH, protocol.TargetArgs, arguments))
+
+
 @server.feature(types.INITIALIZED)
 async def initialized(ls: OnnxlensServer, params: types.InitializedParams) -> None:
     log_to_client(ls)

@@ -17,7 +17,7 @@ PROTOCOL_TS = (EXTENSION / "src" / "protocol.ts").read_text()
 
 def test_names_are_spelled_the_same_on_both_sides():
     constants = dict(re.findall(r"^export const (\w+) = '([^']*)';", PROTOCOL_TS, re.M))
-    names = ["EXPORT", "LIST_TARGETS", "CANCEL", "OPEN_SARIF_LOG", "EXPORT_TARGET", "EXPORT_PROGRESS", "EXPORT_FINISHED", "CONFIGURATION_SECTION", "OUTPUT_FOLDER_SCOPE"]
+    names = ["EXPORT", "LIST_TARGETS", "CANCEL", "GRAPH", "OPEN_SARIF_LOG", "EXPORT_TARGET", "EXPORT_PROGRESS", "EXPORT_FINISHED", "CONFIGURATION_SECTION", "OUTPUT_FOLDER_SCOPE"]
     assert constants == {**{name: getattr(protocol, name) for name in names}, "OP_LEVEL_DEBUG_OPTION": SETTINGS["op_level_debug"].editor_key}
 
 

@@ -24,7 +24,7 @@ from pygls.exceptions import JsonRpcException
 from pytest_lsp import ClientServerConfig, LanguageClient
 
 from onnxlens_server.framing import STALL_SECONDS
-from onnxlens_server.protocol import CANCEL, EXPORT, LIST_TARGETS, ErrorCode
+from onnxlens_server.protocol import CANCEL, EXPORT, GRAPH, LIST_TARGETS, ErrorCode
 
 INVALID_PARAMS = -32602
 
@@ -230,6 +230,9 @@ async def test_bad_export_arguments_are_invalid_params_in_one_line(client: Langu
     (CANCEL, [{"jobId": ["j"]}], "onnxlens.server.cancel: argument 'jobId' must be a string, got [\"j\"]"),
     (CANCEL, [], "onnxlens.server.cancel: expects one argument, an object with jobId"),
     (LIST_TARGETS, [{"uri": None}], "onnxlens.server.listTargets: argument 'uri' must be a string, got null"),
+    (GRAPH, [{"uri": "file:///a.py"}], "onnxlens.server.graph: missing argument 'target'"),
+    (GRAPH, [{"uri": "file:///a.py", "target": None}], "onnxlens.server.graph: argument 'target' must be a string, got null"),
+    (GRAPH, [{"uri": "file:///a.py", "target": "t", "line": 3}], "onnxlens.server.graph: unknown argument 'line' (known: uri, target)"),
 ])
 async def test_bad_arguments_of_other_commands(client: LanguageClient, command: str, arguments: list, message: str):
     assert await refused(client, command, *arguments) == (INVALID_PARAMS, message, None)

@@ -5,6 +5,7 @@
 export const EXPORT = 'onnxlens.server.export';
 export const LIST_TARGETS = 'onnxlens.server.listTargets';
 export const CANCEL = 'onnxlens.server.cancel';
+export const GRAPH = 'onnxlens.server.graph'; // takes `TargetArgs`: the target's last exported model as a graph
 /** Commands of the extension the server's code lenses invoke. */
 export const OPEN_SARIF_LOG = 'onnxlens.openSarifLog';
 export const EXPORT_TARGET = 'onnxlens.exportTarget'; // takes `ExportArgs`: exports as EXPORT does and shows the result
@@ -29,6 +30,8 @@ export enum ErrorCode {
   UnreadableFile = 1006, // not UTF-8 text, or not readable
   SyntaxError = 1007, // the model file does not parse (the message says file:line)
   OutsideWorkspace = 1008, // the model file, or the output folder, is outside the workspace folders
+  NotExported = 1009, // the target has no exported model in this session (never exported, or its export failed)
+  UnreadableModel = 1010, // the exported .onnx file is gone or is not a readable ONNX model
 }
 
 /** `EXPORT`'s argument: a target by name, all targets of the file, or the one at `line` (0-based). */
@@ -39,6 +42,12 @@ export interface ExportArgs {
   all?: boolean;
   options?: Record<string, unknown>; // per-request overrides of the onnxlens settings (their keys)
   jobId?: string;
+}
+
+/** `GRAPH`'s argument. */
+export interface TargetArgs {
+  uri: string;
+  target: string;
 }
 
 export interface Job {

@@ -1,0 +1,230 @@
+"""The graph of an exported model for the editor's view (`onnxlens_server.graph`, command
+``onnxlens.server.graph``): real exports, checked against the ONNX model inlined by onnx itself and
+against this file's own source lines."""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import json
+import pathlib
+import subprocess
+import sys
+
+import onnx
+import onnx.inliner
+import onnx_ir as ir
+import onnxscript
+import pytest
+import torch
+from lsprotocol import types
+from onnxscript import opset18 as op
+from pygls.exceptions import JsonRpcException
+
+import exporter
+from onnxlens_server.graph import graph_json, model_graph
+from onnxlens_server.protocol import GRAPH, ErrorCode
+
+from test_server_reliability import ANSWER_TIMEOUT, export, model, server
+
+
+class Net(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.layers = torch.nn.Sequential(torch.nn.Linear(8, 256), torch.nn.ReLU(), torch.nn.Linear(256, 256))
+        self.head = torch.nn.Linear(256, 4)
+
+    def forward(self, x):
+        h = self.layers(x)  # the layers
+        return torch.sigmoid(self.head(torch.relu(h)))  # the head
+
+
+fault = onnxscript.values.Opset("onnxlens.test.fault", 1)
+
+
+@onnxscript.script(fault)
+def sigmoid_one_percent_high(x):
+    return op.Mul(op.Sigmoid(x), op.CastLike(op.Constant(value_float=1.01), x))
+
+
+def source_line(marker: str) -> int:
+    """The 1-based line of this file that ends with `marker`."""
+    (line,) = [i for i, text in enumerate(pathlib.Path(__file__).read_text().splitlines(), 1) if text.endswith(marker)]
+    return line
+
+
+def faulty_registry() -> exporter.OnnxRegistry:
+    registry = exporter.OnnxRegistry()
+    registry.register_op(sigmoid_one_percent_high, "aten", "sigmoid")
+    return registry
+
+
+def export_net(folder: pathlib.Path, **options) -> tuple[Net, pathlib.Path, dict]:
+    """`Net` exported with `options` (op-level debug by default); its model and its graph (also of a
+    failed export: its model is kept)."""
+    torch.manual_seed(0)
+    net = Net().eval()
+    try:
+        output = exporter.dynamo_export(net, torch.randn(3, 8), export_options=exporter.ExportOptions(**(options or {"op_level_debug": True})))
+    except exporter.OnnxExporterError as e:
+        output = e.export_output
+    output.save(str(folder / "net.onnx"))
+    output.save_diagnostics(str(folder / "net.sarif"))
+    return net, folder / "net.onnx", graph_json(str(folder / "net.onnx"), str(folder / "net.sarif"))
+
+
+@pytest.fixture(scope="module")
+def exported(tmp_path_factory) -> tuple[Net, pathlib.Path, dict]:
+    return export_net(tmp_path_factory.mktemp("net"))
+
+
+def test_nodes_are_the_inlined_models_nodes(exported):
+    _, path, graph = exported
+    inlined = onnx.inliner.inline_local_functions(onnx.load(str(path)))
+    assert len(graph["nodes"]) == len(inlined.graph.node)
+    assert collections.Counter(n["op"] for n in graph["nodes"]) == collections.Counter(n.op_type for n in inlined.graph.node)
+    assert len({n["id"] for n in graph["nodes"]}) == len(graph["nodes"])
+
+
+def test_every_node_is_at_the_line_that_calls_its_layer(exported):
+    _, _, graph = exported
+    layers, head = source_line("# the layers"), source_line("# the head")
+    for node in graph["nodes"]:
+        expected = layers if node["module"].startswith("layers") else head  # the relu and sigmoid are on the head's line
+        assert node["source"] == {"path": __file__, "line": expected, "function": "forward"}, node["id"]
+        assert node["source"] in node["stack"]
+
+
+def test_functions_are_groups_nested_as_the_modules(exported):
+    net, _, graph = exported
+    groups = {g["id"]: g for g in graph["groups"]}
+    assert sorted(g["module"] for g in groups.values()) == sorted(name for name, _ in net.named_modules() if name)
+    for group in groups.values():
+        parent = groups.get(group["parent"])
+        assert group["module"].rpartition(".")[0] == (parent["module"] if parent else "")
+        assert group["class"] == type(net.get_submodule(group["module"])).__name__
+    for node in graph["nodes"]:
+        assert (groups[node["group"]]["module"] if node["group"] else "") == node["module"]
+        assert node["id"].startswith(f"{node['group']}/" if node["group"] else "")
+
+
+def test_other_functions_are_inlined_into_their_callers_group(exported):
+    _, path, graph = exported
+    model = ir.load(str(path))
+    (key,) = [k for k, f in model.functions.items() if f.name == "Linear_layers_0"]
+    function = model.functions.pop(key)
+    function.domain = "pkg.other"  # a local function that is not a module's
+    model.functions[function.identifier()] = function
+    call = next(n for f in model.functions.values() for n in f if n.op_type == "Linear_layers_0")
+    call.domain = "pkg.other"
+    other = model_graph(model, {})
+    assert [n["op"] for n in other["nodes"]] == [n["op"] for n in graph["nodes"]]
+    (layers,) = [g["id"] for g in graph["groups"] if g["module"] == "layers"]
+    first = other["nodes"][0]
+    assert first["op"] == "Gemm" and first["group"] == layers and first["id"].startswith(f"{layers}/")
+    assert "layers.0" not in {g["module"] for g in other["groups"]}
+
+
+def test_edges_link_producers_to_consumers(exported):
+    _, path, graph = exported
+    ids = {n["id"] for n in graph["nodes"]} | {f"input:{v['name']}" for v in graph["inputs"]} | {f"output:{v['name']}" for v in graph["outputs"]}
+    assert all(e["from"] in ids and e["to"] in ids for e in graph["edges"])
+    nodes = {n["id"]: n for n in graph["nodes"]}
+    for edge in graph["edges"]:  # the value goes out of one and into the other
+        assert edge["from"].startswith("input:") or edge["value"] in [v["name"] for v in nodes[edge["from"]]["outputs"]]
+        assert edge["to"].startswith("output:") or edge["value"] in [v["name"] for v in nodes[edge["to"]]["inputs"] if v]
+    inlined = onnx.inliner.inline_local_functions(onnx.load(str(path))).graph
+    produced = {v for n in inlined.node for v in n.output} | {v.name for v in inlined.input}
+    uses = sum(v in produced for n in inlined.node for v in n.input) + len(inlined.output)
+    assert len(graph["edges"]) == uses
+    gemms = [n for n in graph["nodes"] if n["op"] == "Gemm"]
+    first = [e["from"] for e in graph["edges"] if e["to"] == gemms[0]["id"]]
+    assert first == ["input:x"] and gemms[0]["inputs"][0] == {"name": "x", "dtype": "float32", "shape": [3, 8]}
+
+
+def test_values_and_initializers_are_described_without_data(exported):
+    net, path, graph = exported
+    assert graph["inputs"] == [{"name": "x", "dtype": "float32", "shape": [3, 8]}]
+    assert graph["outputs"][0]["shape"] == [3, 4]
+    weights = {name: list(t.shape) for name, t in net.state_dict().items()}
+    assert {i["name"]: i["shape"] for i in graph["initializers"]} == weights
+    assert all(i["dtype"] == "float32" and not i["external"] for i in graph["initializers"])
+    assert all(all(v["shape"] is not None for v in n["inputs"] + n["outputs"]) for n in graph["nodes"])
+    assert {k: v for k, v in next(n for n in graph["nodes"] if n["op"] == "Gemm")["attributes"].items() if k == "transB"} == {"transB": "1"}
+    text = json.dumps(graph)
+    assert len(text) < 20_000 < path.stat().st_size // 10  # 67k float weights (270 kB) in the model, none in the JSON
+
+
+def test_external_weights_are_not_read(exported, tmp_path):
+    net, path, graph = exported
+    proto = onnx.load(str(path))
+    onnx.save(proto, str(tmp_path / "big.onnx"), save_as_external_data=True, location="big.data", size_threshold=4096)
+    (tmp_path / "big.data").unlink()  # reading a weight would fail now
+    external = graph_json(str(tmp_path / "big.onnx"), None)
+    assert {i["name"] for i in external["initializers"] if i["external"]} == {k for k, t in net.state_dict().items() if t.nbytes >= 4096}
+    assert [n["id"] for n in external["nodes"]] == [n["id"] for n in graph["nodes"]]
+
+
+def test_op_level_debug_numbers_are_on_their_nodes(exported, tmp_path):
+    _, _, graph = exported
+    for node in graph["nodes"]:
+        (check,) = node["checks"]
+        assert check["rule"] == "FXE0013" and check["ok"] and 0 <= check["maxAbsError"] <= check["atol"]
+    _, _, faulty = export_net(tmp_path, op_level_debug=True, onnx_registry=faulty_registry())
+    failed = {n["op"] for n in faulty["nodes"] if not n["checks"][0]["ok"]}
+    assert "Sigmoid" in failed and "Gemm" not in failed
+    assert all(n["fxNode"] == "sigmoid" for n in faulty["nodes"] if not n["checks"][0]["ok"])
+    sigmoid = next(n for n in faulty["nodes"] if n["op"] == "Sigmoid")
+    assert sigmoid["checks"][0]["maxAbsError"] > sigmoid["checks"][0]["atol"]
+
+
+def test_verification_numbers_are_on_their_nodes(tmp_path):
+    _, _, graph = export_net(tmp_path, verify=True, onnx_registry=faulty_registry())  # fails: the sigmoid diverges
+    checks = {n["fxNode"]: n["checks"] for n in graph["nodes"] if n["checks"]}
+    assert {c["rule"] for cs in checks.values() for c in cs} == {"FXE0021"}
+    assert not checks["sigmoid"][0]["ok"] and checks["sigmoid"][0]["maxAbsError"] > checks["sigmoid"][0]["atol"]
+    assert all(c["ok"] for name, cs in checks.items() if name != "sigmoid" for c in cs) and "linear" in checks
+
+
+def test_a_missing_or_corrupt_model_is_a_clear_error(tmp_path):
+    with pytest.raises(FileNotFoundError, match="does not exist"):
+        graph_json(str(tmp_path / "gone.onnx"), None)
+    (tmp_path / "bad.onnx").write_bytes(b"\xff" * 100)
+    with pytest.raises(ValueError, match="is not a readable ONNX model"):
+        graph_json(str(tmp_path / "bad.onnx"), None)
+
+
+def test_the_server_loads_onnx_ir_only_for_the_command_and_never_torch():
+    code = "import sys, onnxlens_server.server; a = 'onnx_ir' in sys.modules; import onnxlens_server.graph; print(a, 'torch' in sys.modules)"
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert result.stdout.split() == ["False", "False"]
+
+
+async def graph_of(client, path: pathlib.Path, target: str) -> dict:
+    return await asyncio.wait_for(client.workspace_execute_command_async(
+        types.ExecuteCommandParams(command=GRAPH, arguments=[{"uri": path.as_uri(), "target": target}])), ANSWER_TIMEOUT)
+
+
+@pytest.mark.asyncio
+async def test_server_gives_the_last_exports_graph(tmp_path: pathlib.Path):
+    path = tmp_path / "small.py"
+    path.write_text(model() + "\n\n@exporter.export_target\ndef never():\n    return Small(), (torch.randn(3, 4),)\n")
+    line = 1 + path.read_text().splitlines().index("        return self.linear(x).relu()")
+    async with server(tmp_path) as client:
+        with pytest.raises(JsonRpcException) as not_yet:
+            await graph_of(client, path, "t")
+        job = await export(client, path)
+        graph = await graph_of(client, path, "t")
+        with pytest.raises(JsonRpcException) as never:
+            await graph_of(client, path, "never")
+        pathlib.Path(job["onnx"]).unlink()
+        with pytest.raises(JsonRpcException) as gone:
+            await graph_of(client, path, "t")
+    assert job["status"] == "ok"
+    assert graph["path"] == job["onnx"] and graph["inputs"][0]["shape"] == [3, 4]
+    assert [g["module"] for g in graph["groups"]] == ["linear"]
+    assert {n["source"]["line"] for n in graph["nodes"]} == {line} and {n["source"]["path"] for n in graph["nodes"]} == {str(path)}
+    assert {n["op"] for n in graph["nodes"]} >= {"Relu"}
+    assert not_yet.value.code == never.value.code == ErrorCode.NOT_EXPORTED
+    assert "never (small.py) has no exported model yet: export it first" in never.value.message
+    assert gone.value.code == ErrorCode.UNREADABLE_MODEL and "does not exist" in gone.value.message
