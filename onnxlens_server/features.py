@@ -19,11 +19,11 @@ from onnxlens_server.targets import Discovery
 
 LineText = Callable[[str, int], "str | None"]  # (path, 0-based line) -> the line's text
 ReadText = Callable[[str], "str | None"]  # uri -> the document's text (None: unreadable)
-_OP_LEVEL_DEBUG = SETTINGS["op_level_debug"].editor_key
+_OP_LEVEL_DEBUG, _VERIFY = SETTINGS["op_level_debug"].editor_key, SETTINGS["verify"].editor_key
 
 
 def code_lenses(uri: str, path: str, found: Discovery, states: States) -> list[types.CodeLens]:
-    """Export (plain and with op-level debug) on every target, Export for Generation on a text-generation
+    """Export (plain, with op-level debug, verified) on every target, Export for Generation on a text-generation
     target; its SARIF log once it has one. The exports go through the extension (`EXPORT_TARGET`), which
     shows their progress and result."""
     lenses = []
@@ -36,6 +36,8 @@ def code_lenses(uri: str, path: str, found: Discovery, states: States) -> list[t
             lenses.append(types.CodeLens(at, types.Command(title="$(export) Export to ONNX", command=EXPORT_TARGET, arguments=[arguments])))
             lenses.append(types.CodeLens(at, types.Command(
                 title="Export with op-level debug", command=EXPORT_TARGET, arguments=[{**arguments, "options": {_OP_LEVEL_DEBUG: True}}])))
+            lenses.append(types.CodeLens(at, types.Command(
+                title="Export and verify", command=EXPORT_TARGET, arguments=[{**arguments, "options": {_VERIFY: True}}])))
         state = states.get(target_key(path, target.name))
         if state and state.sarif:
             lenses.append(types.CodeLens(at, types.Command(title="Open SARIF log", command=OPEN_SARIF_LOG, arguments=[state.sarif])))

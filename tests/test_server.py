@@ -310,6 +310,7 @@ async def test_code_lenses_on_targets(client: LanguageClient, workspace: pathlib
     assert [(l.command.command, list(l.command.arguments)) for l in lenses if l.range == exports[2].range and "Export" in l.command.title] == [
         (EXPORT_TARGET, [{"uri": uri, "target": "mlp"}]),
         (EXPORT_TARGET, [{"uri": uri, "target": "mlp", "options": {"opLevelDebug": True}}]),
+        (EXPORT_TARGET, [{"uri": uri, "target": "mlp", "options": {"verify": True}}]),
     ]
     assert any(l.command.title == "Open SARIF log" and l.command.command == "onnxlens.openSarifLog" for l in lenses)
 

@@ -32,3 +32,17 @@ async def test_verify_setting_gives_a_problem_at_the_diverging_line_with_the_rep
     assert run_py.name == "run.py" and run_py.parent.name.endswith("_repro")
     assert subprocess.run([sys.executable, str(run_py)], capture_output=True).returncode == 1
     assert hover is not None and "verification in onnxruntime" in hover.contents.value
+
+
+async def test_the_export_and_verify_lens_verifies_without_the_setting(tmp_path: pathlib.Path):
+    path = tmp_path / "gated.py"
+    path.write_text("FAULT = True\n" + CLI_MODEL)
+    async with server(tmp_path) as client:
+        lenses = await client.text_document_code_lens_async(types.CodeLensParams(types.TextDocumentIdentifier(path.as_uri())))
+        (lens,) = [l for l in lenses if l.command.title == "Export and verify"]
+        (arguments,) = lens.command.arguments
+        plain = await export(client, path, target="gated")
+        verified = await export(client, path, target=arguments["target"], options=arguments["options"])
+        problems = [d for d in client.diagnostics[path.as_uri()] if d.code == "FXE0021" and d.severity == types.DiagnosticSeverity.Error]
+    assert plain["status"] == "ok"  # the fault is only seen by verifying
+    assert verified["status"] == "failed" and len(problems) == 1
