@@ -139,3 +139,16 @@ def dtype_name(value: Any) -> str:
         dtype = value.dtype.to_real() if value.is_complex() else value.dtype
         return str(dtype).removeprefix("torch.")
     return "float32" if isinstance(value, float) else "int64"
+
+
+def eager(model: Any, args: tuple, kwargs: dict) -> Any:
+    """The model's outputs, leaving its buffers as they were (a forward may update running stats)."""
+    buffers = {name: b.clone() for name, b in model.named_buffers()} if isinstance(model, torch.nn.Module) else {}
+    try:
+        with torch.no_grad():
+            return model(*args, **kwargs)
+    finally:
+        if buffers:
+            with torch.no_grad():
+                for name, b in model.named_buffers():
+                    b.copy_(buffers[name])

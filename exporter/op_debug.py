@@ -21,6 +21,7 @@ import onnx_ir as ir
 import torch
 from torch.export import graph_signature as gs
 
+from exporter import numerics
 from exporter.adapters import FlattenInputStep
 from exporter.constants import DEFAULT_OPSET_VERSION, ir_version
 from exporter.diagnostics import Level
@@ -196,7 +197,7 @@ def _check_node(node, onnx_nodes, translator, values, initializers, graph, funct
         return check
     produced = {v for n in onnx_nodes for v in n.outputs}
     pairs = [
-        (v, _to_numpy(t))
+        (v, numerics.to_numpy(t))
         for i, (v, t) in enumerate(zip(_flat(translator.values.get(node)), _flat(values.get(node))))
         if i in _used_outputs(node) and isinstance(v, ir.Value) and v in produced and isinstance(t, (torch.Tensor, int, float, bool))
     ]
@@ -212,10 +213,10 @@ def _check_node(node, onnx_nodes, translator, values, initializers, graph, funct
         if producer is not None and producer.op_type == "Constant" and not producer.inputs:
             continue  # extracted along with the node
         if value.name in initializers:
-            feeds[value.name] = _to_numpy(initializers[value.name])
+            feeds[value.name] = numerics.to_numpy(initializers[value.name])
         elif value in sources:
             fx_node, index = sources[value]
-            feeds[value.name] = _to_numpy(_flat(values[fx_node])[index])
+            feeds[value.name] = numerics.to_numpy(_flat(values[fx_node])[index])
         else:
             check.skipped = f"input {value.name} has no PyTorch value"
             return check
@@ -342,20 +343,3 @@ def random_like(value: Any) -> Any:
     if value.dtype == torch.bool:
         return torch.rand(shape) > 0.5
     return torch.randint(0, 2, shape, dtype=value.dtype)
-
-
-def _to_numpy(value: Any) -> np.ndarray:
-    if isinstance(value, torch.Tensor):
-        value = value.detach()
-        if value.is_complex():
-            value = torch.view_as_real(value)
-        if value.dtype == torch.bfloat16:
-            import ml_dtypes
-
-            return value.view(torch.int16).numpy().view(ml_dtypes.bfloat16)
-        return value.numpy()
-    if isinstance(value, bool):
-        return np.array(value)
-    if isinstance(value, int):
-        return np.array(value, dtype=np.int64)
-    return np.array(value, dtype=np.float32)

@@ -18,7 +18,7 @@ import sympy
 import torch
 import torch.utils._pytree as pytree
 
-from exporter import adapters, dynamic
+from exporter import adapters, dynamic, numerics
 from exporter.diagnostics import DiagnosticContext, Level, rules
 
 # (atol, rtol) of whole-model outputs by dtype: looser than op-level debug's, errors add up over ops.
@@ -43,7 +43,7 @@ def check(
     spelled = ", ".join(f"{names.get(str(s), str(s))}={v}" for s, v in sizes.items())
     new_args, new_kwargs = _redrawn(program, (args, kwargs), sizes)
     try:
-        expected = _eager(torch_model, new_args, new_kwargs)
+        expected = numerics.eager(torch_model, new_args, new_kwargs)
     except Exception as e:  # the model does not run at these sizes: nothing to compare
         ctx.report(rules.DIMENSION_SPECIALIZED, Level.NOTE, f"Second-size check skipped: the model does not run eagerly at {spelled} ({type(e).__name__}: {e}).", sizes=spelled)
         return
@@ -100,19 +100,6 @@ def _redrawn(program: torch.export.ExportedProgram, inputs: Any, sizes: dict[sym
         return x[index]  # the example tiled: ids stay in the vocabulary, masks keep their pattern
 
     return pytree.tree_map(redraw, inputs)
-
-
-def _eager(model: Any, args: tuple, kwargs: dict) -> Any:
-    """The model's outputs, leaving its buffers as they were (a forward may update running stats)."""
-    buffers = {name: b.clone() for name, b in model.named_buffers()} if isinstance(model, torch.nn.Module) else {}
-    try:
-        with torch.no_grad():
-            return model(*args, **kwargs)
-    finally:
-        if buffers:
-            with torch.no_grad():
-                for name, b in model.named_buffers():
-                    b.copy_(buffers[name])
 
 
 def _onnxruntime(model: ir.Model, inputs: list[Any]) -> list[np.ndarray]:

@@ -73,7 +73,7 @@ class Verifier:
     def verify(self, args: tuple[Any, ...], kwargs: dict[str, Any], ctx: DiagnosticContext) -> Verification:
         """Compare the model with eager PyTorch on `args`/`kwargs`, reporting FXE0021 to `ctx`."""
         start = time.perf_counter()
-        expected = [numerics.to_numpy(x) for x in self.output_adapter.apply(_eager(self.torch_model, args, kwargs))]
+        expected = [numerics.to_numpy(x) for x in self.output_adapter.apply(numerics.eager(self.torch_model, args, kwargs))]
         inputs = [numerics.to_numpy(x) for x in self.input_adapter.apply(*args, **kwargs)]
         try:
             feeds, actual = _run(self.model, inputs)
@@ -233,19 +233,6 @@ def _run(model: ir.Model, inputs: list[np.ndarray]) -> tuple[dict[str, np.ndarra
     session = ort_session.session(model)
     feeds = {i.name: x for i, x in zip(session.get_inputs(), inputs)}
     return feeds, session.run(None, feeds)
-
-
-def _eager(model: Any, args: tuple, kwargs: dict) -> Any:
-    """The model's outputs, leaving its buffers as they were (a forward may update running stats)."""
-    buffers = {name: b.clone() for name, b in model.named_buffers()} if isinstance(model, torch.nn.Module) else {}
-    try:
-        with torch.no_grad():
-            return model(*args, **kwargs)
-    finally:
-        if buffers:
-            with torch.no_grad():
-                for name, b in model.named_buffers():
-                    b.copy_(buffers[name])
 
 
 def _dtype_of(array: np.ndarray) -> str:
