@@ -3,6 +3,9 @@
 # SARIF validator; then run the main job: export the seed's MLP and print the summary.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# npm (Node) trusts the system's certificates, as pip does: behind a TLS-inspecting proxy every fetch
+# otherwise fails three times before npm falls back to its cache (70 s per package).
+export NODE_USE_SYSTEM_CA=1
 
 PYTHON=${PYTHON:-python3}
 if [ ! -x .venv/bin/python ]; then
