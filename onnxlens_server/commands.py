@@ -208,12 +208,11 @@ def _place(result: dict[str, Any], request: ExportRequest) -> tuple[str, int] | 
     properties = result.get("properties", {})
     if result.get("ruleId") != sarif_to_lsp.DIMENSION_RULE or "input" not in properties:
         return None
-    source = request.source if request.source is not None else _read_text(request.path)
     if "argument" in properties and "dim" in properties and "size" in properties:
-        where = shape_fixes.example_size_range(source, request.target, properties["argument"], properties["dim"], properties["size"])
+        where = shape_fixes.example_size_range(request.source or "", request.target, properties["argument"], properties["dim"], properties["size"])
         if where is not None:
             return request.path, where.start.line
-    return request.path, next((t.line for t in discover(source).targets if t.name == request.target), 0)
+    return request.path, _target_line(request)
 
 
 def _failure_location(result: JobResult) -> tuple[str, int]:
@@ -222,8 +221,12 @@ def _failure_location(result: JobResult) -> tuple[str, int]:
     frames = result.data.get("frames") or []
     if frames:
         return frames[0]["path"], frames[0]["line"] - 1
-    request = result.request
-    return request.path, next((t.line for t in discover(request.source or "").targets if t.name == request.target), 0)
+    return result.request.path, _target_line(result.request)
+
+
+def _target_line(request: ExportRequest) -> int:
+    """The 0-based line of the request's target in the text it exported."""
+    return next((t.line for t in discover(request.source or "").targets if t.name == request.target), 0)
 
 
 def _percent(stage: str) -> int:
@@ -248,14 +251,6 @@ def _job_json(result: JobResult) -> dict[str, Any]:
         "summary": result.data.get("summary"),
         "seconds": round(result.seconds, 3),
     }
-
-
-def _read_text(path: str) -> str:
-    try:
-        with open(path, encoding="utf-8") as f:
-            return f.read()
-    except (OSError, ValueError):
-        return ""
 
 
 def _read_json(path: str) -> dict[str, Any] | None:

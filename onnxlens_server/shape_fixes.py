@@ -27,7 +27,7 @@ _SIZED = {"randn", "rand", "zeros", "ones", "empty", "full", "randint"}  # take 
 def example_size_range(source: str, target: str, argument: int | str, dim: int, size: int) -> types.Range | None:
     """The range of the literal `size` that is dimension `dim` of the example for `argument` (a position
     in the target's args, or a kwargs key) in the function `target` of `source`; None if not literal."""
-    function = _function(source, target)
+    function, _ = _target(source, target)
     example = _example(function, argument) if function else None
     call = _factory_call(function, example) if example is not None else None
     dims = _size_literals(call) if call is not None else None
@@ -56,10 +56,9 @@ def apply_suggested_fix(source: str, target: str, properties: dict[str, Any]) ->
     to the target's ``dynamic_shapes``."""
     name = properties.get("dimName")
     fix = next((rhs for line in properties.get("suggestedFixes") or [] if (rhs := _suggestion(line, name)) is not None), None)
-    function = _function(source, target)
+    function, decorator = _target(source, target)
     if fix is None or function is None:
         return None
-    decorator = next(d for t in discover(source).targets if t.name == target for d in function.decorator_list if d.lineno - 1 == t.decorator_line)
     spec = next((k.value for k in decorator.keywords if k.arg == "dynamic_shapes"), None) if isinstance(decorator, ast.Call) else None
     edits = _edit_spec(source, spec, name, fix) if spec is not None else _add_spec(source, decorator, properties, fix)
     if not edits:
@@ -135,12 +134,14 @@ def _spelled(fix: ast.expr, source: str, replaced: ast.expr) -> str:
     return ast.unparse(fix)
 
 
-def _function(source: str, name: str) -> ast.FunctionDef | None:
-    """The export target `name` of `source` (None if the source has no such target, or does not parse)."""
-    line = next((t.line for t in discover(source).targets if t.name == name), None)
-    if line is None:
-        return None
-    return next((n for n in ast.walk(ast.parse(source)) if isinstance(n, ast.FunctionDef) and n.lineno - 1 == line), None)
+def _target(source: str, name: str) -> tuple[ast.FunctionDef | None, ast.expr | None]:
+    """The export target `name` of `source` and its ``export_target`` decorator ((None, None) if the
+    source has no such target, or does not parse)."""
+    target = next((t for t in discover(source).targets if t.name == name), None)
+    if target is None:
+        return None, None
+    function = next(n for n in ast.walk(ast.parse(source)) if isinstance(n, ast.FunctionDef) and n.lineno - 1 == target.line)
+    return function, next(d for d in function.decorator_list if d.lineno - 1 == target.decorator_line)
 
 
 def _example(function: ast.FunctionDef, argument: int | str) -> ast.expr | None:

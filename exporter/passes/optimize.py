@@ -279,14 +279,18 @@ class _NoOpReshape(pattern.RewriteRuleClassBase):
         return op.Reshape(x, shape, _allow_other_attributes=True, _outputs=["out"])
 
     def check(self, context, x, out, **_) -> pattern.MatchResult:
-        result = pattern.MatchResult()
-        dims = _known_dims(x)
-        if dims is None or dims != _known_dims(out):
-            return result.fail("The shape is not known to stay the same.")
-        return result
+        return _same_known_shape(x, out)
 
     def rewrite(self, op, x, **_):
         return op.Identity(x)
+
+
+def _same_known_shape(x: ir.Value, out: ir.Value) -> pattern.MatchResult:
+    """A match where `out` is known to have `x`'s shape."""
+    dims = _known_dims(x)
+    if dims is None or dims != _known_dims(out):
+        return pattern.MatchResult().fail("The shape is not known to stay the same.")
+    return pattern.MatchResult()
 
 
 class _NoOpSlice(pattern.RewriteRuleClassBase):
@@ -302,10 +306,7 @@ class _NoOpSlice(pattern.RewriteRuleClassBase):
         step_values = None if steps is None else ir.convenience.get_const_tensor(steps)
         if steps is not None and (step_values is None or (step_values.numpy() != 1).any()):
             return result.fail("The steps are not all 1.", steps)
-        dims = _known_dims(x)
-        if dims is None or dims != _known_dims(out):
-            return result.fail("The shape is not known to stay the same.")
-        return result
+        return _same_known_shape(x, out)
 
     def rewrite(self, op, x, **_):
         return op.Identity(x)
