@@ -118,3 +118,40 @@ def test_an_in_place_op_whose_functional_form_promotes_is_left_to_functionalizat
     x, scale = torch.randn(2, 3), torch.randn(3)
     export_output = exporter.dynamo_export(InPlaceThatWouldPromote(), x, scale)
     assert_matches_eager(export_output, InPlaceThatWouldPromote(), (x, scale), atol=1e-2, rtol=1e-2)
+
+
+class TwoWidths(torch.nn.Module):
+    """Three batch norms: two of width 4 on the same shape, one of width 8."""
+
+    def __init__(self):
+        super().__init__()
+        self.a, self.b, self.c = torch.nn.BatchNorm2d(4), torch.nn.BatchNorm2d(4), torch.nn.BatchNorm2d(8)
+        for i, norm in enumerate((self.a, self.b, self.c)):
+            norm.running_mean.uniform_(-1, 1)
+            norm.running_var.uniform_(0.5, 2)
+            norm.weight.data.fill_(1 + i)
+
+    def forward(self, x):
+        y = self.b(self.a(x) * 3)
+        return self.c(torch.cat([y, -y], dim=1))
+
+
+@pytest.mark.parametrize("dynamic", [False, True], ids=["static", "dynamic"])
+def test_nodes_with_one_signature_share_one_trace(no_whole_program_decomposition, monkeypatch, dynamic):
+    traced = []
+    make_fx = decompose.make_fx
+
+    def counting_make_fx(fn, **kwargs):
+        traced.append(fn)
+        return make_fx(fn, **kwargs)
+
+    monkeypatch.setattr(decompose, "make_fx", counting_make_fx)
+    model, x = TwoWidths().eval(), torch.randn(2, 4, 5, 5)
+    program = _capture(model, x, dynamic=dynamic)
+    assert sum(n.target == torch.ops.aten.batch_norm.default for n in program.graph.nodes) == 3
+    decompose.decompose(program, default_registry())
+    assert len(traced) == 2  # width 4 once, width 8 once
+    export_output = exporter.dynamo_export(model, x, export_options=exporter.ExportOptions(dynamic_shapes=dynamic))
+    assert_matches_eager(export_output, model, (x,))
+    if dynamic:
+        assert_matches_eager(export_output, model, (x,), run_args=(torch.randn(3, 4, 7, 6),))

@@ -8,7 +8,9 @@ Here only the nodes that need it change:
   and the later uses of the tensor read the new value;
 - every other untranslatable node is replaced by its decomposition, traced on the node's own fake
   inputs (symbolic shapes included) and spliced into the graph, each new node keeping the original's
-  ``stack_trace`` and ``nn_module_stack`` so diagnostics still point at the user's line.
+  ``stack_trace`` and ``nn_module_stack`` so diagnostics still point at the user's line. Nodes with
+  the same operator and arguments (input dtypes, shapes and strides, the same constants: a CNN's
+  ``batch_norm`` layers of one width) share one trace.
 
 A program whose mutations cannot be rewritten locally (in-place ops on inputs, buffers or views),
 or that decomposes ops on complex tensors (whose real representation the spliced shape arithmetic
@@ -74,9 +76,10 @@ def decompose(program: torch.export.ExportedProgram, registry: OnnxRegistry) -> 
     if any(node.target._schema.is_mutable or _has_complex_input(node) for node in nodes):
         return program.run_decompositions(onnx_friendly_decomposition_table(registry, {n.target for n in nodes}))
     table = onnx_friendly_decomposition_table(registry, {n.target for n in nodes})
+    traces: dict[tuple, torch.fx.GraphModule] = {}
     for module in _graph_modules(program):
         for node in [n for n in module.graph.nodes if n.op == "call_function" and _needs_decomposition(n, registry)]:
-            _splice_decomposition(node, table)
+            _splice_decomposition(node, table, traces)
         module.graph.eliminate_dead_code()
         module.recompile()
     return program
@@ -170,20 +173,26 @@ def _functionalize(node: torch.fx.Node) -> None:
 # -- decompositions spliced in place ---------------------------------------------------------------
 
 
-def _splice_decomposition(node: torch.fx.Node, table: dict[torch._ops.OperatorBase, Callable]) -> None:
-    """Replace `node` by the graph of its decomposition traced on its own fake inputs."""
+def _splice_decomposition(
+    node: torch.fx.Node, table: dict[torch._ops.OperatorBase, Callable], traces: dict[tuple, torch.fx.GraphModule]
+) -> None:
+    """Replace `node` by the graph of its decomposition traced on its own fake inputs (or the trace of
+    an earlier node with the same signature, from `traces`)."""
     flat_args, spec = torch.utils._pytree.tree_flatten((node.args, node.kwargs))
     is_input = [isinstance(a, torch.fx.Node) for a in flat_args]
-    example = [a.meta["val"] if isinstance(a, torch.fx.Node) else a for a in flat_args]
     target = node.target
+    key = (target, spec, *(_signature(a.meta["val"]) if i else ("constant", type(a), repr(a)) for a, i in zip(flat_args, is_input)))
+    traced = traces.get(key)
+    if traced is None:
 
-    def call(*inputs):
-        values = iter(inputs)
-        args, kwargs = torch.utils._pytree.tree_unflatten([next(values) if i else a for a, i in zip(flat_args, is_input)], spec)
-        return target(*args, **kwargs)
+        def call(*inputs):
+            values = iter(inputs)
+            args, kwargs = torch.utils._pytree.tree_unflatten([next(values) if i else a for a, i in zip(flat_args, is_input)], spec)
+            return target(*args, **kwargs)
 
-    inputs = [v for v, i in zip(example, is_input) if i]
-    traced = make_fx(call, decomposition_table=table, tracing_mode="symbolic", _allow_non_fake_inputs=True)(*inputs)
+        inputs = [a.meta["val"] for a, i in zip(flat_args, is_input) if i]
+        traced = make_fx(call, decomposition_table=table, tracing_mode="symbolic", _allow_non_fake_inputs=True)(*inputs)
+        traces[key] = traced
     graph = node.graph
     env = dict(zip([n for n in traced.graph.nodes if n.op == "placeholder"], [a for a, i in zip(flat_args, is_input) if i]))
     with graph.inserting_before(node):
@@ -210,6 +219,14 @@ def _replace_results(node: torch.fx.Node, output: object) -> None:
         assert user.target is operator.getitem, user
         user.replace_all_uses_with(output[user.args[1]])
         user.graph.erase_node(user)
+
+
+def _signature(value: object) -> tuple:
+    """What a decomposition's trace depends on in one input: a tensor's type, shape and strides (as
+    expressions when symbolic), any other value itself."""
+    if isinstance(value, torch.Tensor):
+        return ("tensor", value.dtype, value.device, tuple(map(str, value.shape)), tuple(map(str, value.stride())))
+    return ("value", type(value), str(value))
 
 
 def _has_complex_input(node: torch.fx.Node) -> bool:
