@@ -136,16 +136,45 @@ class TwoWidths(torch.nn.Module):
         return self.c(torch.cat([y, -y], dim=1))
 
 
-@pytest.mark.parametrize("dynamic", [False, True], ids=["static", "dynamic"])
-def test_nodes_with_one_signature_share_one_trace(no_whole_program_decomposition, monkeypatch, dynamic):
-    traced = []
+class Conversions(torch.nn.Module):
+    """`to` calls that return their input, one that does not, and a view of the input's storage in
+    another shape (`reshape_as`: an alias that is not the input)."""
+
+    def forward(self, x):
+        same = x.to(torch.float32).to(x.device).contiguous() * 2
+        return same, x.t().to(torch.int64), same.to(dtype=torch.float32, device=x.device), x.reshape_as(x.t())
+
+
+@pytest.fixture
+def traced(monkeypatch) -> list:
+    """The functions `decompose` traces, in order (make_fx still runs)."""
+    calls = []
     make_fx = decompose.make_fx
 
     def counting_make_fx(fn, **kwargs):
-        traced.append(fn)
+        calls.append(fn)
         return make_fx(fn, **kwargs)
 
     monkeypatch.setattr(decompose, "make_fx", counting_make_fx)
+    return calls
+
+
+@pytest.mark.parametrize("dynamic", [False, True], ids=["static", "dynamic"])
+def test_ops_that_returned_their_input_are_dropped(no_whole_program_decomposition, traced, dynamic):
+    x = torch.randn(3, 5) * 4
+    program = _capture(Conversions(), x, dynamic=dynamic)
+    assert sum(n.op == "call_function" and n.target._schema.name == "aten::to" for n in program.graph.nodes) == 4
+    decompose.decompose(program, default_registry())
+    assert "aten::to" not in {n.target._schema.name for n in program.graph.nodes if n.op == "call_function"}
+    assert len(traced) == 2  # the cast to int64 and reshape_as
+    export_output = exporter.dynamo_export(Conversions(), x, export_options=exporter.ExportOptions(dynamic_shapes=dynamic))
+    assert_matches_eager(export_output, Conversions(), (x,))
+    if dynamic:
+        assert_matches_eager(export_output, Conversions(), (x,), run_args=(torch.randn(4, 2) * 4,))
+
+
+@pytest.mark.parametrize("dynamic", [False, True], ids=["static", "dynamic"])
+def test_nodes_with_one_signature_share_one_trace(no_whole_program_decomposition, traced, dynamic):
     model, x = TwoWidths().eval(), torch.randn(2, 4, 5, 5)
     program = _capture(model, x, dynamic=dynamic)
     assert sum(n.target == torch.ops.aten.batch_norm.default for n in program.graph.nodes) == 3
