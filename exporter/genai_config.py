@@ -24,7 +24,7 @@ def build(config: Any, generation_config: Any, kv_layout: tuple[int, int, int], 
     context_length = getattr(text, "max_position_embeddings", None) or getattr(text, "n_positions", None) or 2048
     eos = _first_set(generation_config, config, "eos_token_id")
     pad = _first_set(generation_config, config, "pad_token_id")
-    if pad is None:  # genai masks this id at the end of a batch's rows (right padding): the end of sequence serves
+    if pad is None:  # genai masks this id at the end of a batch's rows (it pads on the right); else the end of sequence
         pad = eos[0] if isinstance(eos, list) else eos
     ids = {"bos_token_id": _first_set(generation_config, config, "bos_token_id"), "eos_token_id": eos, "pad_token_id": pad}
     return {
