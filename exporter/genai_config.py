@@ -24,9 +24,12 @@ def build(config: Any, generation_config: Any, kv_layout: tuple[int, int, int], 
     context_length = getattr(text, "max_position_embeddings", None) or getattr(text, "n_positions", None) or 2048
     eos = _first_set(generation_config, config, "eos_token_id")
     pad = _first_set(generation_config, config, "pad_token_id")
+    if pad is None:  # genai masks this id at the end of a batch's rows (it pads on the right); else the end of sequence
+        pad = eos[0] if isinstance(eos, list) else eos
+    ids = {"bos_token_id": _first_set(generation_config, config, "bos_token_id"), "eos_token_id": eos, "pad_token_id": pad}
     return {
         "model": {
-            "bos_token_id": _first_set(generation_config, config, "bos_token_id"),
+            **{name: value for name, value in ids.items() if value is not None},  # genai refuses null ids
             "context_length": context_length,
             "decoder": {
                 "session_options": {"log_id": "onnxruntime-genai", "provider_options": []},
@@ -39,8 +42,6 @@ def build(config: Any, generation_config: Any, kv_layout: tuple[int, int, int], 
                 "num_hidden_layers": layers,
                 "num_key_value_heads": kv_heads,
             },
-            "eos_token_id": eos,
-            "pad_token_id": pad if pad is not None else (eos[0] if isinstance(eos, list) else eos),
             "type": config.model_type if config.model_type in GENAI_TYPES else "decoder",
             "vocab_size": text.vocab_size,
         },

@@ -83,8 +83,36 @@ class CausalLMWithCache(torch.nn.Module):
 
         cache = DynamicCache(ddp_cache_data=past_key_values)
         kwargs = {"position_ids": position_ids} if position_ids is not None else {}
-        out = self.model(input_ids=input_ids, attention_mask=attention_mask, use_cache=True, **{self.cache_argument: cache}, **kwargs)
+        with _sliding_windows_over_positions(attention_mask):
+            out = self.model(input_ids=input_ids, attention_mask=attention_mask, use_cache=True, **{self.cache_argument: cache}, **kwargs)
         return out.logits, [(layer.keys, layer.values) for layer in cache.layers]  # the model extended the cache
+
+
+@contextlib.contextmanager
+def _sliding_windows_over_positions(attention_mask: torch.Tensor) -> Iterator[None]:
+    """Count transformers' sliding windows (``masking_utils.sliding_window_overlay``) in token
+    positions, ``cumsum(attention_mask) - 1``, rather than in cache slots.
+
+    Without padding or with left padding (``generate``'s) both are the same. onnxruntime-genai pads
+    on the right and keeps the padding's cache slots between the prompt and the generated tokens:
+    counted in slots, the window would lose prompt tokens early.
+    """
+    from transformers import masking_utils
+
+    positions = attention_mask.cumsum(-1) - 1
+
+    def overlay(sliding_window: int) -> Any:
+        def inner_mask(batch_idx: Any, head_idx: Any, q_idx: Any, kv_idx: Any) -> Any:
+            return positions[batch_idx, kv_idx] > positions[batch_idx, q_idx] - sliding_window
+
+        return inner_mask
+
+    original = masking_utils.sliding_window_overlay
+    masking_utils.sliding_window_overlay = overlay
+    try:
+        yield
+    finally:
+        masking_utils.sliding_window_overlay = original
 
 
 def export_for_generation(

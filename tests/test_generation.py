@@ -7,8 +7,10 @@ documented input names only.
 
 from __future__ import annotations
 
+import copy
 import json
 import os
+import shutil
 import subprocess
 
 import numpy as np
@@ -18,7 +20,7 @@ import onnxscript
 import pytest
 import torch
 from onnxscript import opset18 as op
-from transformers import AutoModelForCausalLM
+from transformers import AutoModelForCausalLM, GenerationConfig
 
 import exporter
 from exporter.generation_check import greedy_generate
@@ -27,6 +29,7 @@ from tiny_lms import CONFIGS, tiny_model
 
 NEW_TOKENS = 16
 PROMPT = [[5, 17, 300, 42, 7, 99, 12], [3, 4, 5, 8, 9, 10, 11]]
+PADDED, PADDED_MASK = [PROMPT[0], [0, 0, 0, *PROMPT[1][3:]]], [[1] * 7, [0, 0, 0, 1, 1, 1, 1]]  # left-padded, pad 0
 
 
 @pytest.fixture(scope="module", params=sorted(CONFIGS))
@@ -65,7 +68,7 @@ def test_folder_interface_and_config(exported):
     decoder = config["model"]["decoder"]
     assert (decoder["head_size"], decoder["num_key_value_heads"], decoder["num_hidden_layers"]) == (16, kv_heads, 2)
     assert decoder["inputs"]["past_key_names"] == "past_key_values.%d.key" and decoder["outputs"]["present_value_names"] == "present.%d.value"
-    assert config["model"]["eos_token_id"] == 2 and config["search"]["past_present_share_buffer"] is False
+    assert (config["model"]["eos_token_id"], config["model"]["pad_token_id"]) == (2, 0) and config["search"]["past_present_share_buffer"] is False
 
 
 def test_export_checks_itself_by_generating(exported):
@@ -82,27 +85,53 @@ def test_own_loop_generates_like_generate(exported, batch):
     if batch == "one":
         ids, mask = PROMPT[:1], [[1] * 7]
     else:
-        ids, mask = [PROMPT[0], [0, 0, 0, *PROMPT[1][3:]]], [[1] * 7, [0, 0, 0, 1, 1, 1, 1]]
+        ids, mask = PADDED, PADDED_MASK
     session = ort.InferenceSession(result.model_path, providers=["CPUExecutionProvider"])
     produced = greedy_generate(session, np.array(ids), np.array(mask), NEW_TOKENS, {2}, 0)
     assert produced.tokens.tolist() == generate(model, ids, mask)
     assert len(produced.decode_ms) == NEW_TOKENS - 1  # one file: the prefill (past 0) and every decode step
 
 
-@pytest.mark.parametrize("batch", [1, 2])
+@pytest.mark.parametrize("batch", ["one", "two", "padded two"])
 def test_onnxruntime_genai_generates_like_generate(exported, batch):
-    import onnxruntime_genai as og  # after onnxruntime, whose library it loads
+    _, model, result = exported
+    ids, mask = {"one": (PROMPT[:1], [[1] * 7]), "two": (PROMPT, [[1] * 7] * 2), "padded two": (PADDED, PADDED_MASK)}[batch]
+    assert genai_generate(result.output_dir, right_padded(ids, mask, pad=0)) == generate(model, ids, mask)
+
+
+def test_genai_config_without_pad_or_bos_ids_pads_with_eos(exported, tmp_path):
+    from exporter import genai_config
+    from exporter.generation import _kv_layout
 
     _, model, result = exported
-    genai_model = og.Model(str(result.output_dir))
+    config = copy.deepcopy(model.config)
+    config.pad_token_id = config.bos_token_id = None
+    generation_config = GenerationConfig(eos_token_id=2)
+    written = genai_config.build(config, generation_config, _kv_layout(config), "model.onnx", uses_positions=True)["model"]
+    assert written["pad_token_id"] == written["eos_token_id"] == 2 and "bos_token_id" not in written  # genai refuses null ids
+    shutil.copy(result.model_path, tmp_path)
+    (tmp_path / genai_config.FILE).write_text(json.dumps({**json.load(open(f"{result.output_dir}/{genai_config.FILE}")), "model": written}))
+    assert genai_generate(tmp_path, right_padded(PADDED, PADDED_MASK, pad=2)) == generate(model, PADDED, PADDED_MASK)
+
+
+def right_padded(ids: list[list[int]], mask: list[list[int]], pad: int) -> list[list[int]]:
+    """The rows' tokens padded on the right: onnxruntime-genai's layout (its tokenizer's encode_batch
+    pads right; it masks `pad` at the end of a row and takes the logits of the row's last other token)."""
+    return [[t for t, m in zip(row, row_mask) if m] + [pad] * row_mask.count(0) for row, row_mask in zip(ids, mask)]
+
+
+def genai_generate(folder: str | os.PathLike, ids: list[list[int]]) -> list[list[int]]:
+    """`NEW_TOKENS` greedy tokens per row with onnxruntime-genai from the folder."""
+    import onnxruntime_genai as og  # after onnxruntime, whose library it loads
+
+    genai_model = og.Model(str(folder))
     params = og.GeneratorParams(genai_model)
-    params.set_search_options(max_length=7 + NEW_TOKENS, do_sample=False, batch_size=batch)
+    params.set_search_options(max_length=len(ids[0]) + NEW_TOKENS, do_sample=False, batch_size=len(ids))
     generator = og.Generator(genai_model, params)
-    generator.append_tokens(np.array(PROMPT[:batch], dtype=np.int32))
+    generator.append_tokens(np.array(ids, dtype=np.int32))
     while not generator.is_done():
         generator.generate_next_token()
-    produced = [[int(t) for t in generator.get_sequence(i)][7:] for i in range(batch)]
-    assert produced == generate(model, PROMPT[:batch])
+    return [[int(t) for t in generator.get_sequence(i)][len(ids[0]):] for i in range(len(ids))]
 
 
 wrong = onnxscript.values.Opset("onnxlens.test.wrong", 1)
@@ -205,8 +234,6 @@ def test_export_target_checks_the_task():
 
 
 def test_fake_mode_export_writes_the_checkpoint_and_generates(tmp_path):
-    import onnxruntime_genai as og
-
     real = tiny_model("llama")
     weights = {**real.state_dict(), **dict(real.named_buffers())}  # rotary inv_freq is not in the state dict
     with exporter.enable_fake_mode() as ctx:
@@ -219,16 +246,9 @@ def test_fake_mode_export_writes_the_checkpoint_and_generates(tmp_path):
     assert initializers["model.model.embed_tokens.weight"].data_location == onnx.TensorProto.EXTERNAL
     assert all(t.data_location == onnx.TensorProto.EXTERNAL for name, t in initializers.items() if name.startswith("model."))
     session = ort.InferenceSession(result.model_path, providers=["CPUExecutionProvider"])
-    ids, mask = [PROMPT[0], [0, 0, 0, *PROMPT[1][3:]]], [[1] * 7, [0, 0, 0, 1, 1, 1, 1]]
+    ids, mask = PADDED, PADDED_MASK
     assert greedy_generate(session, np.array(ids), np.array(mask), NEW_TOKENS, {2}, 0).tokens.tolist() == generate(real, ids, mask)
-    genai_model = og.Model(str(tmp_path))
-    params = og.GeneratorParams(genai_model)
-    params.set_search_options(max_length=7 + NEW_TOKENS, do_sample=False)
-    generator = og.Generator(genai_model, params)
-    generator.append_tokens(np.array(PROMPT[:1], dtype=np.int32))
-    while not generator.is_done():
-        generator.generate_next_token()
-    assert generator.get_sequence(0).tolist()[7:] == generate(real, PROMPT[:1])[0]
+    assert genai_generate(tmp_path, PROMPT[:1]) == generate(real, PROMPT[:1])
 
 
 def test_fake_mode_needs_weights(tmp_path):
