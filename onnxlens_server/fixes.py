@@ -24,11 +24,15 @@ def register_stub(schema: str, discovery: Discovery, end_line: int) -> list[type
         return None
     ns, op_name, overload = match["ns"], match["op"], match["overload"] or "default"
     params, inputs = [], []
+    defaulted = False
     for arg in _split_args(match["args"]):
         if arg == "*":
             continue
         type_, _, rest = arg.partition(" ")
         name, _, default = rest.partition("=")
+        if defaulted and not default:  # keyword-only after a defaulted one: onnxscript has no `*`, Python needs a default
+            default = "None"
+        defaulted = defaulted or bool(default)
         attribute = _ATTRIBUTE_TYPES.get(type_)
         if attribute:
             params.append(f"{name}: {attribute}" + (f" = {default}" if default else ""))

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import runpy
 import textwrap
 
 from lsprotocol import types
 
+import exporter
 from onnxlens_server import fixes
 from onnxlens_server.targets import discover
 
@@ -37,6 +39,21 @@ def test_stub_has_inputs_attributes_and_its_registration():
     assert "    return op.Identity(x), op.Identity(x)  # TODO" in fixed
     assert fixed.endswith('exporter.default_registry().register_op(mylib_scaled, "mylib", "scaled", "default")\n')
     compile(fixed, "net.py", "exec")
+
+
+def test_stub_with_required_keyword_arguments_after_a_default_is_a_valid_onnxscript_function(tmp_path, monkeypatch):
+    found = discover(SOURCE)
+    schema = "mylib::blend(Tensor x, float alpha=0.5, *, Tensor y, int mode) -> Tensor"
+    fixed = apply(SOURCE, fixes.register_stub(schema, found, len(SOURCE.splitlines())))
+    assert "def mylib_blend(x, alpha: float = 0.5, y=None, mode: int = None):" in fixed
+    registry = exporter.OnnxRegistry()
+    monkeypatch.setattr(exporter, "default_registry", lambda: registry)
+    (tmp_path / "net.py").write_text(fixed)
+    namespace = runpy.run_path(str(tmp_path / "net.py"))  # onnxscript converts the stub, the file registers it
+    assert registry.is_registered_op("mylib", "blend")
+    proto = namespace["mylib_blend"].to_function_proto()
+    assert list(proto.input) == ["x", "y"] and list(proto.attribute) == ["mode"]
+    assert [a.name for a in proto.attribute_proto] == ["alpha"]
 
 
 def test_stub_for_an_overload_and_an_unparsable_schema():
