@@ -62,9 +62,10 @@ class WrittenOutLayerNorm(nn.Module):
         return (x - mean) / torch.sqrt(var + 1e-5) * self.weight + self.bias
 
 
-@pytest.mark.parametrize("name", ["hf_bert", "transformer_encoder", "cnn_batchnorm"])
+@pytest.mark.parametrize("name", ["hf_bert", "transformer_encoder", "cnn_batchnorm", "hf_wav2vec2", "lstm"])
 def test_optimize_pass_gives_what_onnxscripts_optimizer_gives(name: str):
-    """Trying each rewrite rule only where its root op matches changes nothing in the result."""
+    """Trying each rewrite rule only where its root op matches, and inferring shapes for the whole
+    model at once rather than node by node, change nothing in the result."""
     import onnxscript.optimizer
 
     model, args, kwargs = corpus.get(name).build()
