@@ -45,3 +45,13 @@ def test_the_cli_collects_garbage_only_after_freezing_the_imported_modules(tmp_p
 def test_the_fork_server_preloads_the_sarif_writer_every_editor_export_uses():
     code = "import sys, onnxlens_server.warm; print('sarif_om' in sys.modules)"
     assert _python(code).splitlines()[-1] == "True"
+
+
+def test_the_fork_server_has_decomposed_a_node_before_the_first_export():
+    """PyTorch's decomposition table is collected (a cached call) and make_fx has traced once."""
+    code = (
+        "import onnxlens_server.warm\n"
+        "from exporter.passes import decompose\n"
+        "print(decompose._all_decompositions.cache_info().currsize)"
+    )
+    assert _python(code).splitlines()[-1] == "1"
