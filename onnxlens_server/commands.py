@@ -103,9 +103,13 @@ class Commands:
 
     async def discover(self, uri: str) -> tuple[str, str, Discovery]:
         """The path, text and discovery of document `uri` (off the event loop: `Discoveries`). The syntax
-        error an export showed goes once the file parses."""
+        error an export showed goes once the file parses. A file that imports torch or has export
+        targets starts the export fork server (it warms up in the background: exports wait for it,
+        nothing else does); a workspace without models never loads torch."""
         path, source = documents.read(self.ls.workspace, uri)
         found = await self.discoveries.get(uri, source)
+        if found.imports_torch or found.targets:
+            self.pool.warm()
         if found.syntax_error is None:
             self._show_syntax_error(path, None)
         return path, source, found

@@ -70,8 +70,7 @@ async def graph_command(ls: OnnxlensServer, *arguments: Any) -> dict[str, Any]:
 
 @server.feature(types.INITIALIZED)
 async def initialized(ls: OnnxlensServer, params: types.InitializedParams) -> None:
-    log_to_client(ls)
-    await ls.pool.start()  # it warms up in the background; exports wait for it, nothing else does
+    log_to_client(ls)  # the fork server starts with the first model file (`Commands.discover`)
 
 
 @server.feature(types.SHUTDOWN)

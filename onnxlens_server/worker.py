@@ -75,15 +75,27 @@ class WorkerPool:
         self._control: socket.socket | None = None  # passes each export's socket to the fork server
         self._jobs: dict[str, _Job] = {}  # by job id: queued and running
         self._slot = asyncio.Semaphore(1)
+        self._starting = asyncio.Lock()
 
     @property
     def forkserver_pid(self) -> int | None:
         return self._forkserver.pid if self._forkserver else None
 
+    def warm(self) -> None:
+        """Start the fork server in the background unless it runs (the first model file opened)."""
+        if not self._running():
+            asyncio.ensure_future(self.start())
+
+    def _running(self) -> bool:
+        return self._forkserver is not None and self._forkserver.returncode is None
+
     async def start(self) -> None:
         """Start the fork server unless it runs (it warms up in the background: seconds)."""
-        if self._forkserver is not None and self._forkserver.returncode is None:
-            return
+        async with self._starting:  # one fork server, however many ask at once
+            if not self._running():
+                await self._start()
+
+    async def _start(self) -> None:
         ours, theirs = socket.socketpair()
         self._forkserver = await asyncio.create_subprocess_exec(
             sys.executable, "-m", "onnxlens_server.forkserver", str(theirs.fileno()),

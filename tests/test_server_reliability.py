@@ -136,10 +136,38 @@ def descendants(pid: int) -> list[int]:
 
 
 def forkserver_of(client: LanguageClient) -> int:
-    server_pid = client._server.pid
-    (pid,) = [p for p in descendants(server_pid)
-              if b"onnxlens_server.forkserver" in pathlib.Path(f"/proc/{p}/cmdline").read_bytes()]
+    (pid,) = forkservers_of(client)
     return pid
+
+
+def forkservers_of(client: LanguageClient) -> list[int]:
+    return [p for p in descendants(client._server.pid)
+            if b"onnxlens_server.forkserver" in pathlib.Path(f"/proc/{p}/cmdline").read_bytes()]
+
+
+async def code_lenses(client: LanguageClient, path: pathlib.Path) -> list[types.CodeLens]:
+    client.text_document_did_open(types.DidOpenTextDocumentParams(types.TextDocumentItem(path.as_uri(), "python", 1, path.read_text())))
+    return await asyncio.wait_for(client.text_document_code_lens_async(types.CodeLensParams(types.TextDocumentIdentifier(path.as_uri()))), ANSWER_TIMEOUT)
+
+
+async def test_torch_loads_only_once_a_model_file_is_open(tmp_path: pathlib.Path):
+    """The fork server (torch, about 400 MiB) starts with the first file that imports torch, once."""
+    plain, other = tmp_path / "plain.py", tmp_path / "other.py"
+    plain.write_text("import json\n\n\ndef f():\n    return json.dumps({})\n")
+    other.write_text("import torch\n")
+    path = tmp_path / "m.py"
+    path.write_text(model())
+    async with server(tmp_path) as client:
+        assert not await code_lenses(client, plain)
+        await asyncio.sleep(1.0)
+        assert forkservers_of(client) == []
+        found, other_found = await asyncio.gather(code_lenses(client, path), code_lenses(client, other))
+        assert found and not other_found  # an export target, a torch import: each starts it
+        await until(lambda: forkservers_of(client), "fork server")
+        await asyncio.sleep(0.5)
+        assert len(forkservers_of(client)) == 1
+        assert (await export(client, path))["status"] == "ok"
+        assert len(forkservers_of(client)) == 1
 
 
 async def test_model_code_cannot_read_the_editors_messages(tmp_path: pathlib.Path):
