@@ -1,4 +1,5 @@
-// Bundles the extension with esbuild (vscode-languageclient included); --tests also compiles unit tests.
+// Bundles the extension with esbuild (vscode-languageclient included) and the graph view's webview code (elkjs
+// included: the webview loads nothing else); --tests also compiles unit tests.
 import * as esbuild from 'esbuild';
 import { readdirSync } from 'node:fs';
 
@@ -13,6 +14,17 @@ await esbuild.build({
   target: 'node20',
   sourcemap: !production,
   minify: production,
+});
+await esbuild.build({
+  entryPoints: ['webview/graph/main.ts', 'webview/graph/graph.css'],
+  bundle: true,
+  entryNames: 'graph',
+  outdir: 'dist/webview',
+  platform: 'browser',
+  format: 'iife',
+  target: 'chrome120',
+  minify: true, // elkjs is most of it
+  legalComments: 'linked', // elkjs' EPL-2.0 notice, beside the bundle
 });
 if (process.argv.includes('--tests')) {
   const tests = readdirSync('test/unit').filter((f) => f.endsWith('.test.ts')).map((f) => `test/unit/${f}`);

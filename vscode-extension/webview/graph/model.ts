@@ -1,0 +1,262 @@
+// The graph command's JSON (onnxlens_server/graph.py) and what the view derives from it: which boxes are
+// visible for a collapse state, the ELK input for them, the nodes of a source line, error levels.
+// No DOM: unit-testable in node.
+import type { ElkExtendedEdge, ElkNode } from 'elkjs/lib/elk-api';
+
+export interface Value {
+  name: string;
+  dtype?: string | null;
+  shape?: (string | number | null)[] | null;
+}
+
+export interface Frame {
+  path: string;
+  line: number; // 1-based
+  function?: string;
+}
+
+export interface Check {
+  rule: string; // FXE0013 (op-level debug) or FXE0021 (verification)
+  ok?: boolean;
+  maxAbsError?: number;
+  maxRelError?: number;
+  atol?: number;
+  rtol?: number;
+  skipped?: boolean;
+}
+
+export interface GraphNode {
+  id: string;
+  op: string;
+  domain: string;
+  name: string;
+  group: string | null;
+  module: string;
+  inputs: (Value | null)[];
+  outputs: Value[];
+  attributes: Record<string, string>;
+  source: Frame | null;
+  stack: Frame[];
+  checks: Check[];
+}
+
+export interface Group {
+  id: string;
+  parent: string | null;
+  function: string;
+  module: string;
+  class?: string;
+  source: Frame | null;
+}
+
+export interface Edge {
+  from: string;
+  to: string;
+  value: string;
+}
+
+export interface GraphData {
+  path: string;
+  opset: number | null;
+  producer: string;
+  inputs: Value[];
+  outputs: Value[];
+  initializers: (Value & { external: boolean })[];
+  groups: Group[];
+  nodes: GraphNode[];
+  edges: Edge[];
+}
+
+/** How bad a node's checks are: none run, all within tolerance, or the worst error in multiples of its tolerance. */
+export type ErrorLevel = 'unchecked' | 'ok' | 'over' | 'over10' | 'over1000';
+
+export const ERROR_LEVELS: { level: ErrorLevel; label: string }[] = [
+  { level: 'ok', label: 'checked, within tolerance' },
+  { level: 'over', label: 'error ≤ 10× tolerance' },
+  { level: 'over10', label: 'error ≤ 1000× tolerance' },
+  { level: 'over1000', label: 'error > 1000× tolerance' },
+];
+
+export const NODE_HEIGHT = 28;
+const CHAR_WIDTH = 7.2; // 12px monospace
+const GROUP_HEADER = 26;
+
+/** Lookups over one graph: groups by id and nesting, nodes by id and by source line. */
+export class GraphIndex {
+  readonly nodes = new Map<string, GraphNode>();
+  readonly groups = new Map<string, Group>();
+  readonly childGroups = new Map<string | null, Group[]>();
+  readonly childNodes = new Map<string | null, GraphNode[]>();
+  private readonly lines = new Map<string, string[]>();
+  private readonly nodeCounts = new Map<string, number>();
+
+  constructor(readonly graph: GraphData) {
+    for (const group of graph.groups) {
+      this.groups.set(group.id, group);
+      push(this.childGroups, group.parent, group);
+    }
+    for (const node of graph.nodes) {
+      this.nodes.set(node.id, node);
+      push(this.childNodes, node.group, node);
+      if (node.source) {
+        push(this.lines, lineKey(node.source.path, node.source.line), node.id);
+      }
+      for (const group of this.ancestors(node.group)) {
+        this.nodeCounts.set(group, (this.nodeCounts.get(group) ?? 0) + 1);
+      }
+    }
+  }
+
+  /** `group` and the groups around it, innermost first. */
+  ancestors(group: string | null): string[] {
+    const chain: string[] = [];
+    for (let g = group; g !== null && g !== undefined; g = this.groups.get(g)?.parent ?? null) {
+      chain.push(g);
+    }
+    return chain;
+  }
+
+  /** The ids of the nodes whose source (innermost user frame) is `path`:`line` (1-based). */
+  nodesAt(path: string, line: number): string[] {
+    return this.lines.get(lineKey(path, line)) ?? [];
+  }
+
+  /** The ops inside a group, its subgroups' included. */
+  nodeCount(group: string): number {
+    return this.nodeCounts.get(group) ?? 0;
+  }
+
+  /** The box that shows `id` (a node or a group) under `expanded`: itself, or its outermost collapsed group. */
+  visibleBox(id: string, expanded: ReadonlySet<string>): string {
+    const group = this.nodes.has(id) ? this.nodes.get(id)!.group : (this.groups.get(id)?.parent ?? null);
+    const chain = this.ancestors(group);
+    for (let i = chain.length - 1; i >= 0; i--) {
+      if (!expanded.has(chain[i])) {
+        return chain[i];
+      }
+    }
+    return id;
+  }
+
+  /** The groups to expand so that every node of `ids` shows (their ancestors). */
+  groupsAround(ids: Iterable<string>): Set<string> {
+    const groups = new Set<string>();
+    for (const id of ids) {
+      for (const group of this.ancestors(this.nodes.get(id)?.group ?? null)) {
+        groups.add(group);
+      }
+    }
+    return groups;
+  }
+
+  /** Nodes whose op type or name contains `query` (case-insensitive). */
+  search(query: string): string[] {
+    const q = query.trim().toLowerCase();
+    if (!q) {
+      return [];
+    }
+    return this.graph.nodes.filter((n) => n.op.toLowerCase().includes(q) || n.name.toLowerCase().includes(q)).map((n) => n.id);
+  }
+}
+
+/** Collapsed by default beyond the top level: the groups without a parent are open. */
+export function defaultExpanded(graph: GraphData): Set<string> {
+  return new Set(graph.groups.filter((g) => g.parent === null).map((g) => g.id));
+}
+
+/** The ELK graph of what shows under `expanded`: open groups are compound nodes, a collapsed group is one
+ * box, and edges join the visible boxes (one edge per pair; none inside a collapsed group). */
+export function elkGraph(index: GraphIndex, expanded: ReadonlySet<string>): ElkNode {
+  const { graph } = index;
+  const build = (parent: string | null): ElkNode[] => [
+    ...(index.childGroups.get(parent) ?? []).map((group) => groupBox(index, group, expanded, build)),
+    ...(index.childNodes.get(parent) ?? []).map((node) => box(node.id, node.op)),
+  ];
+  const children = [
+    ...graph.inputs.map((v) => box(`input:${v.name}`, v.name)),
+    ...build(null),
+    ...graph.outputs.map((v) => box(`output:${v.name}`, v.name)),
+  ];
+  const edges: ElkExtendedEdge[] = [];
+  const seen = new Set<string>();
+  for (const edge of graph.edges) {
+    const from = endpoint(index, edge.from, expanded);
+    const to = endpoint(index, edge.to, expanded);
+    const key = `${from}\n${to}`;
+    if (from !== to && !seen.has(key)) {
+      seen.add(key);
+      edges.push({ id: `e${edges.length}`, sources: [from], targets: [to] });
+    }
+  }
+  return {
+    id: 'root',
+    layoutOptions: {
+      'elk.algorithm': 'layered',
+      'elk.direction': 'DOWN',
+      'elk.hierarchyHandling': 'INCLUDE_CHILDREN',
+      'elk.json.edgeCoords': 'ROOT',
+      'elk.layered.spacing.nodeNodeBetweenLayers': '24',
+      'elk.spacing.nodeNode': '16',
+      'elk.padding': '[top=12,left=12,bottom=12,right=12]',
+    },
+    children,
+    edges,
+  };
+}
+
+function groupBox(index: GraphIndex, group: Group, expanded: ReadonlySet<string>, build: (parent: string | null) => ElkNode[]): ElkNode {
+  const label = groupLabel(group);
+  if (!expanded.has(group.id)) {
+    return { ...box(group.id, `${label} · ${index.nodeCount(group.id)} ops`), height: NODE_HEIGHT + 8 };
+  }
+  return {
+    id: group.id,
+    layoutOptions: { 'elk.padding': `[top=${GROUP_HEADER},left=10,bottom=10,right=10]`, 'elk.nodeSize.minimum': `(${labelWidth(label)}, 40)`, 'elk.nodeSize.constraints': 'MINIMUM_SIZE' },
+    children: build(group.id),
+  };
+}
+
+/** "h.0 (GPT2Block)": the module path's last part and the class. */
+export function groupLabel(group: Group): string {
+  const name = group.module.split('.').slice(-2).join('.') || group.function;
+  return group.class ? `${name} (${group.class})` : name;
+}
+
+function box(id: string, label: string): ElkNode {
+  return { id, width: labelWidth(label), height: NODE_HEIGHT };
+}
+
+function labelWidth(label: string): number {
+  return Math.max(48, Math.round(label.length * CHAR_WIDTH + 20));
+}
+
+function endpoint(index: GraphIndex, id: string, expanded: ReadonlySet<string>): string {
+  return id.startsWith('input:') || id.startsWith('output:') ? id : index.visibleBox(id, expanded);
+}
+
+/** The worst of a node's checks, in multiples of its tolerance (atol + rtol; the view has no values). */
+export function errorLevel(checks: Check[]): ErrorLevel {
+  const run = checks.filter((c) => !c.skipped);
+  if (run.length === 0) {
+    return 'unchecked';
+  }
+  const failed = run.filter((c) => c.ok === false);
+  if (failed.length === 0) {
+    return 'ok';
+  }
+  const ratio = Math.max(...failed.map((c) => (c.maxAbsError ?? Infinity) / Math.max((c.atol ?? 0) + (c.rtol ?? 0), 1e-12)));
+  return ratio <= 10 ? 'over' : ratio <= 1000 ? 'over10' : 'over1000';
+}
+
+export function lineKey(path: string, line: number): string {
+  return `${path}:${line}`;
+}
+
+function push<K, V>(map: Map<K, V[]>, key: K, value: V): void {
+  const list = map.get(key);
+  if (list) {
+    list.push(value);
+  } else {
+    map.set(key, [value]);
+  }
+}
