@@ -195,6 +195,7 @@ export function elkGraph(index: GraphIndex, expanded: ReadonlySet<string>): ElkN
       'elk.direction': 'DOWN',
       'elk.hierarchyHandling': 'INCLUDE_CHILDREN',
       'elk.json.edgeCoords': 'ROOT',
+      'elk.layered.thoroughness': '1', // about half the layout time of the default (7) on a tiny GPT-2
       'elk.layered.spacing.nodeNodeBetweenLayers': '24',
       'elk.spacing.nodeNode': '16',
       'elk.padding': '[top=12,left=12,bottom=12,right=12]',
