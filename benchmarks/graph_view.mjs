@@ -12,7 +12,7 @@ const { chromium } = createRequire(import.meta.url)(join(ROOT, '.tools/e2e/node_
 
 const args = process.argv.slice(2);
 const repeats = args[0] === '--repeats' ? Number(args[1]) : 3;
-const graphs = (args[0] === '--repeats' ? args.slice(2) : args).map((file) => ({ name: basename(file, '.json'), json: readFileSync(file, 'utf8'), runs: [] }));
+const graphs = (args[0] === '--repeats' ? args.slice(2) : args).map((file) => ({ name: basename(file, '.json'), file, json: readFileSync(file, 'utf8'), runs: [] }));
 
 // The page graphPanel.ts makes, with the same Content-Security-Policy; acquireVsCodeApi records the view's messages.
 const PAGE = `<!DOCTYPE html><html><head>
@@ -42,6 +42,12 @@ for (const { name, runs } of graphs) {
 const js = statSync(join(BUNDLE, 'graph.js')).size;
 console.log(`bundle: graph.js ${(js / 1024).toFixed(0)} KiB, graph.css ${(statSync(join(BUNDLE, 'graph.css')).size / 1024).toFixed(1)} KiB`);
 
+async function largestCollapsed(page) {
+  const labels = await page.locator('g.box.collapsed text').allTextContents();
+  const ops = labels.map((label) => Number(/· (\d+) ops$/.exec(label)?.[1] ?? 0));
+  return ops.length ? page.locator('g.box.collapsed').nth(ops.indexOf(Math.max(...ops))) : null;
+}
+
 async function run(graph) {
   const page = await browser.newPage({ viewport: { width: 1200, height: 900 } });
   const errors = [];
@@ -67,8 +73,8 @@ async function run(graph) {
     const m = window.messages.find((m) => m.type === 'rendered');
     return { ms: Math.round(m.at - posted), layoutMs: m.layoutMs, boxes: m.boxes, nodes: graph.nodes.length };
   }, graph.json);
-  // the first collapsed group (a layer of GPT-2), else the first open one (collapsing it)
-  const group = page.locator((await page.locator('g.box.collapsed').count()) ? 'g.box.collapsed' : 'g.box.group').first();
+  // the collapsed group with the most ops (a layer of GPT-2), else the first open one (collapsing it)
+  const group = await largestCollapsed(page) ?? page.locator('g.box.group').first();
   const expanded = await group.getAttribute('data-id');
   const target = (await group.getAttribute('data-kind')) === 'group' ? group.locator('rect.header') : group;
   const before = await page.evaluate(() => window.messages.length);
@@ -83,7 +89,7 @@ async function run(graph) {
     throw new Error(`${graph.name}: errors in the page: ${errors.join('; ')}`);
   }
   if (graph.runs.length === 0) {
-    await page.screenshot({ path: join(ROOT, `benchmarks/graph_view-${graph.name}.png`) });
+    await page.screenshot({ path: graph.file.replace(/\.json$/, '.png') }); // beside the JSON: after the toggle
   }
   await page.close();
   return { nodes: first.nodes, first: first.ms, firstLayout: first.layoutMs, firstBoxes: first.boxes, expanded, expand: expand.ms, expandLayout: expand.layoutMs, expandBoxes: expand.boxes };

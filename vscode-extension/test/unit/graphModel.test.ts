@@ -3,7 +3,10 @@ import { test } from 'node:test';
 
 import type { ElkNode } from 'elkjs/lib/elk-api';
 
-import { Check, defaultExpanded, elkGraph, errorLevel, GraphData, GraphIndex, GraphNode } from '../../webview/graph/model';
+import ELK from 'elkjs/lib/elk.bundled.js';
+
+import { Layout, PlacedBox } from '../../webview/graph/layout';
+import { Check, containerGraph, defaultExpanded, errorLevel, GraphData, GraphIndex, GraphNode } from '../../webview/graph/model';
 
 // input x → n1 (in block.inner) → n2 (in block) → n3 (root) → output y, and x → n2 too.
 function node(id: string, op: string, group: string | null, line: number, checks: Check[] = []): GraphNode {
@@ -39,26 +42,48 @@ test('groups are open at the top level only', () => {
 
 test('a collapsed group is one box with its boundary edges', () => {
   const index = new GraphIndex(GRAPH);
-  assert.deepEqual(shape(elkGraph(index, new Set(['block']))), {
-    tree: ['input:x', { block: ['block/inner', 'block/n2'] }, 'n3', 'output:y'],
-    edges: ['block/inner>block/n2', 'block/n2>n3', 'input:x>block/inner', 'input:x>block/n2', 'n3>output:y'],
-  });
-  // All closed: the edges inside the block are gone, and x → block is one edge (not two).
-  assert.deepEqual(shape(elkGraph(index, new Set())), {
+  assert.deepEqual(shape(containerGraph(index, null, new Set(), new Map())), {
     tree: ['input:x', 'block', 'n3', 'output:y'],
-    edges: ['block>n3', 'input:x>block', 'n3>output:y'],
+    edges: ['block>n3', 'input:x>block', 'n3>output:y'], // x → block once, not twice; nothing inside the block
   });
 });
 
-test('an open group is a compound node around its nodes', () => {
-  const elk = elkGraph(new GraphIndex(GRAPH), new Set(['block', 'block/inner']));
-  assert.deepEqual(shape(elk), {
-    tree: ['input:x', { block: [{ 'block/inner': ['block/inner/n1'] }, 'block/n2'] }, 'n3', 'output:y'],
-    edges: ['block/inner/n1>block/n2', 'block/n2>n3', 'input:x>block/inner/n1', 'input:x>block/n2', 'n3>output:y'],
-  });
-  assert.equal(elk.layoutOptions?.['elk.algorithm'], 'layered');
-  assert.equal(elk.layoutOptions?.['elk.direction'], 'DOWN');
-  assert.equal(elk.layoutOptions?.['elk.hierarchyHandling'], 'INCLUDE_CHILDREN'); // edges cross group borders
+test('an open group is laid out on its own: its children, the edges between them', () => {
+  const index = new GraphIndex(GRAPH);
+  const open = new Set(['block']);
+  assert.deepEqual(shape(containerGraph(index, 'block', open, new Map())), { tree: ['block/inner', 'block/n2'], edges: ['block/inner>block/n2'] });
+  // Around it, the block is one box of the size its own layout gave it.
+  const root = containerGraph(index, null, open, new Map([['block', { width: 300, height: 200 }]]));
+  assert.deepEqual(shape(root), { tree: ['input:x', 'block', 'n3', 'output:y'], edges: ['block>n3', 'input:x>block', 'n3>output:y'] });
+  assert.deepEqual(root.children?.find((c) => c.id === 'block'), { id: 'block', width: 300, height: 200 });
+  assert.equal(root.layoutOptions?.['elk.algorithm'], 'layered');
+  assert.equal(root.layoutOptions?.['elk.direction'], 'DOWN');
+  // Inside the inner group: its node, and no edge (its input comes from outside).
+  assert.deepEqual(shape(containerGraph(index, 'block/inner', new Set(['block', 'block/inner']), new Map())), { tree: ['block/inner/n1'], edges: [] });
+});
+
+test('placed with ELK: boxes inside their groups, layouts kept until what is open in them changes', async () => {
+  const layout = new Layout(new ELK(), new GraphIndex(GRAPH));
+  const all = new Set(['block', 'block/inner']);
+  const placed = await layout.place(all);
+  assert.equal(placed.laidOut, 3); // block/inner, block, the root
+  const inside = (inner: PlacedBox, outer: PlacedBox) =>
+    inner.x >= outer.x && inner.y >= outer.y && inner.x + inner.width <= outer.x + outer.width && inner.y + inner.height <= outer.y + outer.height;
+  const box = (id: string) => placed.boxes.get(id)!;
+  assert.ok(inside(box('block/inner/n1'), box('block/inner')) && inside(box('block/inner'), box('block')) && inside(box('block/n2'), box('block')));
+  assert.ok(!inside(box('n3'), box('block')));
+  assert.ok(box('block/inner/n1').y < box('block/n2').y && box('block').y + box('block').height <= box('n3').y, 'downwards, in data-flow order');
+  assert.equal(placed.edges.length, 5); // every edge of the model joins two shown boxes
+  assert.deepEqual([...placed.boxes.keys()].sort(), ['block', 'block/inner', 'block/inner/n1', 'block/n2', 'input:x', 'n3', 'output:y']);
+
+  assert.equal((await layout.place(all)).laidOut, 0);
+  const collapsed = await layout.place(new Set(['block']));
+  assert.equal(collapsed.laidOut, 2); // the block (its inner group is one box now) and the root; nothing inside the inner group
+  assert.equal(collapsed.edges.length, 5); // x → inner, x → n2, inner → n2, n2 → n3, n3 → y
+  assert.ok(!collapsed.boxes.has('block/inner/n1'));
+  const closed = await layout.place(new Set());
+  assert.equal(closed.edges.length, 3); // x → block (once), block → n3, n3 → y
+  assert.deepEqual([...closed.boxes.keys()].sort(), ['block', 'input:x', 'n3', 'output:y']);
 });
 
 test('a source line gives its nodes, and the groups to open to show them', () => {

@@ -3,7 +3,8 @@
 // editor's cursor line, and asks to reveal a node's source line.
 import ELK from 'elkjs/lib/elk.bundled.js';
 
-import { defaultExpanded, elkGraph, ERROR_LEVELS, GraphData, GraphIndex } from './model';
+import { Layout } from './layout';
+import { defaultExpanded, ERROR_LEVELS, GraphData, GraphIndex } from './model';
 import { Box, render } from './render';
 
 /** Messages from the extension. */
@@ -20,6 +21,7 @@ const status = document.querySelector<HTMLElement>('#status')!;
 const details = document.querySelector<HTMLElement>('#details')!;
 
 let index: GraphIndex | undefined;
+let layout: Layout | undefined;
 let expanded = new Set<string>();
 let boxes = new Map<string, Box>();
 let highlighted: string[] = []; // nodes of the editor's cursor line
@@ -33,6 +35,7 @@ window.addEventListener('message', (event: MessageEvent<Incoming>) => {
   const message = event.data;
   if (message.type === 'graph') {
     index = new GraphIndex(message.graph);
+    layout = new Layout(elk, index);
     expanded = defaultExpanded(message.graph);
     highlighted = [];
     matches = [];
@@ -47,18 +50,18 @@ window.addEventListener('message', (event: MessageEvent<Incoming>) => {
 /** Lays out and draws what shows now (one at a time); tells the extension how long it took. */
 function redraw(reason: string, after?: () => void): Promise<void> {
   drawing = drawing.then(async () => {
-    if (!index) {
+    if (!index || !layout) {
       return;
     }
     const started = performance.now();
-    const laid = await elk.layout(elkGraph(index, expanded));
+    const placed = await layout.place(expanded);
     const laidOut = performance.now();
-    boxes = render(layer, laid, index, expanded);
+    boxes = render(layer, placed, index, expanded);
     decorate();
     after?.();
     const rendered = performance.now();
     status.textContent = `${index.graph.nodes.length} ops, ${boxes.size} boxes`;
-    vscode.postMessage({ type: 'rendered', reason, boxes: boxes.size, layoutMs: Math.round(laidOut - started), renderMs: Math.round(rendered - laidOut) });
+    vscode.postMessage({ type: 'rendered', reason, boxes: boxes.size, containers: placed.laidOut, layoutMs: Math.round(laidOut - started), renderMs: Math.round(rendered - laidOut) });
   });
   return drawing;
 }

@@ -78,8 +78,8 @@ export const ERROR_LEVELS: { level: ErrorLevel; label: string }[] = [
 ];
 
 export const NODE_HEIGHT = 28;
+export const GROUP_HEADER = 22;
 const CHAR_WIDTH = 7.2; // 12px monospace
-const GROUP_HEADER = 26;
 
 /** Lookups over one graph: groups by id and nesting, nodes by id and by source line. */
 export class GraphIndex {
@@ -128,6 +128,9 @@ export class GraphIndex {
 
   /** The box that shows `id` (a node or a group) under `expanded`: itself, or its outermost collapsed group. */
   visibleBox(id: string, expanded: ReadonlySet<string>): string {
+    if (id.startsWith('input:') || id.startsWith('output:')) {
+      return id;
+    }
     const group = this.nodes.has(id) ? this.nodes.get(id)!.group : (this.groups.get(id)?.parent ?? null);
     const chain = this.ancestors(group);
     for (let i = chain.length - 1; i >= 0; i--) {
@@ -164,57 +167,78 @@ export function defaultExpanded(graph: GraphData): Set<string> {
   return new Set(graph.groups.filter((g) => g.parent === null).map((g) => g.id));
 }
 
-/** The ELK graph of what shows under `expanded`: open groups are compound nodes, a collapsed group is one
- * box, and edges join the visible boxes (one edge per pair; none inside a collapsed group). */
-export function elkGraph(index: GraphIndex, expanded: ReadonlySet<string>): ElkNode {
+/** What a group shows, or the root (`null`): its child groups and nodes (and the graph's inputs and outputs at the root). */
+export function childBoxes(index: GraphIndex, container: string | null): string[] {
   const { graph } = index;
-  const build = (parent: string | null): ElkNode[] => [
-    ...(index.childGroups.get(parent) ?? []).map((group) => groupBox(index, group, expanded, build)),
-    ...(index.childNodes.get(parent) ?? []).map((node) => box(node.id, node.op)),
-  ];
-  const children = [
-    ...graph.inputs.map((v) => box(`input:${v.name}`, v.name)),
-    ...build(null),
-    ...graph.outputs.map((v) => box(`output:${v.name}`, v.name)),
-  ];
+  const inner = [...(index.childGroups.get(container) ?? []).map((g) => g.id), ...(index.childNodes.get(container) ?? []).map((n) => n.id)];
+  return container === null ? [...graph.inputs.map((v) => `input:${v.name}`), ...inner, ...graph.outputs.map((v) => `output:${v.name}`)] : inner;
+}
+
+/** The ELK graph of one open container (a group, or the root: `null`): its children as boxes, an open child group
+ * at `sizes` (its own layout, done first), and an edge between two children wherever an edge of the model joins what
+ * they hold (one per pair). Laying out each open group on its own keeps ELK's work small: expanding a group lays
+ * out only it and the containers around it. */
+export function containerGraph(index: GraphIndex, container: string | null, expanded: ReadonlySet<string>, sizes: ReadonlyMap<string, Size>): ElkNode {
+  const children = childBoxes(index, container).map((id): ElkNode => {
+    const size = sizes.get(id);
+    return size ? { id, ...size } : box(id, boxLabel(index, id, expanded));
+  });
+  const ids = new Set(children.map((c) => c.id));
   const edges: ElkExtendedEdge[] = [];
   const seen = new Set<string>();
-  for (const edge of graph.edges) {
-    const from = endpoint(index, edge.from, expanded);
-    const to = endpoint(index, edge.to, expanded);
-    const key = `${from}\n${to}`;
-    if (from !== to && !seen.has(key)) {
+  for (const edge of index.graph.edges) {
+    const from = childOf(index, container, index.visibleBox(edge.from, expanded));
+    const to = childOf(index, container, index.visibleBox(edge.to, expanded));
+    const key = `${from}>${to}`;
+    if (from && to && from !== to && ids.has(from) && ids.has(to) && !seen.has(key)) {
       seen.add(key);
-      edges.push({ id: `e${edges.length}`, sources: [from], targets: [to] });
+      edges.push({ id: key, sources: [from], targets: [to] });
     }
   }
+  const padding = container === null ? '[top=12,left=12,bottom=12,right=12]' : `[top=${GROUP_HEADER + 8},left=10,bottom=10,right=10]`;
   return {
-    id: 'root',
+    id: container ?? 'root',
     layoutOptions: {
       'elk.algorithm': 'layered',
       'elk.direction': 'DOWN',
-      'elk.hierarchyHandling': 'INCLUDE_CHILDREN',
-      'elk.json.edgeCoords': 'ROOT',
       'elk.layered.thoroughness': '1', // about half the layout time of the default (7) on a tiny GPT-2
       'elk.layered.spacing.nodeNodeBetweenLayers': '24',
       'elk.spacing.nodeNode': '16',
-      'elk.padding': '[top=12,left=12,bottom=12,right=12]',
+      'elk.padding': padding,
     },
     children,
     edges,
   };
 }
 
-function groupBox(index: GraphIndex, group: Group, expanded: ReadonlySet<string>, build: (parent: string | null) => ElkNode[]): ElkNode {
-  const label = groupLabel(group);
-  if (!expanded.has(group.id)) {
-    return { ...box(group.id, `${label} · ${index.nodeCount(group.id)} ops`), height: NODE_HEIGHT + 8 };
+export interface Size {
+  width: number;
+  height: number;
+}
+
+/** The text of a box: a node's op, a graph input's or output's name, a group's label (with its op count when collapsed). */
+export function boxLabel(index: GraphIndex, id: string, expanded: ReadonlySet<string>): string {
+  const node = index.nodes.get(id);
+  const group = index.groups.get(id);
+  if (node) {
+    return node.op;
   }
-  return {
-    id: group.id,
-    layoutOptions: { 'elk.padding': `[top=${GROUP_HEADER},left=10,bottom=10,right=10]`, 'elk.nodeSize.minimum': `(${labelWidth(label)}, 40)`, 'elk.nodeSize.constraints': 'MINIMUM_SIZE' },
-    children: build(group.id),
-  };
+  if (group) {
+    return expanded.has(id) ? groupLabel(group) : `${groupLabel(group)} · ${index.nodeCount(id)} ops`;
+  }
+  return id.slice(id.indexOf(':') + 1);
+}
+
+/** The child of `container` that holds the box `id` (itself if it is one), or undefined. */
+function childOf(index: GraphIndex, container: string | null, id: string): string | undefined {
+  const node = index.nodes.get(id);
+  const group = node ? node.group : (index.groups.get(id)?.parent ?? null);
+  if (group === container || (!node && !index.groups.has(id) && container === null)) {
+    return id; // inputs and outputs are the root's
+  }
+  const chain = index.ancestors(group); // innermost first
+  const at = container === null ? chain.length : chain.indexOf(container);
+  return at > 0 ? chain[at - 1] : undefined;
 }
 
 /** "h.0 (GPT2Block)": the module path's last part and the class. */
@@ -227,12 +251,13 @@ function box(id: string, label: string): ElkNode {
   return { id, width: labelWidth(label), height: NODE_HEIGHT };
 }
 
-function labelWidth(label: string): number {
-  return Math.max(48, Math.round(label.length * CHAR_WIDTH + 20));
+/** The smallest width of an open group: its header's. */
+export function headerWidth(group: Group): number {
+  return labelWidth(groupLabel(group));
 }
 
-function endpoint(index: GraphIndex, id: string, expanded: ReadonlySet<string>): string {
-  return id.startsWith('input:') || id.startsWith('output:') ? id : index.visibleBox(id, expanded);
+function labelWidth(label: string): number {
+  return Math.max(48, Math.round(label.length * CHAR_WIDTH + 20));
 }
 
 /** The worst of a node's checks, in multiples of its tolerance (atol + rtol; the view has no values). */
