@@ -18,7 +18,7 @@ const graphs = (args[0] === '--repeats' ? args.slice(2) : args).map((file) => ({
 const PAGE = `<!DOCTYPE html><html><head>
 <meta http-equiv="Content-Security-Policy" content="default-src 'none'; script-src 'nonce-n0nce'; style-src http://bench.local; img-src 'none'; connect-src 'none'; font-src 'none'">
 <link rel="stylesheet" href="http://bench.local/graph.css"></head><body>
-<div id="toolbar"><input id="search"><span id="status"></span><span id="legend"></span></div>
+<div id="toolbar"><input id="search"><span id="status"></span></div><div id="legend"></div>
 <svg id="graph"><defs><marker id="arrow"><path d="M0,0L8,4L0,8z"/></marker></defs><g id="viewport"></g></svg><div id="details"></div>
 <script nonce="n0nce">window.messages = []; window.acquireVsCodeApi = () => ({ postMessage: (m) => window.messages.push({ ...m, at: performance.now() }) });</script>
 <script nonce="n0nce" src="http://bench.local/graph.js"></script></body></html>`;
@@ -76,10 +76,9 @@ async function run(graph) {
   // the collapsed group with the most ops (a layer of GPT-2), else the first open one (collapsing it)
   const group = await largestCollapsed(page) ?? page.locator('g.box.group').first();
   const expanded = await group.getAttribute('data-id');
-  const target = (await group.getAttribute('data-kind')) === 'group' ? group.locator('rect.header') : group;
   const before = await page.evaluate(() => window.messages.length);
   const clicked = await page.evaluate(() => performance.now());
-  await target.click({ position: { x: 4, y: 4 } });
+  await group.dispatchEvent('click'); // the box may be out of view
   await page.waitForFunction((n) => window.messages.slice(n).some((m) => m.type === 'rendered'), before);
   const expand = await page.evaluate(([n, t]) => {
     const m = window.messages.slice(n).find((m) => m.type === 'rendered');

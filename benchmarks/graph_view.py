@@ -2,8 +2,9 @@
 
     python benchmarks/graph_view.py [--repeats 3] [--keep FOLDER]
 
-Exports the seed MLP and a tiny 12-layer GPT-2 (transformers `GPT2Config(n_layer=12, n_embd=64,
-n_head=4, vocab_size=1000)`) with `exporter.dynamo_export`, converts each with the graph command's
+Exports the seed MLP, a tiny 12-layer GPT-2 (transformers `GPT2Config(n_layer=12, n_embd=64, n_head=4,
+vocab_size=1000)`, default options: ~500 nodes) and a 24-layer one unoptimized with dynamic shapes
+(~3,200 nodes, as the e2e test's `gpt2_model.py`) with `exporter.dynamo_export`, converts each with the graph command's
 `onnxlens_server.graph.graph_json`, then runs `benchmarks/graph_view.mjs`: the extension's webview bundle
 (`vscode-extension/dist/webview/graph.js`, build it first: `cd vscode-extension && npm run build`) in
 Debian's Chromium through playwright-core (from `.tools/`, `scripts/setup-e2e.sh`), fed the JSON as the
@@ -30,10 +31,10 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "examples"))
 
 
-def gpt2() -> tuple[torch.nn.Module, tuple[torch.Tensor, ...]]:
+def gpt2(layers: int) -> tuple[torch.nn.Module, tuple[torch.Tensor, ...]]:
     from transformers import GPT2Config, GPT2LMHeadModel
 
-    config = GPT2Config(n_layer=12, n_embd=64, n_head=4, vocab_size=1000, n_positions=64)
+    config = GPT2Config(n_layer=layers, n_embd=64, n_head=4, vocab_size=1000, n_positions=64)
     return GPT2LMHeadModel(config).eval(), (torch.randint(0, 1000, (1, 16)),)
 
 
@@ -50,10 +51,12 @@ def main() -> None:
     options = parser.parse_args()
     folder = options.keep or tempfile.mkdtemp()
     graphs = []
-    for name, build in (("mlp", mlp), ("gpt2-12", gpt2)):
+    large = exporter.ExportOptions(optimize=False, dynamic_shapes=True)
+    models = (("mlp", mlp, None), ("gpt2-12", lambda: gpt2(12), None), ("gpt2-24-unoptimized-dynamic", lambda: gpt2(24), large))
+    for name, build, export_options in models:
         model, args = build()
         path = os.path.join(folder, f"{name}.onnx")
-        exporter.dynamo_export(model, *args).save(path)
+        exporter.dynamo_export(model, *args, export_options=export_options).save(path)
         graph = os.path.join(folder, f"{name}.json")
         with open(graph, "w", encoding="utf-8") as f:
             json.dump(graph_json(path, None), f)

@@ -27,7 +27,8 @@ interface Shown {
   target: TargetArgs;
   files: Set<string>; // the source files of its nodes
   requested: number; // Date.now() of the command
-  serverMs: number;
+  serverMs: number; // the graph command
+  viewMs: number; // both the command and the view loaded
   nodes: number;
 }
 
@@ -69,10 +70,16 @@ export class GraphPanel implements vscode.Disposable {
       return;
     }
     const args: TargetArgs = { uri, target };
+    const title = `Graph: ${target}`;
+    const opened = !this.panel;
+    const view = this.open(title); // the view loads while the server reads the model
     let graph: any;
     try {
       graph = await client.sendRequest(ExecuteCommandRequest.type, { command: GRAPH, arguments: [args] });
     } catch (error) {
+      if (opened) {
+        this.panel?.dispose();
+      }
       if (errorCode(error) === ErrorCode.NotExported) {
         const choice = await vscode.window.showWarningMessage(`${target} has not been exported in this session: export it first.`, 'Export to ONNX');
         if (choice) {
@@ -83,11 +90,11 @@ export class GraphPanel implements vscode.Disposable {
       }
       return;
     }
+    const serverMs = Date.now() - requested;
+    await view;
     const files = new Set<string>(graph.nodes.flatMap((n: any) => (n.source ? [n.source.path] : [])));
-    this.shown = { target: args, files, requested, serverMs: Date.now() - requested, nodes: graph.nodes.length };
-    const title = `Graph: ${target}`;
-    await this.open(title);
-    await this.panel!.webview.postMessage({ type: 'graph', graph, title });
+    this.shown = { target: args, files, requested, serverMs, viewMs: Date.now() - requested, nodes: graph.nodes.length };
+    await this.panel?.webview.postMessage({ type: 'graph', graph, title });
   }
 
   /** The target at the cursor line (as Export to ONNX picks it); a quick pick when the cursor is above every target of several. */
@@ -143,7 +150,7 @@ export class GraphPanel implements vscode.Disposable {
     } else if (message.type === 'rendered' && shown) {
       const timing = `layout ${message.layoutMs} ms, render ${message.renderMs} ms, ${message.boxes} boxes`;
       if (message.reason === 'first') {
-        log.info(`Graph of ${shown.target.target} (${shown.nodes} nodes) shown in ${Date.now() - shown.requested} ms (graph command ${shown.serverMs} ms, ${timing})`);
+        log.info(`Graph of ${shown.target.target} (${shown.nodes} nodes) shown in ${Date.now() - shown.requested} ms (graph command ${shown.serverMs} ms, view loaded at ${shown.viewMs} ms, ${timing})`);
       } else {
         log.info(`Graph of ${shown.target.target}: ${message.reason} in ${message.layoutMs + message.renderMs} ms (${timing})`);
       }
@@ -229,9 +236,10 @@ function html(webview: vscode.Webview, bundle: vscode.Uri): string {
 <title>Graph</title>
 </head>
 <body>
-<div id="toolbar"><input id="search" type="search" placeholder="Search op type or name (Enter: next)"><span id="status"></span><span id="legend"></span></div>
+<div id="toolbar"><input id="search" type="search" placeholder="Search op type or name (Enter: next)"><span id="status"></span></div>
 <svg id="graph"><defs><marker id="arrow" viewBox="0 0 8 8" refX="8" refY="4" markerWidth="6" markerHeight="6" orient="auto"><path d="M0,0L8,4L0,8z"/></marker></defs><g id="viewport"></g></svg>
 <div id="details"></div>
+<div id="legend"></div>
 <script nonce="${nonce}" src="${script}"></script>
 </body>
 </html>`;

@@ -6,7 +6,7 @@ import type { ElkNode } from 'elkjs/lib/elk-api';
 import ELK from 'elkjs/lib/elk.bundled.js';
 
 import { Layout, PlacedBox } from '../../webview/graph/layout';
-import { Check, containerGraph, defaultExpanded, errorLevel, GraphData, GraphIndex, GraphNode } from '../../webview/graph/model';
+import { Check, containerGraph, defaultExpanded, errorLevel, GraphData, GraphIndex, GraphNode, MAX_LAID_OUT_FAN_OUT } from '../../webview/graph/model';
 
 // input x → n1 (in block.inner) → n2 (in block) → n3 (root) → output y, and x → n2 too.
 function node(id: string, op: string, group: string | null, line: number, checks: Check[] = []): GraphNode {
@@ -60,6 +60,19 @@ test('an open group is laid out on its own: its children, the edges between them
   assert.equal(root.layoutOptions?.['elk.direction'], 'DOWN');
   // Inside the inner group: its node, and no edge (its input comes from outside).
   assert.deepEqual(shape(containerGraph(index, 'block/inner', new Set(['block', 'block/inner']), new Map())), { tree: ['block/inner/n1'], edges: [] });
+});
+
+test('a box feeding many boxes of its container is left out of the layout\'s edges, not of the drawing', async () => {
+  const consumers = Array.from({ length: MAX_LAID_OUT_FAN_OUT + 1 }, (_, i) => node(`c${i}`, 'Add', null, 20));
+  const graph: GraphData = {
+    ...GRAPH, groups: [], nodes: [node('mask', 'Shape', null, 10), ...consumers],
+    edges: [{ from: 'input:x', to: 'mask', value: 'x' }, ...consumers.map((c) => ({ from: 'mask', to: c.id, value: 'm' }))],
+  };
+  const index = new GraphIndex(graph);
+  assert.deepEqual(shape(containerGraph(index, null, new Set(), new Map())).edges, ['input:x>mask']);
+  assert.equal((await new Layout(new ELK(), index).place(new Set())).edges.length, MAX_LAID_OUT_FAN_OUT + 2);
+  const fewer = { ...graph, nodes: graph.nodes.slice(0, -1), edges: graph.edges.slice(0, -1) }; // at the limit: laid out
+  assert.equal(shape(containerGraph(new GraphIndex(fewer), null, new Set(), new Map())).edges.length, MAX_LAID_OUT_FAN_OUT + 1);
 });
 
 test('placed with ELK: boxes inside their groups, layouts kept until what is open in them changes', async () => {

@@ -152,11 +152,12 @@ function nodeDetails(id: string): HTMLElement[] {
 // ----- pointer: click (select, toggle), drag (pan), wheel (zoom) -----
 
 let drag: { x: number; y: number; moved: boolean } | undefined;
+let dragged = false; // the click ending a drag is not a click on a box
 svg.addEventListener('pointerdown', (e) => {
   drag = { x: e.clientX, y: e.clientY, moved: false };
-  svg.setPointerCapture(e.pointerId);
+  dragged = false;
 });
-svg.addEventListener('pointermove', (e) => {
+window.addEventListener('pointermove', (e) => {
   if (!drag) {
     return;
   }
@@ -169,16 +170,13 @@ svg.addEventListener('pointermove', (e) => {
     applyView();
   }
 });
-svg.addEventListener('pointerup', (e) => {
-  const moved = drag?.moved;
+window.addEventListener('pointerup', () => {
+  dragged = drag?.moved ?? false;
   drag = undefined;
-  if (moved) {
-    return;
-  }
-  // pointer capture retargets the event to the svg: find the box under the pointer
-  const box = document.elementFromPoint(e.clientX, e.clientY)?.closest<SVGGElement>('g.box');
-  const id = box?.dataset.id;
-  if (!id || !index) {
+});
+svg.addEventListener('click', (e) => {
+  const id = (e.target as Element).closest<SVGGElement>('g.box')?.dataset.id;
+  if (dragged || !id || !index) {
     return;
   }
   if (index.groups.has(id)) {
@@ -203,11 +201,11 @@ function applyView(): void {
   layer.setAttribute('transform', `translate(${view.x},${view.y}) scale(${view.k})`);
 }
 
-/** The whole graph's width in view (no larger than life), its top at the top. */
+/** The whole graph's width in view (no larger than life, no smaller than readable), its top at the top. */
 function fit(): void {
   const width = svg.clientWidth || 800;
   const graphWidth = Math.max(...[...boxes.values()].map((b) => b.x + b.width), 1);
-  view.k = Math.min(1, width / (graphWidth + 24));
+  view.k = Math.max(0.5, Math.min(1, width / (graphWidth + 24)));
   view.x = (width - graphWidth * view.k) / 2;
   view.y = 8;
   applyView();

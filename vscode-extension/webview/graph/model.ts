@@ -79,6 +79,10 @@ export const ERROR_LEVELS: { level: ErrorLevel; label: string }[] = [
 
 export const NODE_HEIGHT = 28;
 export const GROUP_HEADER = 22;
+/** A box feeding more of its container's boxes (a mask or a shape every layer uses) is left out of the layout's
+ * edges: ELK would route each through every layer in between (in a 24-layer GPT-2's group, 1 s instead of 0.2 s).
+ * Those edges are drawn as curves. */
+export const MAX_LAID_OUT_FAN_OUT = 8;
 const CHAR_WIDTH = 7.2; // 12px monospace
 
 /** Lookups over one graph: groups by id and nesting, nodes by id and by source line. */
@@ -176,7 +180,7 @@ export function childBoxes(index: GraphIndex, container: string | null): string[
 
 /** The ELK graph of one open container (a group, or the root: `null`): its children as boxes, an open child group
  * at `sizes` (its own layout, done first), and an edge between two children wherever an edge of the model joins what
- * they hold (one per pair). Laying out each open group on its own keeps ELK's work small: expanding a group lays
+ * they hold (one per pair; none from a child feeding more than MAX_LAID_OUT_FAN_OUT others). Laying out each open group on its own keeps ELK's work small: expanding a group lays
  * out only it and the containers around it. */
 export function containerGraph(index: GraphIndex, container: string | null, expanded: ReadonlySet<string>, sizes: ReadonlyMap<string, Size>): ElkNode {
   const children = childBoxes(index, container).map((id): ElkNode => {
@@ -195,19 +199,24 @@ export function containerGraph(index: GraphIndex, container: string | null, expa
       edges.push({ id: key, sources: [from], targets: [to] });
     }
   }
+  const fanOut = new Map<string, number>();
+  edges.forEach((e) => fanOut.set(e.sources[0], (fanOut.get(e.sources[0]) ?? 0) + 1));
   const padding = container === null ? '[top=12,left=12,bottom=12,right=12]' : `[top=${GROUP_HEADER + 8},left=10,bottom=10,right=10]`;
   return {
     id: container ?? 'root',
     layoutOptions: {
       'elk.algorithm': 'layered',
       'elk.direction': 'DOWN',
-      'elk.layered.thoroughness': '1', // about half the layout time of the default (7) on a tiny GPT-2
+      // about half the layout time of the defaults on a tiny GPT-2's larger groups (100 boxes, 300 edges): 0.2-0.3 s, not 0.5
+      'elk.layered.thoroughness': '1',
+      'elk.separateConnectedComponents': 'false',
+      'elk.edgeRouting': 'POLYLINE',
       'elk.layered.spacing.nodeNodeBetweenLayers': '24',
       'elk.spacing.nodeNode': '16',
       'elk.padding': padding,
     },
     children,
-    edges,
+    edges: edges.filter((e) => fanOut.get(e.sources[0])! <= MAX_LAID_OUT_FAN_OUT),
   };
 }
 
