@@ -1,7 +1,7 @@
 // Bundles the extension with esbuild (vscode-languageclient included) and the graph view's webview code (elkjs
 // included: the webview loads nothing else); --tests also compiles unit tests.
 import * as esbuild from 'esbuild';
-import { readdirSync } from 'node:fs';
+import { copyFileSync, readdirSync } from 'node:fs';
 
 const production = process.argv.includes('--production');
 await esbuild.build({
@@ -24,8 +24,8 @@ await esbuild.build({
   format: 'iife',
   target: 'chrome120',
   minify: true, // elkjs is most of it
-  legalComments: 'linked', // elkjs' EPL-2.0 notice, beside the bundle
 });
+copyFileSync('node_modules/elkjs/LICENSE.md', 'dist/webview/elkjs-LICENSE.md'); // EPL-2.0: its notice ships with the bundle
 if (process.argv.includes('--tests')) {
   const tests = readdirSync('test/unit').filter((f) => f.endsWith('.test.ts')).map((f) => `test/unit/${f}`);
   await esbuild.build({ entryPoints: tests, bundle: true, outdir: 'out/test/unit', platform: 'node', format: 'cjs', target: 'node20', external: ['vscode'] });

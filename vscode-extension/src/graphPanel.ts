@@ -18,7 +18,7 @@ const GRAPH_RULES = new Set(['FXE0011', 'FXE0013', 'FXE0021']);
 
 /** Messages from the view (webview/graph/main.ts). */
 type FromView =
-  | { type: 'ready' }
+  | { type: 'ready'; pageMs: number }
   | { type: 'reveal'; path: string; line: number }
   | { type: 'rendered'; reason: string; boxes: number; layoutMs: number; renderMs: number }
   | { type: 'highlighted'; path: string; line: number; nodes: number };
@@ -93,6 +93,9 @@ export class GraphPanel implements vscode.Disposable {
     const serverMs = Date.now() - requested;
     await view;
     const files = new Set<string>(graph.nodes.flatMap((n: any) => (n.source ? [n.source.path] : [])));
+    for (const node of graph.nodes) {
+      delete node.stack; // a third of the JSON, which the view does not show: the message to it is that much shorter
+    }
     this.shown = { target: args, files, requested, serverMs, viewMs: Date.now() - requested, nodes: graph.nodes.length };
     await this.panel?.webview.postMessage({ type: 'graph', graph, title });
   }
@@ -128,6 +131,7 @@ export class GraphPanel implements vscode.Disposable {
     this.ready = new Promise((resolve) => {
       panel.webview.onDidReceiveMessage((message: FromView) => {
         if (message.type === 'ready') {
+          this.server.log.info(`Graph view loaded (its page ${message.pageMs} ms after it started)`);
           resolve();
         } else {
           void this.fromView(message);

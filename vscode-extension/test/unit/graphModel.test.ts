@@ -10,7 +10,7 @@ import { Check, containerGraph, defaultExpanded, errorLevel, GraphData, GraphInd
 
 // input x → n1 (in block.inner) → n2 (in block) → n3 (root) → output y, and x → n2 too.
 function node(id: string, op: string, group: string | null, line: number, checks: Check[] = []): GraphNode {
-  return { id, op, domain: '', name: `${op}_${id}`, group, module: '', inputs: [], outputs: [], attributes: {}, source: { path: '/ws/net.py', line }, stack: [], checks };
+  return { id, op, domain: '', name: `${op}_${id}`, group, module: '', inputs: [], outputs: [], attributes: {}, source: { path: '/ws/net.py', line }, checks };
 }
 
 const GRAPH: GraphData = {

@@ -256,4 +256,4 @@ document.querySelector('#legend')!.append(...ERROR_LEVELS.map(({ level, label })
   item.textContent = label;
   return item;
 }));
-vscode.postMessage({ type: 'ready' });
+vscode.postMessage({ type: 'ready', pageMs: Math.round(performance.now()) }); // since the page started loading

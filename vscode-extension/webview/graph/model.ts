@@ -35,8 +35,7 @@ export interface GraphNode {
   inputs: (Value | null)[];
   outputs: Value[];
   attributes: Record<string, string>;
-  source: Frame | null;
-  stack: Frame[];
+  source: Frame | null; // (the graph command's `stack` is not posted to the view)
   checks: Check[];
 }
 
