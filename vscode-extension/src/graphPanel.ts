@@ -35,6 +35,7 @@ interface Shown {
 export class GraphPanel implements vscode.Disposable {
   private panel: vscode.WebviewPanel | undefined;
   private ready: Promise<void> | undefined;
+  private pageMs = 0; // the view's page: from its start to the script ready
   private shown: Shown | undefined;
   private readonly disposables: vscode.Disposable[] = [];
   private cursor: vscode.TextEditor | undefined;
@@ -131,7 +132,7 @@ export class GraphPanel implements vscode.Disposable {
     this.ready = new Promise((resolve) => {
       panel.webview.onDidReceiveMessage((message: FromView) => {
         if (message.type === 'ready') {
-          this.server.log.info(`Graph view loaded (its page ${message.pageMs} ms after it started)`);
+          this.pageMs = message.pageMs;
           resolve();
         } else {
           void this.fromView(message);
@@ -154,7 +155,7 @@ export class GraphPanel implements vscode.Disposable {
     } else if (message.type === 'rendered' && shown) {
       const timing = `layout ${message.layoutMs} ms, render ${message.renderMs} ms, ${message.boxes} boxes`;
       if (message.reason === 'first') {
-        log.info(`Graph of ${shown.target.target} (${shown.nodes} nodes) shown in ${Date.now() - shown.requested} ms (graph command ${shown.serverMs} ms, view loaded at ${shown.viewMs} ms, ${timing})`);
+        log.info(`Graph of ${shown.target.target} (${shown.nodes} nodes) shown in ${Date.now() - shown.requested} ms (graph command ${shown.serverMs} ms, view loaded at ${shown.viewMs} ms (its page ${this.pageMs} ms), ${timing})`);
       } else {
         log.info(`Graph of ${shown.target.target}: ${message.reason} in ${message.layoutMs + message.renderMs} ms (${timing})`);
       }
