@@ -13,7 +13,7 @@ import { targetAt } from './targets';
 
 export const SHOW_GRAPH = 'onnxlens.showGraph';
 export const SHOW_IN_GRAPH = 'onnxlens.showInGraph';
-/** The problems whose lines have graph nodes: untranslatable ops, op-level debug, verification. */
+/** Problems whose lines have graph nodes: untranslatable ops (if the export went on), op-level debug, verification. */
 const GRAPH_RULES = new Set(['FXE0011', 'FXE0013', 'FXE0021']);
 
 /** Messages from the view (webview/graph/main.ts). */
@@ -47,7 +47,7 @@ export class GraphPanel implements vscode.Disposable {
     context.subscriptions.push(
       this,
       vscode.commands.registerCommand(SHOW_GRAPH, (uri?: string, target?: string) => this.showGraph(uri, target)),
-      vscode.commands.registerCommand(SHOW_IN_GRAPH, (uri?: string, line?: number) => this.showInGraph(uri, line)),
+      vscode.commands.registerCommand(SHOW_IN_GRAPH, (uri?: string, line?: number, targetUri?: string, target?: string) => this.showInGraph(uri, line, targetUri, target)),
       vscode.window.onDidChangeTextEditorSelection((e) => {
         this.cursor = e.textEditor;
         this.sendCursor();
@@ -172,25 +172,26 @@ export class GraphPanel implements vscode.Disposable {
     }
   }
 
-  /** A problem's line in the graph (the code action's command): its nodes highlighted. */
-  private async showInGraph(uri?: string, line?: number): Promise<void> {
-    if (!this.panel || uri === undefined || line === undefined) {
-      void vscode.window.showInformationMessage('Show the graph first (onnxlens: Show Graph).');
+  /** A problem's line in its target's graph (the code action's command): the graph shown if it is not, its ops highlighted. */
+  private async showInGraph(uri?: string, line?: number, targetUri?: string, target?: string): Promise<void> {
+    if (uri === undefined || line === undefined || !targetUri || !target) {
       return;
     }
-    this.panel.reveal(undefined, true);
+    const shown = this.shown?.target;
+    if (!this.panel || shown?.uri !== targetUri || shown.target !== target) {
+      await this.showGraph(targetUri, target);
+    }
+    this.panel?.reveal(undefined, true);
     this.postCursor(vscode.Uri.parse(uri), line);
   }
 
-  /** "Show in Graph" on the problems of GRAPH_RULES in files of the graph shown. */
+  /** "Show in Graph" on the problems of GRAPH_RULES that name the target whose export found them. */
   private codeActions(document: vscode.TextDocument, context: vscode.CodeActionContext): vscode.CodeAction[] {
-    if (!this.shown?.files.has(realPath(document.uri.fsPath))) {
-      return [];
-    }
-    return context.diagnostics.filter((d) => GRAPH_RULES.has(ruleOf(d))).slice(0, 1).map((diagnostic) => {
+    return context.diagnostics.filter((d) => GRAPH_RULES.has(ruleOf(d)) && exportOf(d)).slice(0, 1).map((diagnostic) => {
+      const { targetUri, target } = exportOf(diagnostic)!;
       const action = new vscode.CodeAction('Show in Graph', vscode.CodeActionKind.QuickFix);
       action.diagnostics = [diagnostic];
-      action.command = { command: SHOW_IN_GRAPH, title: 'Show in Graph', arguments: [document.uri.toString(), diagnostic.range.start.line] };
+      action.command = { command: SHOW_IN_GRAPH, title: 'Show in Graph', arguments: [document.uri.toString(), diagnostic.range.start.line, targetUri, target] };
       return action;
     });
   }
@@ -210,6 +211,12 @@ async function revealLine(file: string, line: number): Promise<void> {
   const text = document.lineAt(Math.min(line - 1, document.lineCount - 1));
   const selection = new vscode.Selection(text.lineNumber, text.firstNonWhitespaceCharacterIndex, text.lineNumber, text.range.end.character);
   await vscode.window.showTextDocument(document, { viewColumn: column, selection });
+}
+
+/** The export a problem came from: the server puts its target in the problem's data. */
+function exportOf(diagnostic: vscode.Diagnostic): { targetUri: string; target: string } | undefined {
+  const data = (diagnostic as { data?: { targetUri?: unknown; target?: unknown } }).data;
+  return typeof data?.targetUri === 'string' && typeof data.target === 'string' ? { targetUri: data.targetUri, target: data.target } : undefined;
 }
 
 function ruleOf(diagnostic: vscode.Diagnostic): string {

@@ -1005,4 +1005,45 @@ scenario('14 a 3,000-node GPT-2 shows collapsed within 3 s of Show Graph and exp
   assert.ok(expand.ms < SECOND, `expand ${expand.ms} ms`);
 });
 
+scenario('15 Show in Graph on an op-level debug problem opens its target\'s graph at the line, ops coloured by error', async () => {
+  const file = 'graph_model.py';
+  const wrong = lineOf(file, { marker: 'wrong-double' }); // double(torch.relu(x)) + 1, double translated as x * x
+  await openFile(file);
+  await waitForServerRunning();
+  await focusActiveEditor();
+  await goTo(lineOf(file, { text: 'def doubles' }).line);
+  const before = exportAnswers().length;
+  await runPaletteCommand('onnxlens: Export to ONNX');
+  assert.deepEqual(await onlyExportAnswer(before), [['doubles', 'ok']]); // with op-level debug: FXE0013 at the line
+  await showProblems();
+  const row = problemsRows('wrong_double: ONNX differs from PyTorch').first();
+  await row.waitFor({ timeout: UI_TIMEOUT });
+  await row.click(); // selects the problem's line in the editor
+  await assertCursorAt(wrong.line);
+  await focusActiveEditor();
+  const action = page().locator('.action-widget .monaco-list-row', { hasText: 'Show in Graph' }).first();
+  for (let attempt = 1; ; attempt++) { // a keypress that races the code-action request is lost
+    await page().keyboard.press('Control+.');
+    try {
+      await action.waitFor({ timeout: 5 * SECOND });
+      break;
+    } catch (error) {
+      if (attempt === 4) {
+        throw error;
+      }
+      await page().keyboard.press('Escape');
+    }
+  }
+  await action.click();
+
+  const highlighted = (bs) => bs.filter((b) => b.classes.includes('highlighted')).map((b) => b.label).sort();
+  const boxes = await waitForGraph((bs) => highlighted(bs).length === 3, `the ops of line ${wrong.line} highlighted`);
+  assert.deepEqual(highlighted(boxes), ['Add', 'Mul', 'Relu']);
+  // Each op on PyTorch's inputs, x in [1, 2): relu and + 1 exact; x * x against x * 2 off by up to 1, over 1000×
+  // atol + rtol (1.1e-4) once an x is below 1.9.
+  const level = (op) => boxes.find((b) => b.kind === 'node' && b.label === op)?.classes.find((c) => c.startsWith('level-'));
+  assert.deepEqual(['Relu', 'Mul', 'Add'].map(level), ['level-ok', 'level-over1000', 'level-ok']);
+  await screenshot('15-graph-op-level-debug-errors.png');
+});
+
 registerScenarios();
