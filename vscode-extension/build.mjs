@@ -1,6 +1,7 @@
-// Bundles the extension with esbuild (vscode-languageclient included); --tests also compiles unit tests.
+// Bundles the extension with esbuild (vscode-languageclient included) and the graph view's webview code (elkjs
+// included: the webview loads nothing else); --tests also compiles unit tests.
 import * as esbuild from 'esbuild';
-import { readdirSync } from 'node:fs';
+import { copyFileSync, readdirSync } from 'node:fs';
 
 const production = process.argv.includes('--production');
 await esbuild.build({
@@ -14,6 +15,17 @@ await esbuild.build({
   sourcemap: !production,
   minify: production,
 });
+await esbuild.build({
+  entryPoints: ['webview/graph/main.ts', 'webview/graph/graph.css'],
+  bundle: true,
+  entryNames: 'graph',
+  outdir: 'dist/webview',
+  platform: 'browser',
+  format: 'iife',
+  target: 'chrome120',
+  minify: true, // elkjs is most of it
+});
+copyFileSync('node_modules/elkjs/LICENSE.md', 'dist/webview/elkjs-LICENSE.md'); // EPL-2.0: its notice ships with the bundle
 if (process.argv.includes('--tests')) {
   const tests = readdirSync('test/unit').filter((f) => f.endsWith('.test.ts')).map((f) => `test/unit/${f}`);
   await esbuild.build({ entryPoints: tests, bundle: true, outdir: 'out/test/unit', platform: 'node', format: 'cjs', target: 'node20', external: ['vscode'] });

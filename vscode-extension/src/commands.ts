@@ -5,6 +5,7 @@ import * as vscode from 'vscode';
 import { ExecuteCommandRequest, LanguageClient } from 'vscode-languageclient/node';
 
 import { ServerConnection } from './client';
+import { GraphPanel } from './graphPanel';
 import { openInNetron } from './netron';
 import {
   CANCEL,
@@ -23,7 +24,7 @@ import {
   OP_LEVEL_DEBUG_OPTION,
   OPEN_SARIF_LOG,
 } from './protocol';
-import { exported, failed, OPEN_IN_NETRON, openLogsAction, resultActions, resultMessage, SHOW_PROBLEMS } from './reports';
+import { exported, failed, OPEN_IN_NETRON, openLogsAction, resultActions, resultMessage, SHOW_GRAPH, SHOW_PROBLEMS } from './reports';
 import { SarifLogs } from './sarifViewer';
 import { TargetLine, targetAt } from './targets';
 
@@ -32,7 +33,7 @@ export class Commands {
   private lastOnnx: string | undefined;
   private readonly running = new Set<string>();
 
-  constructor(private readonly server: ServerConnection, private readonly sarif: SarifLogs) {}
+  constructor(private readonly server: ServerConnection, private readonly sarif: SarifLogs, private readonly graph: GraphPanel) {}
 
   register(context: vscode.ExtensionContext): void {
     const commands: Record<string, (...args: any[]) => unknown> = {
@@ -110,7 +111,7 @@ export class Commands {
       }
       return;
     }
-    await this.showResult(result.jobs, file);
+    await this.showResult(result.jobs, file, args.uri);
   }
 
   /** The export request, with a cancellable progress notification titled `name`. */
@@ -146,7 +147,7 @@ export class Commands {
   }
 
   /** One notification for the export, whatever the number of its targets. */
-  private async showResult(jobs: Job[], file: string): Promise<void> {
+  private async showResult(jobs: Job[], file: string, uri: string): Promise<void> {
     for (const job of jobs) {
       await this.remember(job);
     }
@@ -160,6 +161,8 @@ export class Commands {
     const choice = await show(resultMessage(jobs, file), ...resultActions(jobs, this.server.status?.netron ?? false));
     if (choice === SHOW_PROBLEMS) {
       await vscode.commands.executeCommand('workbench.actions.view.problems');
+    } else if (choice === SHOW_GRAPH) {
+      await this.graph.showGraph(uri, jobs[0].target);
     } else if (choice === OPEN_IN_NETRON) {
       await this.openInNetron(jobs[0].onnx ?? undefined);
     } else if (choice === openLogsAction(logs.length)) {

@@ -3,6 +3,7 @@ import * as vscode from 'vscode';
 
 import { ServerConnection } from './client';
 import { Commands } from './commands';
+import { GraphPanel } from './graphPanel';
 import { ResultsView } from './resultsView';
 import { SarifLogs } from './sarifViewer';
 
@@ -15,7 +16,9 @@ export function activate(context: vscode.ExtensionContext): void {
   const view = new ResultsView();
   const sarif = new SarifLogs(view, log);
   connection = new ServerConnection(context, log, (uri, diagnostics) => sarif.filter(uri, diagnostics));
-  new Commands(connection, sarif).register(context);
+  const graph = new GraphPanel(connection, context.extensionUri);
+  graph.register(context);
+  new Commands(connection, sarif, graph).register(context);
   context.subscriptions.push(log, connection, vscode.window.registerTreeDataProvider('onnxlens.results', view));
   void connection.watchInterpreter().then((watcher) => context.subscriptions.push(watcher)); // may wait for the Python extension
   const start = () => connection?.start().catch((error) => log.error(`The server did not start: ${error}`));

@@ -5,6 +5,7 @@ import { Job } from './protocol';
 
 export const SHOW_PROBLEMS = 'Show Problems';
 export const OPEN_IN_NETRON = 'Open in Netron';
+export const SHOW_GRAPH = 'Show Graph';
 
 export function exported(job: Job): boolean {
   return job.status === 'ok' && job.onnx !== null;
@@ -20,12 +21,13 @@ export function resultMessage(jobs: Job[], file: string): string {
   return jobs.length === 1 ? jobMessage(jobs[0]) : summaryMessage(jobs, file);
 }
 
-/** Its buttons: the problems of a failure, the SARIF log(s), Netron for one exported model. */
+/** Its buttons: the problems of a failure, the SARIF log(s), the graph view and Netron for one exported model. */
 export function resultActions(jobs: Job[], netron: boolean): string[] {
   const logs = jobs.filter((job) => job.sarif).length;
   return [
     ...(jobs.some(failed) ? [SHOW_PROBLEMS] : []),
     ...(logs ? [openLogsAction(logs)] : []),
+    ...(jobs.length === 1 && exported(jobs[0]) ? [SHOW_GRAPH] : []),
     ...(netron && jobs.length === 1 && exported(jobs[0]) ? [OPEN_IN_NETRON] : []),
   ];
 }

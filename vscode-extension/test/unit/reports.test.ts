@@ -32,9 +32,9 @@ test('several exports: one summary, every target in it in order', () => {
     'Exported 1 of 3 targets of net.py: encoder (12 nodes, 0.4 s); decoder timeout: Timed out after 300 s during capture; head cancelled');
 });
 
-test('the buttons: problems on a failure, the logs, Netron for one exported model', () => {
-  assert.deepEqual(resultActions([job('encoder', 'ok')], true), ['Open SARIF Log', 'Open in Netron']);
-  assert.deepEqual(resultActions([job('encoder', 'ok')], false), ['Open SARIF Log']);
+test('the buttons: problems on a failure, the logs, the graph and Netron for one exported model', () => {
+  assert.deepEqual(resultActions([job('encoder', 'ok')], true), ['Open SARIF Log', 'Show Graph', 'Open in Netron']);
+  assert.deepEqual(resultActions([job('encoder', 'ok')], false), ['Open SARIF Log', 'Show Graph']);
   assert.deepEqual(resultActions([job('encoder', 'failed')], true), ['Show Problems', 'Open SARIF Log']);
   assert.deepEqual(resultActions([job('encoder', 'crashed', { sarif: null })], true), ['Show Problems']);
   assert.deepEqual(resultActions([job('encoder', 'cancelled', { sarif: null })], true), []);

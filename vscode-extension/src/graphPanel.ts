@@ -1,0 +1,258 @@
+// The graph view: a webview panel drawing a target's last exported model (the server's GRAPH command),
+// linked to the editor both ways. The view's code is webview/graph/ (bundled into dist/webview/).
+import { randomBytes } from 'node:crypto';
+import { realpathSync } from 'node:fs';
+import * as path from 'node:path';
+import * as vscode from 'vscode';
+import { ExecuteCommandRequest } from 'vscode-languageclient/node';
+
+import { ServerConnection } from './client';
+import { ErrorCode, errorCode, EXPORT_TARGET, GRAPH, LIST_TARGETS, ListTargetsResult, TargetArgs } from './protocol';
+import { debounce } from './settings';
+import { targetAt } from './targets';
+
+export const SHOW_GRAPH = 'onnxlens.showGraph';
+export const SHOW_IN_GRAPH = 'onnxlens.showInGraph';
+/** Problems whose lines have graph nodes: untranslatable ops (if the export went on), op-level debug, verification. */
+const GRAPH_RULES = new Set(['FXE0011', 'FXE0013', 'FXE0021']);
+
+/** Messages from the view (webview/graph/main.ts). */
+type FromView =
+  | { type: 'ready'; pageMs: number }
+  | { type: 'reveal'; path: string; line: number }
+  | { type: 'rendered'; reason: string; boxes: number; layoutMs: number; renderMs: number }
+  | { type: 'highlighted'; path: string; line: number; nodes: number };
+
+interface Shown {
+  target: TargetArgs;
+  files: Set<string>; // the source files of its nodes
+  requested: number; // Date.now() of the command
+  serverMs: number; // the graph command
+  viewMs: number; // both the command and the view loaded
+  nodes: number;
+}
+
+export class GraphPanel implements vscode.Disposable {
+  private panel: vscode.WebviewPanel | undefined;
+  private ready: Promise<void> | undefined;
+  private pageMs = 0; // the view's page: from its start to the script ready
+  private shown: Shown | undefined;
+  private readonly disposables: vscode.Disposable[] = [];
+  private cursor: vscode.TextEditor | undefined;
+  private readonly sendCursor = debounce(() => this.cursor && this.postCursor(this.cursor.document.uri, this.cursor.selection.active.line), 50);
+
+  constructor(private readonly server: ServerConnection, private readonly extensionUri: vscode.Uri) {}
+
+  register(context: vscode.ExtensionContext): void {
+    context.subscriptions.push(
+      this,
+      vscode.commands.registerCommand(SHOW_GRAPH, (uri?: string, target?: string) => this.showGraph(uri, target)),
+      vscode.commands.registerCommand(SHOW_IN_GRAPH, (uri?: string, line?: number, targetUri?: string, target?: string) => this.showInGraph(uri, line, targetUri, target)),
+      vscode.window.onDidChangeTextEditorSelection((e) => {
+        this.cursor = e.textEditor;
+        this.sendCursor();
+      }),
+      vscode.languages.registerCodeActionsProvider({ scheme: 'file', language: 'python' }, { provideCodeActions: (document, range, context) => this.codeActions(document, context) }),
+    );
+  }
+
+  /** Shows `target` of `uri` (default: the target at the cursor, or one picked from the file's). */
+  async showGraph(uri?: string, target?: string): Promise<void> {
+    const requested = Date.now();
+    const editor = vscode.window.activeTextEditor;
+    uri ??= editor?.document.uri.toString();
+    const client = await this.server.ready();
+    if (!uri || !client) {
+      void vscode.window.showWarningMessage(client ? 'Open a Python file with an exported target to show its graph.' : 'The onnxlens server is not running: see onnxlens: Show Log.');
+      return;
+    }
+    target ??= await this.pickTarget(uri, editor?.document.uri.toString() === uri ? editor.selection.active.line : undefined);
+    if (!target) {
+      return;
+    }
+    const args: TargetArgs = { uri, target };
+    const title = `Graph: ${target}`;
+    const opened = !this.panel;
+    const view = this.open(title); // the view loads while the server reads the model
+    let graph: any;
+    try {
+      graph = await client.sendRequest(ExecuteCommandRequest.type, { command: GRAPH, arguments: [args] });
+    } catch (error) {
+      if (opened) {
+        this.panel?.dispose();
+      }
+      if (errorCode(error) === ErrorCode.NotExported) {
+        const choice = await vscode.window.showWarningMessage(`${target} has not been exported in this session: export it first.`, 'Export to ONNX');
+        if (choice) {
+          await vscode.commands.executeCommand(EXPORT_TARGET, { uri, target });
+        }
+      } else {
+        void vscode.window.showErrorMessage(`onnxlens: ${(error as Error)?.message ?? String(error)}`);
+      }
+      return;
+    }
+    const serverMs = Date.now() - requested;
+    await view;
+    const files = new Set<string>(graph.nodes.flatMap((n: any) => (n.source ? [n.source.path] : [])));
+    for (const node of graph.nodes) {
+      delete node.stack; // a third of the JSON, which the view does not show: the message to it is that much shorter
+    }
+    this.shown = { target: args, files, requested, serverMs, viewMs: Date.now() - requested, nodes: graph.nodes.length };
+    await this.panel?.webview.postMessage({ type: 'graph', graph, title });
+  }
+
+  /** The target at the cursor line (as Export to ONNX picks it); a quick pick when the cursor is above every target of several. */
+  private async pickTarget(uri: string, line: number | undefined): Promise<string | undefined> {
+    const listed = (await this.server.client?.sendRequest(ExecuteCommandRequest.type, { command: LIST_TARGETS, arguments: [{ uri }] })) as ListTargetsResult | undefined;
+    const targets = listed?.targets ?? [];
+    if (targets.length === 0) {
+      void vscode.window.showWarningMessage('This file has no @exporter.export_target function.');
+      return undefined;
+    }
+    if (targets.length === 1 || (line !== undefined && targets.some((t) => t.line <= line))) {
+      return targetAt(targets, line ?? 0);
+    }
+    return vscode.window.showQuickPick(targets.map((t) => t.name), { placeHolder: 'The export target whose graph to show' });
+  }
+
+  /** The panel (created once, beside the editor), with the view loaded. */
+  private async open(title: string): Promise<void> {
+    if (this.panel) {
+      this.panel.title = title;
+      this.panel.reveal(vscode.ViewColumn.Beside, true);
+      return this.ready;
+    }
+    const bundle = vscode.Uri.joinPath(this.extensionUri, 'dist', 'webview');
+    const panel = vscode.window.createWebviewPanel('onnxlens.graph', title, { viewColumn: vscode.ViewColumn.Beside, preserveFocus: true }, {
+      enableScripts: true,
+      localResourceRoots: [bundle],
+      retainContextWhenHidden: true, // re-laying out a large graph each time the tab shows is slower than keeping it
+    });
+    this.panel = panel;
+    this.ready = new Promise((resolve) => {
+      panel.webview.onDidReceiveMessage((message: FromView) => {
+        if (message.type === 'ready') {
+          this.pageMs = message.pageMs;
+          resolve();
+        } else {
+          void this.fromView(message);
+        }
+      }, undefined, this.disposables);
+    });
+    panel.onDidDispose(() => {
+      this.panel = undefined;
+      this.shown = undefined;
+    }, undefined, this.disposables);
+    panel.webview.html = html(panel.webview, bundle);
+    return this.ready;
+  }
+
+  private async fromView(message: FromView): Promise<void> {
+    const log = this.server.log;
+    const shown = this.shown;
+    if (message.type === 'reveal') {
+      await revealLine(message.path, message.line);
+    } else if (message.type === 'rendered' && shown) {
+      const timing = `layout ${message.layoutMs} ms, render ${message.renderMs} ms, ${message.boxes} boxes`;
+      if (message.reason === 'first') {
+        log.info(`Graph of ${shown.target.target} (${shown.nodes} nodes) shown in ${Date.now() - shown.requested} ms (graph command ${shown.serverMs} ms, view loaded at ${shown.viewMs} ms (its page ${this.pageMs} ms), ${timing})`);
+      } else {
+        log.info(`Graph of ${shown.target.target}: ${message.reason} in ${message.layoutMs + message.renderMs} ms (${timing})`);
+      }
+    } else if (message.type === 'highlighted') {
+      log.info(`Graph: ${message.nodes} nodes at ${path.basename(message.path)}:${message.line}`);
+    }
+  }
+
+  /** Tells the view the cursor line of a file its nodes come from. */
+  private postCursor(uri: vscode.Uri, line: number): void {
+    const file = uri.scheme === 'file' ? realPath(uri.fsPath) : undefined;
+    if (this.panel && file && this.shown?.files.has(file)) {
+      void this.panel.webview.postMessage({ type: 'cursor', path: file, line: line + 1 });
+    }
+  }
+
+  /** A problem's line in its target's graph (the code action's command): the graph shown if it is not, its ops highlighted. */
+  private async showInGraph(uri?: string, line?: number, targetUri?: string, target?: string): Promise<void> {
+    if (uri === undefined || line === undefined || !targetUri || !target) {
+      return;
+    }
+    const shown = this.shown?.target;
+    if (!this.panel || shown?.uri !== targetUri || shown.target !== target) {
+      await this.showGraph(targetUri, target);
+    }
+    this.panel?.reveal(undefined, true);
+    this.postCursor(vscode.Uri.parse(uri), line);
+  }
+
+  /** "Show in Graph" on the problems of GRAPH_RULES that name the target whose export found them. */
+  private codeActions(document: vscode.TextDocument, context: vscode.CodeActionContext): vscode.CodeAction[] {
+    return context.diagnostics.filter((d) => GRAPH_RULES.has(ruleOf(d)) && exportOf(d)).slice(0, 1).map((diagnostic) => {
+      const { targetUri, target } = exportOf(diagnostic)!;
+      const action = new vscode.CodeAction('Show in Graph', vscode.CodeActionKind.QuickFix);
+      action.diagnostics = [diagnostic];
+      action.command = { command: SHOW_IN_GRAPH, title: 'Show in Graph', arguments: [document.uri.toString(), diagnostic.range.start.line, targetUri, target] };
+      return action;
+    });
+  }
+
+  dispose(): void {
+    this.sendCursor.cancel();
+    this.panel?.dispose();
+    this.disposables.forEach((d) => d.dispose());
+  }
+}
+
+/** The editor at `line` (1-based) of `file`, the line selected from its first character. */
+async function revealLine(file: string, line: number): Promise<void> {
+  const uri = vscode.Uri.file(file);
+  const column = vscode.window.visibleTextEditors.find((e) => realPath(e.document.uri.fsPath) === file)?.viewColumn ?? vscode.ViewColumn.One;
+  const document = await vscode.workspace.openTextDocument(uri);
+  const text = document.lineAt(Math.min(line - 1, document.lineCount - 1));
+  const selection = new vscode.Selection(text.lineNumber, text.firstNonWhitespaceCharacterIndex, text.lineNumber, text.range.end.character);
+  await vscode.window.showTextDocument(document, { viewColumn: column, selection });
+}
+
+/** The export a problem came from: the server puts its target in the problem's data. */
+function exportOf(diagnostic: vscode.Diagnostic): { targetUri: string; target: string } | undefined {
+  const data = (diagnostic as { data?: { targetUri?: unknown; target?: unknown } }).data;
+  return typeof data?.targetUri === 'string' && typeof data.target === 'string' ? { targetUri: data.targetUri, target: data.target } : undefined;
+}
+
+function ruleOf(diagnostic: vscode.Diagnostic): string {
+  const code = diagnostic.code;
+  return String(typeof code === 'object' ? code.value : code ?? '');
+}
+
+function realPath(file: string): string {
+  try {
+    return realpathSync(file);
+  } catch {
+    return file;
+  }
+}
+
+/** The view's page: the bundle only, under a strict Content-Security-Policy (nothing from the network). */
+function html(webview: vscode.Webview, bundle: vscode.Uri): string {
+  const nonce = randomBytes(16).toString('base64');
+  const script = webview.asWebviewUri(vscode.Uri.joinPath(bundle, 'graph.js'));
+  const style = webview.asWebviewUri(vscode.Uri.joinPath(bundle, 'graph.css'));
+  const csp = `default-src 'none'; script-src 'nonce-${nonce}'; style-src ${webview.cspSource}; img-src 'none'; connect-src 'none'; font-src 'none'`;
+  return `<!DOCTYPE html>
+<html lang="en">
+<head>
+<meta charset="UTF-8">
+<meta http-equiv="Content-Security-Policy" content="${csp}">
+<meta name="viewport" content="width=device-width, initial-scale=1.0">
+<link rel="stylesheet" href="${style}">
+<title>Graph</title>
+</head>
+<body>
+<div id="toolbar"><input id="search" type="search" placeholder="Search op type or name (Enter: next)"><span id="status"></span></div>
+<svg id="graph"><defs><marker id="arrow" viewBox="0 0 8 8" refX="8" refY="4" markerWidth="6" markerHeight="6" orient="auto"><path d="M0,0L8,4L0,8z"/></marker></defs><g id="viewport"></g></svg>
+<div id="details"></div>
+<div id="legend"></div>
+<script nonce="${nonce}" src="${script}"></script>
+</body>
+</html>`;
+}
