@@ -8,10 +8,12 @@ A file's targets are discovered off the event loop, once per text (`targets.Disc
 from __future__ import annotations
 
 import asyncio
+import importlib
 import json
 import logging
 import os
 import pathlib
+import sys
 import uuid
 from typing import Any
 
@@ -147,6 +149,8 @@ class Commands:
         logger.info("Export of %s (job %s): %s in %.1f s %s", request.target, request.job_id, result.status, result.seconds, result.message)
         self._apply(result)
         self.ls.protocol.notify(EXPORT_FINISHED, _job_json(result))
+        if result.data.get("onnx") and "onnxlens_server.graph" not in sys.modules:  # Show Graph is next
+            asyncio.ensure_future(asyncio.to_thread(importlib.import_module, "onnxlens_server.graph"))
         return result
 
     def _apply(self, result: JobResult) -> None:
@@ -185,7 +189,7 @@ class Commands:
 
 
 def _graph_json(onnx_path: str, sarif_path: str | None) -> dict[str, Any]:
-    from onnxlens_server import graph  # onnx_ir takes most of a second to import: in the thread, once
+    from onnxlens_server import graph  # onnx_ir takes most of a second: imported in a thread after the first export that wrote a model
 
     return graph.graph_json(onnx_path, sarif_path)
 

@@ -170,6 +170,22 @@ async def test_torch_loads_only_once_a_model_file_is_open(tmp_path: pathlib.Path
         assert len(forkservers_of(client)) == 1
 
 
+def loaded_libraries(pid: int) -> str:
+    return pathlib.Path(f"/proc/{pid}/maps").read_text()
+
+
+async def test_the_graph_reader_loads_after_the_first_export_not_before(tmp_path: pathlib.Path):
+    """The server starts without onnx_ir (ml_dtypes' library tells); the first export that wrote a model
+    loads it in the background, so Show Graph does not wait for the import (most of a second)."""
+    path = tmp_path / "m.py"
+    path.write_text(model())
+    async with server(tmp_path) as client:
+        assert await code_lenses(client, path)
+        assert "_ml_dtypes_ext" not in loaded_libraries(client._server.pid)
+        assert (await export(client, path))["status"] == "ok"
+        await until(lambda: "_ml_dtypes_ext" in loaded_libraries(client._server.pid), "onnx_ir in the server")
+
+
 async def test_model_code_cannot_read_the_editors_messages(tmp_path: pathlib.Path):
     """Reading stdin (directly, or in a child process) gets end-of-file, not the editor's messages."""
     path = tmp_path / "m.py"
