@@ -439,24 +439,29 @@ function codeActionAnswers(file, line) {
     .map((m) => ({ trigger: m[3], actions: Number(m[4]) }));
 }
 
-/** Ctrl+. until the quick-fix menu shows `action` (a keypress that races the code-action request is lost),
- * at `file`:`line`. Fails if the server answered any code-action request there with no actions: a retry
- * must not hide an empty answer. */
-async function openQuickFixMenu(action, file, line) {
-  const before = codeActionAnswers(file, line).length;
-  const answers = () => codeActionAnswers(file, line).slice(before);
+/** Ctrl+. until the quick-fix menu shows `action` (a keypress that races the code-action request is
+ * lost); `context()` adds to the error after the last try. */
+async function pressQuickFixUntil(action, context = () => '') {
   for (let attempt = 1; ; attempt++) {
     await page().keyboard.press('Control+.');
     try {
       await action.waitFor({ timeout: 5 * SECOND });
-      break;
+      return;
     } catch (error) {
       if (attempt === 4) {
-        throw new Error(`${error.message}\nthe server's code-action answers at ${file}:${line}: ${JSON.stringify(answers())}`);
+        throw new Error(`${error.message}${context()}`);
       }
       await page().keyboard.press('Escape');
     }
   }
+}
+
+/** The quick-fix menu showing `action` at `file`:`line` (`pressQuickFixUntil`). Fails if the server
+ * answered any code-action request there with no actions: a retry must not hide an empty answer. */
+async function openQuickFixMenu(action, file, line) {
+  const before = codeActionAnswers(file, line).length;
+  const answers = () => codeActionAnswers(file, line).slice(before);
+  await pressQuickFixUntil(action, () => `\nthe server's code-action answers at ${file}:${line}: ${JSON.stringify(answers())}`);
   await waitUntil(() => answers().some((a) => a.trigger === 'invoked' && a.actions > 0),
     () => `an invoked code-action request at ${file}:${line} answered with actions in the server's trace (got ${JSON.stringify(answers())})`);
   assert.deepEqual(answers().filter((a) => a.actions === 0), [], `code-action requests at ${file}:${line} answered empty: ${JSON.stringify(answers())}`);
@@ -1022,18 +1027,7 @@ scenario('15 Show in Graph on an op-level debug problem opens its target\'s grap
   await assertCursorAt(wrong.line);
   await focusActiveEditor();
   const action = page().locator('.action-widget .monaco-list-row', { hasText: 'Show in Graph' }).first();
-  for (let attempt = 1; ; attempt++) { // a keypress that races the code-action request is lost
-    await page().keyboard.press('Control+.');
-    try {
-      await action.waitFor({ timeout: 5 * SECOND });
-      break;
-    } catch (error) {
-      if (attempt === 4) {
-        throw error;
-      }
-      await page().keyboard.press('Escape');
-    }
-  }
+  await pressQuickFixUntil(action); // the extension's own code action: no server answer to check
   await action.click();
 
   const highlighted = (bs) => bs.filter((b) => b.classes.includes('highlighted')).map((b) => b.label).sort();
