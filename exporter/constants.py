@@ -19,6 +19,7 @@ DOMAIN_COMPLEX = "pkg.onnxlens.complex"  # complex variants torchlib lacks
 DOMAIN_CORRECTIONS = "pkg.onnxlens.corrections"  # where torchlib computes something else
 
 # metadata_props keys linking ONNX nodes to their FX node and source.
+METADATA_PREFIX = "pkg.onnxlens."  # every node metadata key of the exporter
 METADATA_FX_NODE = "pkg.onnxlens.fx_node"
 METADATA_STACK = "pkg.onnxlens.stack_trace"
 METADATA_MODULE_STACK = "pkg.onnxlens.module_stack"

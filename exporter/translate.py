@@ -34,6 +34,10 @@ _ASSERTIONS = {
 # Targets the translator handles itself rather than through the registry.
 STRUCTURAL_TARGETS = _ASSERTIONS | {torch.ops.higher_order.cond}
 
+# The nn_module_stack entry torch.export gives the nodes its own passes add (e.g. the sizes its runtime
+# assertions read): in no module (torch._export.passes._node_metadata_hook).
+_NO_MODULE = "_empty_nn_module_stack_from_metadata_hook"
+
 NodeHook = Callable[[torch.fx.Node, list[ir.Node]], None]
 
 
@@ -249,7 +253,11 @@ class GraphTranslator:
                 onnx_node.metadata_props[METADATA_STACK] = stack
             if module_stack:
                 onnx_node.metadata_props[METADATA_MODULE_STACK] = json.dumps(
-                    [[key, path, cls if isinstance(cls, str) else cls.__qualname__] for key, (path, cls) in module_stack.items()]
+                    [
+                        [key, path, cls if isinstance(cls, str) else cls.__qualname__]
+                        for key, (path, cls) in module_stack.items()
+                        if key != _NO_MODULE  # torch's placeholder for nodes its own passes add
+                    ]
                 )
         if self.ctx.wants(Level.NONE):
             self.ctx.report(

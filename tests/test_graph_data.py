@@ -186,6 +186,44 @@ def test_verification_numbers_are_on_their_nodes(tmp_path):
     assert all(c["ok"] for name, cs in checks.items() if name != "sigmoid" for c in cs) and "linear" in checks
 
 
+class Attention(torch.nn.Module):
+    """q, k, v from one projection by `split` (as GPT-2's), in two blocks."""
+
+    def __init__(self):
+        super().__init__()
+        self.qkv = torch.nn.Linear(8, 24)
+
+    def forward(self, x):
+        q, k, v = self.qkv(x).split(8, dim=-1)  # the split
+        return torch.softmax(q @ k.transpose(-1, -2), dim=-1) @ v
+
+
+class TwoBlocks(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.blocks = torch.nn.Sequential(Attention(), Attention())
+
+    def forward(self, x):
+        return self.blocks(x[:, : x.shape[1] - 1])  # a size torch.export asserts on (dynamic)
+
+
+@pytest.mark.parametrize("dynamic", [False, True], ids=["static", "dynamic"])
+def test_a_node_the_optimizer_made_keeps_its_line_and_module(tmp_path, dynamic):
+    """onnxscript's constant folder turns SplitToSequence + SequenceAt into a Split without metadata,
+    and torch.export's own shape-assertion nodes name a placeholder module: neither may cut a module's
+    group in two nor lose its line."""
+    x = torch.randn(2, 5, 8)
+    output = exporter.dynamo_export(TwoBlocks().eval(), x, export_options=exporter.ExportOptions(dynamic_shapes=dynamic))
+    output.save(str(tmp_path / "m.onnx"))
+    graph = graph_json(str(tmp_path / "m.onnx"), None)
+    (split,) = {n["source"]["line"] for n in graph["nodes"] if n["op"] == "Split" and n["source"]["path"] == __file__}
+    assert split == source_line("# the split")
+    assert sum(n["op"] == "Split" for n in graph["nodes"]) == 2
+    top = [g["module"] for g in graph["groups"] if g["parent"] is None]
+    assert top == ["blocks"]  # one call of the Sequential: not cut by the Splits, no placeholder module
+    assert sorted(g["module"] for g in graph["groups"] if g["parent"] is not None and g["module"].count(".") == 1) == ["blocks.0", "blocks.1"]
+
+
 def test_a_missing_or_corrupt_model_is_a_clear_error(tmp_path):
     with pytest.raises(FileNotFoundError, match="does not exist"):
         graph_json(str(tmp_path / "gone.onnx"), None)

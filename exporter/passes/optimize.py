@@ -34,6 +34,7 @@ from onnxscript import optimizer, rewriter
 from onnxscript.rewriter import _ir_utils, _matcher, pattern
 from onnxscript.rewriter.rules.common import reshape_reshape_rule
 
+from exporter.constants import METADATA_PREFIX as _METADATA_PREFIX
 from exporter.options import OPTIMIZE_ONNXRUNTIME
 
 _GELU_OPSET = 20  # the first default-domain opset with Gelu
@@ -78,7 +79,25 @@ class FoldConstantsPass(ir.passes.InPlacePass):
 
     def call(self, model: ir.Model) -> ir.passes.PassResult:
         infer_missing_shapes(model)
-        return optimizer.fold_constants(model)
+        before = {node: list(node.inputs) for graph in model.graphs() for node in graph}  # the folder clears them
+        result = optimizer.fold_constants(model)
+        _keep_provenance(model, before)
+        return result
+
+
+def _keep_provenance(model: ir.Model, before: dict[ir.Node, list[ir.Value | None]]) -> None:
+    """Give each node the folder made (its rewrites copy no metadata: ``SplitToSequence`` + ``SequenceAt``
+    become a ``Split``) the exporter's metadata (source line, module) of a node it replaced, one that
+    read the same input. Without it the node has no line and splits its module's function in two."""
+    removed = [(node, {v for v in inputs if v is not None}) for node, inputs in before.items() if node.graph is None]
+    for graph in model.graphs():
+        for node in graph:
+            if node in before or any(key.startswith(_METADATA_PREFIX) for key in node.metadata_props):
+                continue
+            inputs = {v for v in node.inputs if v is not None}
+            source = next((old for old, read in removed if read & inputs), None)
+            if source is not None:
+                node.metadata_props.update({k: v for k, v in source.metadata_props.items() if k.startswith(_METADATA_PREFIX)})
 
 
 def infer_missing_shapes(model: ir.Model) -> None:
