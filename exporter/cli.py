@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import argparse
+import atexit
 import gc
 import json
 import os
 import sys
 import time
 import traceback
-from typing import Any
+from typing import Any, NoReturn
 
 from exporter.constants import Stage, progress_text
 
@@ -54,10 +55,23 @@ def _json_spec(text: str) -> Any:
     return spec
 
 
-def main(argv: list[str] | None = None) -> int:
-    """The console script: `run` with the garbage collector paused until the imports are done."""
+def main(argv: list[str] | None = None) -> NoReturn:
+    """The console script: `run` with the garbage collector paused until the imports are done, then
+    exit without tearing the interpreter down.
+
+    Deallocating torch's, TorchDynamo's and torchlib's modules at exit takes ~0.15 s of a 2 s cold
+    export. Every output is written and closed by then; the exit handlers still run and the standard
+    streams are flushed, as a normal exit would.
+    """
     gc.disable()
-    return run(argv)
+    code = run(argv)
+    atexit._run_exitfuncs()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):  # a closed pipe or stream: nothing left to write to
+            pass
+    os._exit(code)
 
 
 def run(argv: list[str] | None = None) -> int:
@@ -301,4 +315,4 @@ class _Progress:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    main()
