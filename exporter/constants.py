@@ -17,6 +17,7 @@ TWO_GIB = 2**31  # the protobuf limit: larger models keep their weights in exter
 DOMAIN_MODULES = "pkg.onnxlens.modules"  # one local function per nn.Module call
 DOMAIN_COMPLEX = "pkg.onnxlens.complex"  # complex variants torchlib lacks
 DOMAIN_CORRECTIONS = "pkg.onnxlens.corrections"  # where torchlib computes something else
+DOMAIN_COMPOSITES = "pkg.onnxlens.composites"  # composite operators torchlib does not translate
 
 # metadata_props keys linking ONNX nodes to their FX node and source.
 METADATA_PREFIX = "pkg.onnxlens."  # every node metadata key of the exporter

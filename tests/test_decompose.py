@@ -120,20 +120,13 @@ def test_an_in_place_op_whose_functional_form_promotes_is_left_to_functionalizat
     assert_matches_eager(export_output, InPlaceThatWouldPromote(), (x, scale), atol=1e-2, rtol=1e-2)
 
 
-class TwoWidths(torch.nn.Module):
-    """Three batch norms: two of width 4 on the same shape, one of width 8."""
-
-    def __init__(self):
-        super().__init__()
-        self.a, self.b, self.c = torch.nn.BatchNorm2d(4), torch.nn.BatchNorm2d(4), torch.nn.BatchNorm2d(8)
-        for i, norm in enumerate((self.a, self.b, self.c)):
-            norm.running_mean.uniform_(-1, 1)
-            norm.running_var.uniform_(0.5, 2)
-            norm.weight.data.fill_(1 + i)
+class TwoShapes(torch.nn.Module):
+    """Three hard shrinks (an operator torchlib does not translate): two on tensors of one shape,
+    one on a tensor twice as wide."""
 
     def forward(self, x):
-        y = self.b(self.a(x) * 3)
-        return self.c(torch.cat([y, -y], dim=1))
+        y = torch.nn.functional.hardshrink(torch.nn.functional.hardshrink(x, 0.7) * 3, 0.7)
+        return torch.nn.functional.hardshrink(torch.cat([y, -y], dim=1), 0.7)
 
 
 class Conversions(torch.nn.Module):
@@ -175,12 +168,21 @@ def test_ops_that_returned_their_input_are_dropped(no_whole_program_decompositio
 
 @pytest.mark.parametrize("dynamic", [False, True], ids=["static", "dynamic"])
 def test_nodes_with_one_signature_share_one_trace(no_whole_program_decomposition, traced, dynamic):
-    model, x = TwoWidths().eval(), torch.randn(2, 4, 5, 5)
+    model, x = TwoShapes(), torch.randn(2, 4, 5, 5)
     program = _capture(model, x, dynamic=dynamic)
-    assert sum(n.target == torch.ops.aten.batch_norm.default for n in program.graph.nodes) == 3
+    assert sum(n.target == torch.ops.aten.hardshrink.default for n in program.graph.nodes) == 3
     decompose.decompose(program, default_registry())
     assert len(traced) == 2  # width 4 once, width 8 once
     export_output = exporter.dynamo_export(model, x, export_options=exporter.ExportOptions(dynamic_shapes=dynamic))
     assert_matches_eager(export_output, model, (x,))
     if dynamic:
         assert_matches_eager(export_output, model, (x,), run_args=(torch.randn(3, 4, 7, 6),))
+
+
+def test_batch_norm_translates_without_a_trace(no_whole_program_decomposition, traced):
+    model = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.BatchNorm2d(4), torch.nn.ReLU(inplace=True)).eval()
+    program = _capture(model, torch.randn(2, 3, 8, 8))
+    assert decompose.untranslatable_targets(program, default_registry()) == {torch.ops.aten.relu_.default}
+    decompose.decompose(program, default_registry())
+    assert traced == []  # relu_ became relu; batch_norm is translated as it is
+    assert torch.ops.aten.batch_norm.default in _targets(program)

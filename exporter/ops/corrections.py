@@ -55,8 +55,39 @@ def _avg_pool(torchlib_pool, dims: int):
     return _traced(pool)
 
 
+@_traced
+def native_batch_norm_legit_functional(
+    input,
+    weight=None,
+    bias=None,
+    running_mean=None,
+    running_var=None,
+    training: bool = False,
+    momentum: float = 0.1,
+    eps: float = 1e-5,
+):
+    """In training, torchlib normalizes with the running statistics: PyTorch normalizes with the
+    batch's, and moves the running ones towards them by `momentum` (with the unbiased variance)."""
+    if not training:
+        return core.aten__native_batch_norm_legit_functional(input, weight, bias, running_mean, running_var, False, momentum, eps)
+    axes = op.Constant(value_ints=[0, *range(2, len(input.shape))])
+    mean = op.ReduceMean(input, axes, keepdims=False)
+    centered = op.Sub(input, op.ReduceMean(input, axes))
+    variance = op.ReduceMean(op.Mul(centered, centered), axes, keepdims=False)
+    norm, save_mean, save_rstd, _, _ = core.aten__native_batch_norm_legit_functional(
+        input, weight, bias, mean, variance, False, momentum, eps
+    )
+    count = op.CastLike(op.Div(op.Size(input), op.Shape(input, start=1, end=2)), variance)  # per channel
+    unbiased = op.Mul(variance, op.Div(count, op.Sub(count, op.CastLike(1.0, variance))))
+    keep, step = op.CastLike(1.0 - momentum, variance), op.CastLike(momentum, variance)
+    new_mean = op.Add(op.Mul(running_mean, keep), op.Mul(mean, step))
+    new_variance = op.Add(op.Mul(running_var, keep), op.Mul(unbiased, step))
+    return norm, save_mean, save_rstd, new_mean, new_variance
+
+
 FUNCTIONS = {
     OpName("aten", "hamming_window"): hamming_window,
     OpName("aten", "avg_pool2d"): _avg_pool(nn.aten_avg_pool2d, 2),
     OpName("aten", "avg_pool3d"): _avg_pool(nn.aten_avg_pool3d, 3),
+    OpName("aten", "_native_batch_norm_legit_functional"): native_batch_norm_legit_functional,
 }
