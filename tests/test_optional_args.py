@@ -233,6 +233,7 @@ NOT_SWEPT = {
     "aten::_native_batch_norm_legit_functional.default": "training-mode functionalized batch norm",
     "aten::native_batch_norm.default": "captured as _native_batch_norm_legit_no_training",
     "aten::batch_norm.default": "the inference IR this sweep reads decomposes it; tests/test_batch_norm.py sweeps its modes",
+    "aten::to.dtype_layout": "the inference IR this sweep reads makes it _to_copy; tests/test_composites.py exports it",
     "aten::native_group_norm.default": "F.group_norm is captured as group_norm",
     "aten::native_layer_norm.default": "F.layer_norm is captured as layer_norm",
     "aten::_scaled_dot_product_efficient_attention.default": "CUDA kernel",

@@ -1,18 +1,17 @@
 """Decomposition of the operators the registry cannot translate, node by node.
 
 torch.export's `run_decompositions` re-traces the whole program (and functionalizes it) as soon as
-one operator needs decomposing: most of an export's time for one ``batch_norm`` or ``x.add_(y)``.
-Here only the nodes that need it change:
+one operator needs decomposing: most of an export's time for one ``hardshrink`` or ``x.add_(y)``.
+Here only the nodes that need it change (common composites such as ``batch_norm`` and ``x.to(dtype)``
+need none: `exporter.ops.composites` translates them):
 
 - an in-place op on a tensor nothing else aliases becomes its functional op (``add_`` → ``add``),
   and the later uses of the tensor read the new value;
-- an op that returned its input itself (``x.to(torch.float32)`` of a float32 ``x``: the result is
-  an alias with the input's type, shape and strides) is dropped, its uses read the input;
 - every other untranslatable node is replaced by its decomposition, traced on the node's own fake
   inputs (symbolic shapes included) and spliced into the graph, each new node keeping the original's
   ``stack_trace`` and ``nn_module_stack`` so diagnostics still point at the user's line. Nodes with
-  the same operator and arguments (input dtypes, shapes and strides, the same constants: a CNN's
-  ``batch_norm`` layers of one width) share one trace.
+  the same operator and arguments (input dtypes, shapes and strides, the same constants) share one
+  trace.
 
 A program whose mutations cannot be rewritten locally (in-place ops on inputs, buffers or views),
 or that decomposes ops on complex tensors (whose real representation the spliced shape arithmetic
@@ -81,11 +80,7 @@ def decompose(program: torch.export.ExportedProgram, registry: OnnxRegistry) -> 
     traces: dict[tuple, torch.fx.GraphModule] = {}
     for module in _graph_modules(program):
         for node in [n for n in module.graph.nodes if n.op == "call_function" and _needs_decomposition(n, registry)]:
-            if _returns_its_input(node):
-                node.replace_all_uses_with(node.args[0])
-                module.graph.erase_node(node)
-            else:
-                _splice_decomposition(node, table, traces)
+            _splice_decomposition(node, table, traces)
         module.graph.eliminate_dead_code()
         module.recompile()
     return program
@@ -174,21 +169,6 @@ def _functionalize(node: torch.fx.Node) -> None:
             user.replace_input_with(mutated, replacement)
     node.replace_all_uses_with(replacement)
     graph.erase_node(node)
-
-
-def _returns_its_input(node: torch.fx.Node) -> bool:
-    """Whether `node` may alias its first argument (by its schema) and did return that tensor as it is."""
-    returns = node.target._schema.returns
-    if len(returns) != 1 or returns[0].alias_info is None or not node.args or not isinstance(node.args[0], torch.fx.Node):
-        return False
-    source, result = node.args[0].meta.get("val"), node.meta.get("val")
-    return (
-        isinstance(source, torch.Tensor)
-        and isinstance(result, torch.Tensor)
-        and source.untyped_storage()._cdata == result.untyped_storage()._cdata
-        and _signature(source) == _signature(result)
-        and str(source.storage_offset()) == str(result.storage_offset())
-    )
 
 
 # -- decompositions spliced in place ---------------------------------------------------------------

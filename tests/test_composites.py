@@ -1,0 +1,58 @@
+"""Composite operators torch.export keeps whole (``x.to(...)``, ``mask_a & mask_b``, ``torch.min(a, b)``),
+translated without a decomposition trace and compared with eager PyTorch in onnxruntime."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import exporter
+from exporter.capture import FXGraphExtractor
+from exporter.diagnostics import DiagnosticContext
+from exporter.passes import decompose
+from exporter.registry import default_registry
+from helpers import assert_matches_eager
+
+
+class Conversions(torch.nn.Module):
+    """Every overload of ``Tensor.to`` torch.export keeps, with and without a dtype."""
+
+    def forward(self, x, n):
+        return (
+            x.to(torch.int32),
+            n.to(x.device, torch.float16),
+            n.to(dtype=torch.float64, device=x.device),
+            x.to(device=x.device) * 2,  # no dtype: the tensor itself
+            n.to(x.dtype) + x,
+        )
+
+
+class Logic(torch.nn.Module):
+    """Python's operators on tensors (``&``, ``|``, ``^``) and the two-tensor min/max overloads."""
+
+    def forward(self, a, b, i, j):
+        return a & b, a | b, a ^ b, i & j, i | j, i ^ j, torch.min(i, j), torch.max(i.float(), j.float())
+
+
+def _cases():
+    x, n = torch.randn(3, 4) * 10, torch.randint(-9, 9, (3, 4))
+    a, b = torch.rand(2, 5) > 0.5, torch.rand(2, 5) > 0.5
+    i, j = torch.randint(-8, 8, (2, 5)), torch.randint(-8, 8, (2, 5))
+    return {
+        "conversions": (Conversions(), (x, n), (torch.randn(5, 2) * 10, torch.randint(-9, 9, (5, 2)))),
+        "logic": (Logic(), (a, b, i, j), (torch.rand(4, 1) > 0.5, torch.rand(4, 1) > 0.5, torch.randint(-8, 8, (4, 1)), torch.randint(-8, 8, (4, 1)))),
+    }
+
+
+@pytest.mark.parametrize("dynamic", [False, True], ids=["static", "dynamic"])
+@pytest.mark.parametrize("case", ["conversions", "logic"])
+def test_composites_match_eager_without_decomposition(case, dynamic):
+    model, args, other = _cases()[case]
+    program = FXGraphExtractor().generate_fx(model, args, {}, dynamic_shapes=dynamic, ctx=DiagnosticContext())
+    targets = {n.target._schema.name for n in program.graph.nodes if n.op == "call_function" and hasattr(n.target, "_schema")}
+    assert {"aten::to"} <= targets if case == "conversions" else {"aten::__and__", "aten::__or__", "aten::__xor__", "aten::min", "aten::max"} <= targets
+    assert decompose.untranslatable_targets(program, default_registry()) == set()
+    export_output = exporter.dynamo_export(model, *args, export_options=exporter.ExportOptions(dynamic_shapes=dynamic))
+    assert_matches_eager(export_output, model, args)
+    if dynamic:
+        assert_matches_eager(export_output, model, args, run_args=other)
