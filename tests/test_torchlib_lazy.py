@@ -136,3 +136,15 @@ def test_an_export_with_script_functions_matches_eager():
         (function,) = exporter.OnnxRegistry().get_op_functions("aten", op)
         assert isinstance(function.onnx_function, torchlib_lazy.LazyOnnxFunction), op
     assert_matches_eager(exporter.dynamo_export(model, x, y), model, (x, y), {})
+
+
+def test_a_fork_server_export_builds_no_function():
+    """The fork server's warm parent has built them all, so its forked exports do not."""
+    export = (
+        "counts.update(compiled=0, signatures=0)\n"
+        "import torch, exporter\n"
+        "model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.Hardswish(), torch.nn.Mish())\n"
+        "exporter.dynamo_export(model, torch.randn(2, 4))"
+    )
+    assert _counts("import onnxlens_server.warm", export) == {"compiled": 0, "signatures": 0}
+    assert _counts(LAZY_IMPORT, export)["compiled"] == 2  # what it compiles without the warm-up
