@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import onnxscript
-from onnxscript import values
+from onnxscript import ir, values
 from onnxscript.function_libs.torch_lib import registration
 
 _script = onnxscript.script
@@ -30,22 +30,22 @@ _created: weakref.WeakSet[values.Op] = weakref.WeakSet()  # every lazy function,
 class LazyOnnxFunction(values.OnnxFunction):
     """A script function that ``onnxscript.script`` compiles on first use."""
 
-    def __init__(self, opset: values.Opset, function: Callable, compile: Callable[[Callable], values.OnnxFunction], kwargs: dict[str, Any]) -> None:
+    def __init__(self, opset: values.Opset, function: Callable, transform: Callable[[Callable], values.OnnxFunction], kwargs: dict[str, Any]) -> None:
         values.Op.__init__(self, opset, function.__name__)
         self.function = function
         self.kwargs = kwargs
         self.traceable = False
-        self._compile = compile
+        self._transform = transform
         functools.update_wrapper(self, function)
         _created.add(self)
 
     @functools.cached_property
     def compiled(self) -> values.OnnxFunction:
         """The function as ``onnxscript.script`` builds it (compiled on first access)."""
-        return self._compile(self.function)
+        return self._transform(self.function)
 
     @property
-    def function_ir(self) -> Any:
+    def function_ir(self) -> ir.Function:
         return self.compiled.function_ir
 
     @property
@@ -53,13 +53,13 @@ class LazyOnnxFunction(values.OnnxFunction):
         return self.compiled.source
 
     @property
-    def op_signature(self) -> Any:
+    def op_signature(self) -> ir.schemas.OpSignature | None:
         if self._signature is None:
             self._signature = self.compiled.op_signature
         return self._signature
 
     @op_signature.setter
-    def op_signature(self, value: Any) -> None:
+    def op_signature(self, value: ir.schemas.OpSignature) -> None:
         self._signature = value
 
 
@@ -73,20 +73,20 @@ class LazyTracedOnnxFunction(values.TracedOnnxFunction):
         _created.add(self)
 
     @property
-    def op_signature(self) -> Any:
+    def op_signature(self) -> ir.schemas.OpSignature | None:
         if self._signature is None:
             self._signature = _TracedOnnxFunction(self.opset, self.func).op_signature
         return self._signature
 
     @op_signature.setter
-    def op_signature(self, value: Any) -> None:
+    def op_signature(self, value: ir.schemas.OpSignature) -> None:
         self._signature = value
 
 
 def _lazy_script(opset: values.Opset | None = None, default_opset: values.Opset | None = None, **kwargs: Any) -> Callable[[Callable], LazyOnnxFunction]:
     """``onnxscript.script`` that defers the compilation to first use."""
-    compile = _script(opset, default_opset, **kwargs)  # checks the arguments now
-    return lambda function: LazyOnnxFunction(opset or values.Opset("this", 1), function, compile, kwargs)
+    transform = _script(opset, default_opset, **kwargs)  # checks the arguments now
+    return lambda function: LazyOnnxFunction(opset or values.Opset("this", 1), function, transform, kwargs)
 
 
 @contextlib.contextmanager
