@@ -121,9 +121,7 @@ def test_an_export_builds_only_the_functions_it_uses():
         "from mlp import MLPModel\n"
         "exporter.dynamo_export(MLPModel(), torch.randn(97, 8))"
     )
-    counts = _counts(LAZY_IMPORT, export_mlp)
-    assert counts["compiled"] == 0  # Linear (addmm) and ReLU are traced functions
-    assert 0 < counts["signatures"] <= 5
+    assert _counts(LAZY_IMPORT, export_mlp) == {"compiled": 0, "signatures": 2}  # traced aten_linear, aten_sigmoid
 
 
 def test_build_all_builds_what_an_eager_import_builds():
