@@ -38,11 +38,14 @@ def _torchlib_table() -> dict[OpName, tuple[ONNXFunction, ...]]:
     Read from torchlib's registration table itself: its framework API (``get_torchlib_ops``) also
     builds every function's ONNX IR, about 0.6 s of a cold export for functions an export never uses.
     """
-    from onnxscript.function_libs.torch_lib import ops, registration  # importing ops registers them
+    from exporter.torchlib_lazy import lazily_built
 
-    from exporter.ops import complex as complex_ops
-    from exporter.ops import composites
-    from exporter.ops import corrections
+    with lazily_built():  # compiling them all would cost ~0.15 s; an export uses a handful
+        from onnxscript.function_libs.torch_lib import ops, registration  # importing ops registers them
+
+        from exporter.ops import complex as complex_ops
+        from exporter.ops import composites
+        from exporter.ops import corrections
 
     del ops
     table: dict[OpName, list[ONNXFunction]] = {}
