@@ -102,6 +102,27 @@ def test_written_out_layer_norm_becomes_layer_normalization():
     assert ops == ["LayerNormalization"]
 
 
+class RmsNorm(nn.Module):
+    """An RMS norm written with ``torch.rsqrt``, as LLaMA, Mistral and T5 write it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.rand(16) + 0.5)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.weight * (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6))
+
+
+def test_rms_norm_is_fused_by_onnxruntime_at_opset_18(tmp_path):
+    """``x * rsqrt(v)`` is written ``x / Sqrt(v)``, the form onnxruntime's SimplifiedLayerNormFusion matches."""
+    export_output = _export(RmsNorm(), torch.randn(2, 5, 16))
+    assert "Reciprocal" not in _op_types(export_output.model_proto)
+    assert _onnxruntime_op_types(export_output.model_proto, tmp_path) == ["SimplifiedLayerNormalization"]
+    model, args, kwargs = corpus.get("hf_llama_lm").build()
+    llama = exporter.dynamo_export(model, *args, **kwargs)
+    assert _onnxruntime_op_types(llama.model_proto, tmp_path).count("SimplifiedLayerNormalization") == 5
+
+
 @pytest.mark.parametrize("dynamic", [False, True])
 def test_constant_reshapes_do_not_allow_zero(dynamic: bool, tmp_path):
     """allowzero on a constant shape without zeros changes nothing but keeps onnxruntime from

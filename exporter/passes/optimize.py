@@ -245,6 +245,8 @@ def portable_rules(opset_version: int, target: bool | str) -> list[pattern.Rewri
     ]  # fmt: skip
     if opset_version >= _RMS_NORMALIZATION_OPSET:
         rules += _rms_normalization.rms_normalization_rules
+    else:  # what onnxruntime fuses into its own RMS norm
+        rules += _DivisionBySquareRoot.rule().commute()
     if target == OPTIMIZE_ONNXRUNTIME:
         return rules  # its attention fusions match MatMul + Add
     rules.append(_LinearAsGemm.rule())
@@ -447,6 +449,17 @@ class _EqualTrue(pattern.RewriteRuleClassBase):
 
     def rewrite(self, op, b, true):
         return op.Identity(b)
+
+
+class _DivisionBySquareRoot(pattern.RewriteRuleClassBase):
+    """``x * Reciprocal(Sqrt(v))`` (torchlib's ``rsqrt``, as RMS norms use it) is ``x / Sqrt(v)``, the
+    form onnxruntime's simplified layer norm fusion matches (a LLaMA RMS norm: 6 nodes, then 1)."""
+
+    def pattern(self, op, x, v):
+        return op.Mul(x, op.Reciprocal(op.Sqrt(v)))
+
+    def rewrite(self, op, x, v):
+        return op.Div(x, op.Sqrt(v))
 
 
 _REDUCTIONS = ("ReduceMean", "ReduceSum", "ReduceMax", "ReduceMin", "ReduceProd")
