@@ -5,7 +5,7 @@ torchlib function built (a cold export builds only those it uses, when it uses t
 model is exported so that torch.export's lazy initialization is done too (it costs about a second
 on the first export of every process). Its hard shrink (no torchlib translation) needs decomposing,
 which collects PyTorch's decomposition table and warms `make_fx` (~0.08 s off the first decomposition
-of each export, e.g. a CNN's adaptive pooling).
+of each export, e.g. a transposed convolution's).
 Each export is then a fork of this process, which picks up the user's current code and dies with it.
 """
 

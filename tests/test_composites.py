@@ -56,3 +56,16 @@ def test_composites_match_eager_without_decomposition(case, dynamic):
     assert_matches_eager(export_output, model, args)
     if dynamic:
         assert_matches_eager(export_output, model, args, run_args=other)
+
+
+@pytest.mark.parametrize("output_size", [(1, 1), (3, 3), (2, 5), (6, 4)], ids=str)
+def test_adaptive_average_pooling_is_right_at_every_size(output_size):
+    """Global, divisible and uneven windows; the dynamic export is run at a size whose windows differ."""
+    model = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3, padding=1), torch.nn.AdaptiveAvgPool2d(output_size))
+    x = torch.randn(2, 3, 12, 10)
+    program = FXGraphExtractor().generate_fx(model, (x,), {}, dynamic_shapes=True, ctx=DiagnosticContext())
+    assert decompose.untranslatable_targets(program, default_registry()) == set()
+    for dynamic in (False, True):
+        export_output = exporter.dynamo_export(model, x, export_options=exporter.ExportOptions(dynamic_shapes=dynamic))
+        assert_matches_eager(export_output, model, (x,))
+    assert_matches_eager(export_output, model, (x,), run_args=(torch.randn(3, 3, 15, 7),))

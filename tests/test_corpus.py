@@ -17,11 +17,7 @@ from helpers import assert_matches_eager, expected_graph_inputs
 
 # Known gaps, each a strict xfail: the day it passes, the test says so.
 KNOWN_FAILURES: dict[str, str] = {}
-KNOWN_SECOND_SHAPE_FAILURES: dict[str, str] = {
-    "adaptive_pooling": "adaptive_avg_pool2d is decomposed into avg_pool2d with the kernel of the export "
-    "shape (12 // 3) while the height stays symbolic: at 15x18 ONNX gives 3x4 where eager gives 3x3. "
-    "The export's second-size check (FXE0020) now refuses it instead of returning that graph.",
-}
+KNOWN_SECOND_SHAPE_FAILURES: dict[str, str] = {}
 
 
 def _params(known: dict[str, str], raises: type[BaseException] | tuple[type[BaseException], ...]) -> list:

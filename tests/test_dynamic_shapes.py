@@ -154,10 +154,11 @@ def test_the_onnx_model_is_valid_with_expression_dims():
 
 
 class AdaptivePool(torch.nn.Module):
-    """torchlib decomposes adaptive pooling with the example's kernel: right only at the example's size."""
+    """PyTorch's decomposition of adaptive max pooling keeps the example's windows: right only at the
+    example's size (adaptive average pooling has its own translation, right at every size)."""
 
     def forward(self, x):
-        return torch.nn.functional.adaptive_avg_pool2d(x, (3, 3))
+        return torch.nn.functional.adaptive_max_pool2d(x, (3, 3))
 
 
 def second_size_results(export_output) -> list:

@@ -6,6 +6,9 @@ with a ``make_fx`` trace (~5 ms per distinct signature), most of a CNN export's 
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
+from onnxscript import opset18 as op
 from onnxscript import values
 from onnxscript.function_libs.torch_lib.ops import core
 
@@ -35,6 +38,32 @@ def batch_norm(
     if training or running_mean is None or running_var is None:
         running_mean = running_var = None  # torchlib then normalizes with the batch's statistics
     return core.aten_native_batch_norm(input, weight, bias, running_mean, running_var, False, momentum, eps)[0]
+
+
+@_traced
+def adaptive_avg_pool2d(self, output_size: Sequence[int]):
+    """Each output cell averages its window, ``[floor(i*n/o), ceil((i+1)*n/o))`` along each axis: one
+    reduction for a global pool, otherwise averaging matrices on each side (``W_h @ x @ W_w^T``) built
+    from the input's size at run time, so the pooling stays right for dynamic heights and widths
+    (PyTorch's decomposition fixes the export's kernel)."""
+    if all(size == 1 for size in output_size):
+        return core.aten_mean_dim(self, [-2, -1], True)
+    height = _window_weights(op.Shape(self, start=-2, end=-1), output_size[0], self)
+    width = _window_weights(op.Shape(self, start=-1), output_size[1], self)
+    return op.MatMul(op.MatMul(height, self), op.Transpose(width, perm=[1, 0]))
+
+
+def _window_weights(size, out: int, like):
+    """The ``[out, size]`` matrix whose row i averages adaptive pooling window i of an axis of `size`."""
+    zero, one, count = op.Constant(value_int=0), op.Constant(value_int=1), op.Constant(value_int=out)
+    n = op.Squeeze(size)
+    cells = op.Range(zero, count, one)
+    start = op.Div(op.Mul(cells, n), count)  # non-negative: integer division floors
+    end = op.Div(op.Add(op.Mul(op.Add(cells, one), n), op.Sub(count, one)), count)
+    positions = op.Unsqueeze(op.Range(zero, n, one), op.Constant(value_ints=[0]))
+    start, end = (op.Unsqueeze(v, op.Constant(value_ints=[1])) for v in (start, end))
+    inside = op.And(op.GreaterOrEqual(positions, start), op.Less(positions, end))
+    return op.Div(op.CastLike(inside, like), op.CastLike(op.Sub(end, start), like))
 
 
 @_traced
@@ -68,6 +97,8 @@ def to_dtype_layout(
 
 FUNCTIONS = {
     OpName("aten", "batch_norm"): batch_norm,
+    OpName("aten", "adaptive_avg_pool2d"): adaptive_avg_pool2d,
+    OpName("aten", "_adaptive_avg_pool2d"): adaptive_avg_pool2d,
     OpName("aten", "to", "dtype"): to_dtype,
     OpName("aten", "to", "device"): to_device,
     OpName("aten", "to", "dtype_layout"): to_dtype_layout,
