@@ -59,7 +59,7 @@ def main(argv: list[str] | None = None) -> NoReturn:
     """The console script: `run` with the garbage collector paused until the imports are done, then
     exit without tearing the interpreter down.
 
-    Deallocating torch's, TorchDynamo's and torchlib's modules at exit takes ~0.15 s of a 2 s cold
+    Deallocating torch's, TorchDynamo's and torchlib's modules at exit takes ~0.17 s of a 2 s cold
     export. Every output is written and closed by then; the exit handlers still run and the standard
     streams are flushed, as a normal exit would.
     """
