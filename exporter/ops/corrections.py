@@ -70,12 +70,9 @@ def native_batch_norm_legit_functional(
     batch's, and moves the running ones towards them by `momentum` (with the unbiased variance)."""
     if not training:
         return core.aten__native_batch_norm_legit_functional(input, weight, bias, running_mean, running_var, False, momentum, eps)
-    axes = op.Constant(value_ints=[0, *range(2, len(input.shape))])
-    mean = op.ReduceMean(input, axes, keepdims=False)
-    centered = op.Sub(input, op.ReduceMean(input, axes))
-    variance = op.ReduceMean(op.Mul(centered, centered), axes, keepdims=False)
-    norm, save_mean, save_rstd, _, _ = core.aten__native_batch_norm_legit_functional(
-        input, weight, bias, mean, variance, False, momentum, eps
+    # Without running statistics torchlib normalizes with the batch's and returns them (variance biased).
+    norm, save_mean, save_rstd, mean, variance = core.aten__native_batch_norm_legit_functional(
+        input, weight, bias, None, None, False, momentum, eps
     )
     count = op.CastLike(op.Div(op.Size(input), op.Shape(input, start=1, end=2)), variance)  # per channel
     unbiased = op.Mul(variance, op.Div(count, op.Sub(count, op.CastLike(1.0, variance))))
