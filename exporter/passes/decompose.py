@@ -76,7 +76,7 @@ def decompose(program: torch.export.ExportedProgram, registry: OnnxRegistry) -> 
     nodes = _untranslatable_nodes(program, registry)
     if any(node.target._schema.is_mutable or _has_complex_input(node) for node in nodes):
         return program.run_decompositions(onnx_friendly_decomposition_table(registry, {n.target for n in nodes}))
-    table = onnx_friendly_decomposition_table(registry, {n.target for n in nodes})
+    table = onnx_friendly_decomposition_table(registry, {n.target for n in nodes}) if nodes else {}
     traces: dict[tuple, torch.fx.GraphModule] = {}
     for module in _graph_modules(program):
         for node in [n for n in module.graph.nodes if n.op == "call_function" and _needs_decomposition(n, registry)]:
