@@ -26,6 +26,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections import Counter
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -248,14 +249,16 @@ def _opset(model: Any) -> int | None:
     return next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), None)
 
 
-def ort_session(model: Any) -> Any:
-    """A single-threaded CPU onnxruntime session."""
+def ort_session(model: Any, optimized_path: Path | None = None) -> Any:
+    """A single-threaded CPU onnxruntime session (writing the graph its optimizer made to `optimized_path`)."""
     import onnxruntime as ort
 
     options = ort.SessionOptions()
     options.intra_op_num_threads = 1
     options.inter_op_num_threads = 1
     options.log_severity_level = 3
+    if optimized_path is not None:
+        options.optimized_model_filepath = str(optimized_path)
     return ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
 
 
@@ -267,6 +270,14 @@ def ort_feeds(session: Any, inputs: Sequence[Any]) -> dict[str, Any]:
     if len(inputs) != len(graph_inputs):
         raise ValueError(f"{len(inputs)} flattened inputs vs {len(graph_inputs)} ONNX graph inputs")
     return {i.name: _to_numpy(x) for i, x in zip(graph_inputs, inputs)}
+
+
+def ort_ops(path: Path) -> dict[str, int]:
+    """How many nodes of each op type (``domain.Op`` outside ONNX's domain) onnxruntime's optimizer left."""
+    import onnx
+
+    graph = onnx.load(path, load_external_data=False).graph
+    return dict(Counter(f"{n.domain}.{n.op_type}" if n.domain else n.op_type for n in graph.node))
 
 
 def save_model(directory: Path, exporter: str, proto: Any, feeds: dict[str, Any]) -> None:
@@ -411,7 +422,9 @@ def run_pair(case_name: str, exporter_name: str, save_dir: Path | None = None) -
 
     ref_model, ref_args, ref_kwargs = runner.prepare(case)  # fresh state for mutating models
     try:
-        session = ort_session(proto)
+        with tempfile.TemporaryDirectory() as scratch:
+            session = ort_session(proto, Path(scratch) / "optimized.onnx")
+            result["ort_ops"] = ort_ops(Path(scratch) / "optimized.onnx")
         feeds = ort_feeds(session, runner.onnx_inputs(handle, ref_args, ref_kwargs))
         actual = session.run(None, feeds)
     except Exception as e:  # noqa: BLE001
@@ -661,7 +674,9 @@ def latency_vs_best_other(results: list[Result], ours: str) -> dict[str, float]:
 
 def print_latency_goals(results: list[Result], exporters: list[str]) -> None:
     """ORT latency of each onnxlens variant over the faster other exporter, per case and as a geomean,
-    against the goals (no case above LATENCY_GOAL_MODEL, geomean <= LATENCY_GOAL_GEOMEAN)."""
+    against the goals (no case above LATENCY_GOAL_MODEL, geomean <= LATENCY_GOAL_GEOMEAN). ``=`` marks
+    a case where onnxruntime's optimizer leaves the same ops of each type in ours as in another
+    exporter's model, whatever each exporter wrote."""
     ours = [e for e in OURS if e in exporters]
     if not ours or not set(OTHERS) & set(exporters):
         return
@@ -672,13 +687,25 @@ def print_latency_goals(results: list[Result], exporters: list[str]) -> None:
     print(f"  {'case':<26} {'best other':<24} " + " ".join(f"{e:>13}" for e in ours))
     for case in cases:
         ms, other = best_other_ms(by_key, case)
-        cells = " ".join(f"{_fmt(ratios[e].get(case), '.3f'):>12}{'!' if ratios[e].get(case, 0) > LATENCY_GOAL_MODEL else ' '}" for e in ours)
+        cells = " ".join(
+            f"{_fmt(ratios[e].get(case), '.3f'):>11}{'!' if ratios[e].get(case, 0) > LATENCY_GOAL_MODEL else ' '}"
+            f"{'=' if _same_ort_ops(by_key, case, e) else ' '}"
+            for e in ours
+        )
         print(f"  {case:<26} {f'{ms * 1e3:.1f} us ({other})':<24} {cells}")
     for e in ours:
         values = ratios[e]
         over = sorted(c for c, v in values.items() if v > LATENCY_GOAL_MODEL)
+        same = [c for c in values if _same_ort_ops(by_key, c, e)]
         gm = geomean(list(values.values()))
-        print(f"  {e}: geomean {_fmt(gm, '.3f')} over {len(values)} cases; above {LATENCY_GOAL_MODEL}: {len(over)} ({', '.join(over) or 'none'})")
+        print(f"  {e}: geomean {_fmt(gm, '.3f')} over {len(values)} cases; above {LATENCY_GOAL_MODEL}: {len(over)} ({', '.join(over) or 'none'}); "
+              f"the same ops in onnxruntime as another exporter's: {len(same)} ({', '.join(sorted(same)) or 'none'})")
+
+
+def _same_ort_ops(by_key: dict[tuple[str, str], Result], case: str, ours: str) -> bool:
+    """Whether onnxruntime's optimizer left the same ops of each type in ours as in another exporter's model."""
+    mine = by_key.get((case, ours), {}).get("ort_ops")
+    return mine is not None and any(by_key.get((case, o), {}).get("ort_ops") == mine for o in OTHERS)
 
 
 def print_stage_medians(results: list[Result]) -> None:
