@@ -1,11 +1,18 @@
 """The second-size check of a dynamic export (FXE0020): a graph that is only right at the example's
 sizes is never reported as dynamic and fine.
 
-Each symbol of the inputs' dynamic dimensions gets another size within its range (one more, or one
-less at the upper bound; derived dimensions follow, ``2*seq``), the inputs are redrawn at those sizes
-from the example's own values (token ids stay in the vocabulary, masks stay masks), and the final
-ONNX model runs in onnxruntime against the model run eagerly on the same inputs. Where the model
-itself does not run at those sizes, nothing is claimed (a note).
+Each symbol of the inputs' dynamic dimensions gets another size within its range (derived dimensions
+follow, ``2*seq``), the inputs are redrawn at those sizes from the example's own values (token ids
+stay in the vocabulary, masks stay masks), and the final ONNX model runs in onnxruntime against the
+model run eagerly on the same inputs. The sizes tried, until the model runs eagerly at one:
+
+- about 1.5 times the example's, by an odd step: a size through a stride or a patch (``H // 8``)
+  changes too, and so does parity (one more pixel of a 32-pixel image would still make 4 patches
+  of 8, and a graph fixed to 4 patches would pass);
+- twice the example's (models that need multiples of a stride);
+- one more than the example's (models with a low bound, e.g. a position table).
+
+Where the model itself runs at none of them, nothing is claimed (a note).
 """
 
 from __future__ import annotations
@@ -37,15 +44,19 @@ def check(
     ctx: DiagnosticContext,
 ) -> None:
     """Run `model` at other sizes of its dynamic dimensions against `torch_model`; an error if they differ."""
-    sizes = _other_sizes(program, args, kwargs)
-    if not sizes:
+    candidates = _other_sizes(program, args, kwargs)
+    if not candidates:
         return
-    spelled = ", ".join(f"{names.get(str(s), str(s))}={v}" for s, v in sizes.items())
-    new_args, new_kwargs = _redrawn(program, (args, kwargs), sizes)
-    try:
-        expected = numerics.eager(torch_model, new_args, new_kwargs)
-    except Exception as e:  # the model does not run at these sizes: nothing to compare
-        ctx.report(rules.DIMENSION_SPECIALIZED, Level.NOTE, f"Second-size check skipped: the model does not run eagerly at {spelled} ({type(e).__name__}: {e}).", sizes=spelled)
+    for sizes in candidates:
+        spelled = ", ".join(f"{names.get(str(s), str(s))}={v}" for s, v in sizes.items())
+        new_args, new_kwargs = _redrawn(program, (args, kwargs), sizes)
+        try:
+            expected = numerics.eager(torch_model, new_args, new_kwargs)
+            break
+        except Exception as e:  # the model does not run at these sizes: try the next
+            error = e
+    else:
+        ctx.report(rules.DIMENSION_SPECIALIZED, Level.NOTE, f"Second-size check skipped: the model does not run eagerly at {spelled} ({type(error).__name__}: {error}), nor at the other sizes tried.", sizes=spelled)
         return
     try:
         actual = _onnxruntime(model, input_adapter.apply(*new_args, **new_kwargs))
@@ -69,17 +80,33 @@ def check(
     ctx.report(rules.DIMENSION_SPECIALIZED, Level.NOTE, f"Second-size check passed at {spelled}.", sizes=spelled, secondSizeCheck="passed")
 
 
-def _other_sizes(program: torch.export.ExportedProgram, args: tuple, kwargs: dict) -> dict[sympy.Symbol, int]:
-    """Another size for each symbol of the inputs' dimensions, within its range."""
-    sizes: dict[sympy.Symbol, int] = {}
+def _other_sizes(program: torch.export.ExportedProgram, args: tuple, kwargs: dict) -> list[dict[sympy.Symbol, int]]:
+    """The sizes to try, in order (see the module's docstring): each gives every symbol of the inputs'
+    dimensions another size within its range; none when the inputs have no symbols."""
+    examples: dict[sympy.Symbol, int] = {}
     tensors = [x for x in pytree.tree_leaves((args, kwargs)) if isinstance(x, torch.Tensor)]
     for (_, val), example in zip(dynamic.user_inputs(program), tensors):
         for size, example_size in zip(val.shape, example.shape):
-            if dynamic.is_symbolic(size) and (expr := size.node.expr).is_Symbol and expr not in sizes:
-                bounds = program.range_constraints.get(expr)
-                upper = bounds.upper if bounds is not None else sympy.oo
-                sizes[expr] = int(example_size) + 1 if int(example_size) + 1 <= upper else int(example_size) - 1
-    return sizes
+            if dynamic.is_symbolic(size) and (expr := size.node.expr).is_Symbol:
+                examples.setdefault(expr, int(example_size))
+    if not examples:
+        return []
+    candidates = []
+    for step in (lambda n: (n // 2) | 1, lambda n: n, lambda n: 1):
+        sizes = {symbol: _within_range(program, symbol, n, step(n)) for symbol, n in examples.items()}
+        if sizes not in candidates:
+            candidates.append(sizes)
+    return candidates
+
+
+def _within_range(program: torch.export.ExportedProgram, symbol: sympy.Symbol, example: int, step: int) -> int:
+    """``example + step``, or ``example - step`` above the symbol's upper bound (``example ± 1`` if neither fits)."""
+    bounds = program.range_constraints.get(symbol)
+    lower, upper = (bounds.lower, bounds.upper) if bounds is not None else (0, sympy.oo)
+    for size in (example + step, example - step, example + 1, example - 1):
+        if lower <= size <= upper:
+            return size
+    return example
 
 
 def _redrawn(program: torch.export.ExportedProgram, inputs: Any, sizes: dict[sympy.Symbol, int]) -> tuple[tuple, dict]:

@@ -170,7 +170,49 @@ def test_the_second_size_check_fails_a_graph_right_only_at_the_example_size():
         export(AdaptivePool(), torch.randn(1, 2, 12, 12), spec=True)
     (error,) = second_size_results(info.value.export_output)
     assert error.level.name == "ERROR" and error.properties["secondSizeCheck"] == "failed"
-    assert error.message.startswith("The exported graph is only right at the example's sizes: at x_dim_0=2, x_dim_1=3, x_dim_2=13, x_dim_3=13")
+    assert error.message.startswith("The exported graph is only right at the example's sizes: at x_dim_0=2, x_dim_1=3, x_dim_2=19, x_dim_3=19")
+
+
+class PatchPositions(torch.nn.Module):
+    """Position embeddings of a 4x4 patch grid, interpolated only for another grid (as ViT-style models
+    do): torch.export drops the branch's guard, so the graph adds the 4x4 table at any size."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.patch = torch.nn.Conv2d(3, 8, 4, stride=4)
+        self.pos = torch.nn.Parameter(torch.randn(1, 8, 4, 4))
+
+    def forward(self, x):
+        y = self.patch(x)
+        if y.shape[-2:] == self.pos.shape[-2:]:
+            return y + self.pos
+        return y + torch.nn.functional.interpolate(self.pos, size=y.shape[-2:], mode="bilinear")
+
+
+def test_the_second_size_check_changes_sizes_seen_through_a_stride():
+    torch.manual_seed(0)
+    model, x = PatchPositions().eval(), torch.randn(2, 3, 16, 16)
+    unchecked = exporter.dynamo_export(model, x, export_options=exporter.ExportOptions(dynamic_shapes=True, second_size_check=False))
+    for size in (16, 17, 18, 19):  # one pixel more still makes a 4x4 grid: the wrong graph looks right
+        other = torch.randn(2, 3, size, size)
+        (actual,) = run_onnx_feeds(unchecked.model_proto, {"x": other.numpy()})
+        np.testing.assert_allclose(actual, model(other).detach().numpy(), rtol=1e-4, atol=1e-5)
+    with pytest.raises(exporter.OnnxExporterError) as info:
+        export(model, x, spec=True)
+    (error,) = second_size_results(info.value.export_output)
+    assert error.level.name == "ERROR" and error.properties["sizes"] == "x_dim_0=3, x_dim_2=25, x_dim_3=25"  # 16 + (16 // 2 | 1)
+
+
+class HalvedAndDoubled(torch.nn.Module):
+    """Runs only at even heights and widths (pooled by 2, scaled back, added to the input)."""
+
+    def forward(self, x):
+        return x + torch.nn.functional.interpolate(torch.nn.functional.avg_pool2d(x, 2), scale_factor=2.0)
+
+
+def test_the_second_size_check_tries_twice_the_size_where_the_model_needs_it():
+    (passed,) = second_size_results(export(HalvedAndDoubled(), torch.randn(1, 2, 6, 6), spec=True))
+    assert passed.level.name == "NOTE" and passed.message == "Second-size check passed at x_dim_0=2, x_dim_1=4, x_dim_2=12, x_dim_3=12."
 
 
 def test_the_second_size_check_passes_a_dynamic_graph_and_can_be_turned_off():
