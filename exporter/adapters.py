@@ -124,7 +124,9 @@ def flatten_outputs(outputs: Any) -> list[Any]:
     """The leaves of a model's outputs: pytree containers and dataclasses are opened, None dropped.
 
     The exporter captures the model with this applied to its outputs, so plain dataclasses need
-    no pytree registration.
+    no pytree registration. Numbers inside other registered objects (caches) are not outputs: their
+    flattening may keep a Python int in its context but a symbolic one as a leaf (a sliding-window
+    cache's length), so eager and captured outputs would flatten to different counts.
     """
     if outputs is None:
         return []
@@ -133,7 +135,12 @@ def flatten_outputs(outputs: Any) -> list[Any]:
     children, _ = pytree.tree_flatten(outputs, is_leaf=lambda x: x is not outputs)
     if len(children) == 1 and children[0] is outputs:
         return [outputs]
+    if not isinstance(outputs, (tuple, list, dict)):
+        children = [c for c in children if not isinstance(c, _NUMBERS)]
     return [leaf for child in children for leaf in flatten_outputs(child)]
+
+
+_NUMBERS = (int, float, bool, torch.SymInt, torch.SymFloat, torch.SymBool)
 
 
 class UnsupportedOutputError(TypeError):

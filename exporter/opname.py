@@ -33,8 +33,9 @@ class OpName:
             return cls.from_qualified_name(target.name())
         if isinstance(target, torch._ops.HigherOrderOperator):
             return cls("higher_order", target.name())
-        if callable(target) and getattr(target, "__module__", None) in ("_operator", "math"):
-            return cls(target.__module__, target.__name__)
+        module, name = getattr(target, "__module__", None), getattr(target, "__name__", "")
+        if callable(target) and (module in ("_operator", "math") or (module == "torch" and name.startswith("sym_"))):
+            return cls(module, name)  # Python's operators on symbolic sizes, and torch.sym_min & co.
         return None
 
     def qualified_name(self) -> str:

@@ -139,7 +139,7 @@ class OnnxRegistry:
 def _resolve_targets(names: frozenset[OpName]) -> frozenset[Callable]:
     targets: set[Callable] = set()
     for name in names:
-        if name.namespace in ("_operator", "math"):
+        if name.namespace in ("_operator", "math", "torch"):  # functions, not OpOverloads
             continue
         packet = getattr(getattr(torch.ops, name.namespace, None), name.op_name, None)
         overload = getattr(packet, name.overload, None) if packet is not None else None

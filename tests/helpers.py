@@ -54,7 +54,8 @@ def expected_outputs(outputs: Any) -> list[torch.Tensor]:
 
     Sequences in order, mappings (Hugging Face ``ModelOutput`` included, which holds only its set
     fields) in key order, dataclasses by field; Hugging Face cache objects by attribute, as
-    transformers registers them for torch.export. ``None`` and non-tensor leaves are dropped; complex
+    transformers registers them for torch.export; other objects registered with pytree as they
+    flatten. ``None`` and non-tensor leaves are dropped; complex
     tensors become their real view.
     """
     if isinstance(outputs, torch.Tensor):
@@ -67,6 +68,8 @@ def expected_outputs(outputs: Any) -> list[torch.Tensor]:
         children = [getattr(outputs, f.name) for f in dataclasses.fields(outputs)]
     elif type(outputs).__module__.startswith("transformers.") and hasattr(outputs, "__dict__"):
         children = list(vars(outputs).values())  # caches and their layers: attributes in order
+    elif type(outputs) in torch.utils._pytree.SUPPORTED_NODES:  # other registered objects: as they flatten
+        children = torch.utils._pytree.SUPPORTED_NODES[type(outputs)].flatten_fn(outputs)[0]
     else:  # None, Python numbers and strings are not graph outputs
         return []
     return [leaf for child in children for leaf in expected_outputs(child)]

@@ -52,6 +52,38 @@ def test_nested_inputs_none_kwargs_and_dataclass_outputs():
     assert_matches_eager(export_output, model, (inputs, pair), {"scale": 0.5, "mask": None})
 
 
+class Window:
+    """A cache-like output whose flattening (like transformers' caches') keeps its length in the
+    context when it is a Python int, and as a leaf when it is symbolic."""
+
+    def __init__(self, keys: torch.Tensor, length) -> None:
+        self.keys, self.length = keys, length
+
+
+def _flatten_window(window: Window):
+    symbolic = isinstance(window.length, torch.SymInt)
+    return ([window.keys, window.length] if symbolic else [window.keys]), (None if symbolic else window.length)
+
+
+def _unflatten_window(leaves, length) -> Window:
+    return Window(leaves[0], leaves[1] if length is None else length)
+
+
+torch.utils._pytree.register_pytree_node(Window, _flatten_window, _unflatten_window)
+
+
+class WindowModel(torch.nn.Module):
+    def forward(self, x):
+        return x * 2, Window(x + 1, x.shape[1])
+
+
+def test_numbers_inside_registered_objects_are_not_outputs():
+    x = torch.randn(2, 5)
+    export_output = exporter.dynamo_export(WindowModel(), x, export_options=exporter.ExportOptions(dynamic_shapes=True))
+    assert len(export_output.model_proto.graph.output) == 2  # x * 2 and the keys; not the length
+    assert_matches_eager(export_output, WindowModel(), (x,), run_args=(torch.randn(3, 7),))
+
+
 def test_tensor_kwarg_input():
     model = NestedModel()
     inputs, pair = _inputs()

@@ -69,3 +69,33 @@ def test_adaptive_average_pooling_is_right_at_every_size(output_size):
         export_output = exporter.dynamo_export(model, x, export_options=exporter.ExportOptions(dynamic_shapes=dynamic))
         assert_matches_eager(export_output, model, (x,))
     assert_matches_eager(export_output, model, (x,), run_args=(torch.randn(3, 3, 15, 7),))
+
+
+@pytest.mark.parametrize("output_size", [1, 3, 5], ids=str)
+def test_adaptive_average_pooling_1d_is_right_at_every_size(output_size):
+    """The pooling of Swin's and audio models' heads; batched and unbatched (channels, length) inputs."""
+    model = torch.nn.AdaptiveAvgPool1d(output_size)
+    for x, other in ((torch.randn(2, 4, 12), torch.randn(3, 4, 17)), (torch.randn(4, 12), torch.randn(4, 17))):
+        program = FXGraphExtractor().generate_fx(model, (x,), {}, dynamic_shapes=True, ctx=DiagnosticContext())
+        assert decompose.untranslatable_targets(program, default_registry()) == set()
+        export_output = exporter.dynamo_export(model, x, export_options=exporter.ExportOptions(dynamic_shapes=True))
+        assert_matches_eager(export_output, model, (x,))
+        assert_matches_eager(export_output, model, (x,), run_args=(other,))
+
+
+class WindowOfSizes(torch.nn.Module):
+    """A square window as large as the smaller side (Swin's ``min(window, resolution)``), padded to the larger."""
+
+    def forward(self, x):
+        h, w = x.shape[-2], x.shape[-1]
+        side, pad = torch.sym_min(h, w), torch.sym_max(h, w)
+        return torch.nn.functional.pad(x[..., :side, :side], (0, pad - side, 0, pad - side))
+
+
+def test_min_and_max_of_symbolic_sizes_translate():
+    model, x = WindowOfSizes(), torch.randn(2, 5, 7)
+    program = FXGraphExtractor().generate_fx(model, (x,), {}, dynamic_shapes=True, ctx=DiagnosticContext())
+    assert {torch.sym_min, torch.sym_max} <= {n.target for n in program.graph.nodes}
+    export_output = exporter.dynamo_export(model, x, export_options=exporter.ExportOptions(dynamic_shapes=True))
+    for other in (x, torch.randn(3, 6, 4), torch.randn(1, 3, 3)):
+        assert_matches_eager(export_output, model, (x,), run_args=(other,))

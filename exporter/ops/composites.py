@@ -1,4 +1,5 @@
-"""Composite PyTorch operators that torch.export keeps whole and torchlib does not translate.
+"""Composite PyTorch operators that torch.export keeps whole and torchlib does not translate (and
+``torch.sym_min``/``sym_max`` on symbolic sizes).
 
 Each is built from torchlib's own functions. Without them the exporter decomposes every such node
 with a ``make_fx`` trace (~5 ms per distinct signature), most of a CNN export's passes stage.
@@ -53,6 +54,14 @@ def adaptive_avg_pool2d(self, output_size: Sequence[int]):
     return op.MatMul(op.MatMul(height, self), op.Transpose(width, perm=[1, 0]))
 
 
+@_traced
+def adaptive_avg_pool1d(self, output_size: Sequence[int]):
+    """`adaptive_avg_pool2d`'s averaging, along the last axis only."""
+    if output_size[0] == 1:
+        return core.aten_mean_dim(self, [-1], True)
+    return op.MatMul(self, op.Transpose(_window_weights(op.Shape(self, start=-1), output_size[0], self), perm=[1, 0]))
+
+
 def _window_weights(size, out: int, like):
     """The ``[out, size]`` matrix whose row i averages adaptive pooling window i of an axis of `size`."""
     zero, one, count = op.Constant(value_int=0), op.Constant(value_int=1), op.Constant(value_int=out)
@@ -99,6 +108,7 @@ FUNCTIONS = {
     OpName("aten", "batch_norm"): batch_norm,
     OpName("aten", "adaptive_avg_pool2d"): adaptive_avg_pool2d,
     OpName("aten", "_adaptive_avg_pool2d"): adaptive_avg_pool2d,
+    OpName("aten", "adaptive_avg_pool1d"): adaptive_avg_pool1d,
     OpName("aten", "to", "dtype"): to_dtype,
     OpName("aten", "to", "device"): to_device,
     OpName("aten", "to", "dtype_layout"): to_dtype_layout,
@@ -107,5 +117,7 @@ FUNCTIONS = {
     OpName("aten", "__xor__", "Tensor"): core.aten_bitwise_xor,
     OpName("aten", "min", "other"): core.aten_minimum,
     OpName("aten", "max", "other"): core.aten_maximum,
+    OpName("torch", "sym_min"): core.aten_minimum,  # on symbolic sizes: min(window, resolution)
+    OpName("torch", "sym_max"): core.aten_maximum,
 }
 """ONNX functions for composite operators torchlib does not translate."""
