@@ -327,7 +327,8 @@ def _none_means_default(function: Any, args: list[Any], kwargs: dict[str, Any]) 
     An optional ATen argument that is None (given, or filled in from the ATen schema) means "the
     default"; torchlib spells many defaults differently (``dtype: int = -1``, ``layout: str = ""``)
     and its traced bodies test for that value, not for None. So a None attribute takes the
-    function's default, and is left out where the function has none.
+    function's default, and is left out where the function has none, or no such parameter (an
+    argument newer than torchlib's function, like ``stft``'s ``align_to_window``).
     """
     signature = getattr(function, "op_signature", None)
     if signature is None:
@@ -347,7 +348,8 @@ def _none_means_default(function: Any, args: list[Any], kwargs: dict[str, Any]) 
                 kwargs[param.name] = default
             else:
                 del kwargs[param.name]
-    return args, kwargs
+    names = {param.name for param in signature.params}
+    return args, {name: value for name, value in kwargs.items() if name in names or value is not None}
 
 
 def _is_fake(tensor: torch.Tensor) -> bool:

@@ -870,6 +870,20 @@ def build_fft_view_as_real(batch: int = 2, n: int = 16) -> Built:
     return FFTViewAsReal(), (torch.randn(batch, n),), {}
 
 
+class LogSpectrogram(nn.Module):
+    """An audio front end: short-time Fourier transform with a Hann window, log magnitude."""
+
+    def forward(self, signal: torch.Tensor) -> torch.Tensor:
+        window = torch.hann_window(16, device=signal.device)
+        spectrum = torch.stft(signal, n_fft=16, hop_length=4, window=window, return_complex=True)
+        return torch.log1p(spectrum.abs())
+
+
+@case("stft_log_spectrogram", dims={"signal": ("signal_dim_0", "signal_dim_1")}, second={"batch": 3, "n": 100}, tags=("complex", "audio"))
+def build_stft_log_spectrogram(batch: int = 2, n: int = 64) -> Built:
+    return LogSpectrogram(), (torch.randn(batch, n),), {}
+
+
 class SpectralConv1d(nn.Module):
     """Fourier Neural Operator layer: rfft, complex weights on low modes, irfft."""
 
@@ -1037,6 +1051,28 @@ def build_type_promotion(rows: int = 3, cols: int = 4) -> Built:
     small = torch.randint(0, 4, (rows, cols), dtype=torch.int32)
     flags = torch.rand(rows, cols) > 0.5
     return TypePromotion(), (counts, small, torch.randn(rows, cols), flags), {}
+
+
+class SizePromotion(nn.Module):
+    """Tensors combined with their own sizes, which are symbolic in a dynamic export (int64 in ONNX)."""
+
+    def forward(self, x: torch.Tensor, small: torch.Tensor) -> dict[str, torch.Tensor]:
+        return {
+            "mean_by_size": x.sum(-1) / x.shape[-1],  # float32 / size -> float32
+            "mean_by_numel": x.sum() / x.numel(),
+            "scaled_by_size": x * x.shape[0],
+            "int32_plus_size": small + x.shape[1],  # int32 + size -> int32
+        }
+
+
+@case(
+    "size_promotion",
+    dims={"x": ("x_dim_0", "x_dim_1"), "small": ("small_dim_0", "small_dim_1")},
+    second={"rows": 4, "cols": 7},
+    tags=("promotion",),
+)
+def build_size_promotion(rows: int = 3, cols: int = 5) -> Built:
+    return SizePromotion(), (torch.randn(rows, cols), torch.randint(0, 4, (rows, cols), dtype=torch.int32)), {}
 
 
 # --------------------------------------------------------------------------------------

@@ -83,19 +83,21 @@ def test_adaptive_average_pooling_1d_is_right_at_every_size(output_size):
         assert_matches_eager(export_output, model, (x,), run_args=(other,))
 
 
-class WindowOfSizes(torch.nn.Module):
-    """A square window as large as the smaller side (Swin's ``min(window, resolution)``), padded to the larger."""
+class SizeArithmetic(torch.nn.Module):
+    """Functions of symbolic sizes: a square window as large as the smaller side (Swin's
+    ``min(window, resolution)``) padded to the larger, a mean by ``numel()``, a scale by ``float(h)``."""
 
     def forward(self, x):
         h, w = x.shape[-2], x.shape[-1]
         side, pad = torch.sym_min(h, w), torch.sym_max(h, w)
-        return torch.nn.functional.pad(x[..., :side, :side], (0, pad - side, 0, pad - side))
+        window = torch.nn.functional.pad(x[..., :side, :side], (0, pad - side, 0, pad - side))
+        return window, x.sum() / x.numel(), x * torch.sym_float(h)
 
 
-def test_min_and_max_of_symbolic_sizes_translate():
-    model, x = WindowOfSizes(), torch.randn(2, 5, 7)
+def test_functions_of_symbolic_sizes_translate():
+    model, x = SizeArithmetic(), torch.randn(2, 5, 7)
     program = FXGraphExtractor().generate_fx(model, (x,), {}, dynamic_shapes=True, ctx=DiagnosticContext())
-    assert {torch.sym_min, torch.sym_max} <= {n.target for n in program.graph.nodes}
+    assert {torch.sym_min, torch.sym_max, torch.sym_float, torch.ops.aten.sym_numel.default} <= {n.target for n in program.graph.nodes}
     export_output = exporter.dynamo_export(model, x, export_options=exporter.ExportOptions(dynamic_shapes=True))
     for other in (x, torch.randn(3, 6, 4), torch.randn(1, 3, 3)):
         assert_matches_eager(export_output, model, (x,), run_args=(other,))

@@ -190,3 +190,21 @@ def test_batch_norm_translates_without_a_trace(no_whole_program_decomposition, t
     decompose.decompose(program, default_registry())
     assert traced == []  # relu_ became relu; batch_norm is translated as it is
     assert torch.ops.aten.batch_norm.default in _targets(program)
+
+
+class Cosine(torch.nn.Module):
+    def forward(self, a, b):
+        return torch.nn.functional.cosine_similarity(a, b, dim=1)
+
+
+@pytest.mark.parametrize("dynamic", [False, True], ids=["static", "dynamic"])
+def test_a_decomposition_that_mutates_its_temporaries_is_spliced_functionally(no_whole_program_decomposition, dynamic):
+    """cosine_similarity's decomposition clamps its norms in place (``clamp_min_``)."""
+    a, b = torch.randn(3, 5), torch.randn(3, 5)
+    program = decompose.decompose(_capture(Cosine(), a, b, dynamic=dynamic), default_registry())
+    assert not any(t._schema.is_mutable for t in _targets(program) if hasattr(t, "_schema"))
+    assert decompose.untranslatable_targets(program, default_registry()) == set()
+    export_output = exporter.dynamo_export(Cosine(), a, b, export_options=exporter.ExportOptions(dynamic_shapes=dynamic))
+    assert_matches_eager(export_output, Cosine(), (a, b))
+    a[0] = 0.0  # a zero norm: the clamp to eps is what keeps it finite
+    assert_matches_eager(export_output, Cosine(), (a, b), run_args=(a, b) if not dynamic else (torch.cat([a, a]), torch.cat([b, b])))

@@ -242,7 +242,7 @@ NOT_SWEPT = {
     "aten::nll_loss.default": "F.nll_loss is captured as nll_loss_nd",
     "aten::nll_loss_forward.default": "reached through nll_loss_nd's decomposition (swept as nll_loss_nd)",
     "aten::bincount.default": "data-dependent output size",
-    "aten::stft.default": "complex output; covered by the corpus' spectral models",
+    "aten::stft.default": "complex output; covered by the corpus' stft_log_spectrogram",
     "aten::special_log_softmax.default": "torch.special.log_softmax is captured as log_softmax.int",
     "aten::special_softmax.default": "torch.special.softmax is captured as softmax.int",
     "aten::empty_strided.default": "not produced by torch.export from Python code",

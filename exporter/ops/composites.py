@@ -1,5 +1,5 @@
 """Composite PyTorch operators that torch.export keeps whole and torchlib does not translate (and
-``torch.sym_min``/``sym_max`` on symbolic sizes).
+functions of symbolic sizes: ``torch.sym_min``, ``sym_max``, ``sym_float``, ``x.numel()``).
 
 Each is built from torchlib's own functions. Without them the exporter decomposes every such node
 with a ``make_fx`` trace (~5 ms per distinct signature), most of a CNN export's passes stage.
@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from onnxscript import FLOAT
 from onnxscript import opset18 as op
 from onnxscript import values
 from onnxscript.function_libs.torch_lib.ops import core
@@ -76,6 +77,18 @@ def _window_weights(size, out: int, like):
 
 
 @_traced
+def sym_numel(self):
+    """``x.numel()`` of a tensor with symbolic sizes."""
+    return op.ReduceProd(op.Shape(self), keepdims=0)
+
+
+@_traced
+def sym_float(self):
+    """``float(n)`` of a symbolic size, in single precision as torchlib's ``truediv`` of sizes."""
+    return op.Cast(self, to=FLOAT.dtype)
+
+
+@_traced
 def to_dtype(self, dtype: int = -1, non_blocking: bool = False, copy: bool = False, memory_format: str = ""):
     """``x.to(dtype)``: a cast (one to the same type is removed by the optimizer)."""
     return core.aten__to_copy(self, dtype)
@@ -119,5 +132,7 @@ FUNCTIONS = {
     OpName("aten", "max", "other"): core.aten_maximum,
     OpName("torch", "sym_min"): core.aten_minimum,  # on symbolic sizes: min(window, resolution)
     OpName("torch", "sym_max"): core.aten_maximum,
+    OpName("torch", "sym_float"): sym_float,
+    OpName("aten", "sym_numel"): sym_numel,
 }
 """ONNX functions for composite operators torchlib does not translate."""

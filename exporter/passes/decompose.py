@@ -193,6 +193,10 @@ def _splice_decomposition(
 
         inputs = [a.meta["val"] for a, i in zip(flat_args, is_input) if i]
         traced = make_fx(call, decomposition_table=table, tracing_mode="symbolic", _allow_non_fake_inputs=True)(*inputs)
+        if any(isinstance(n.target, torch._ops.OpOverload) and n.target._schema.is_mutable for n in traced.graph.nodes):
+            # the decomposition mutates its own temporaries (cosine_similarity's clamp_min_): replayed functionally
+            functional = torch.func.functionalize(traced, remove="mutations")
+            traced = make_fx(functional, tracing_mode="symbolic", _allow_non_fake_inputs=True)(*inputs)
         traces[key] = traced
     graph = node.graph
     env = dict(zip([n for n in traced.graph.nodes if n.op == "placeholder"], [a for a, i in zip(flat_args, is_input) if i]))

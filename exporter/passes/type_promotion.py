@@ -38,6 +38,9 @@ _rule(Kind.DEFAULT, (1, 2), aten.where)
 _rule(Kind.DEFAULT, (0, 1, 2), aten.lerp, aten.addcmul, aten.addcdiv)
 
 
+# The dtypes of symbolic sizes in the ONNX graph (torchlib computes SymFloats in float32).
+_SYMBOLIC_DTYPES = {torch.SymInt: torch.int64, torch.SymFloat: torch.float32, torch.SymBool: torch.bool}
+
 # Reductions that accumulate bool/integer inputs in the (wider) dtype of their result.
 _RESULT_TYPED = {aten.sum, aten.prod, aten.cumsum, aten.cumprod}
 
@@ -82,22 +85,28 @@ def insert_type_promotion(module: torch.fx.GraphModule, ctx: DiagnosticContext) 
                 _, result_dtype = elementwise_dtypes(*values, type_promotion_kind=kind if kind != Kind.ALWAYS_BOOL else Kind.DEFAULT)
             except Exception:  # not promotable (e.g. unusual argument types): leave the node alone
                 continue
+        like = next(v for v in values if isinstance(v, torch.Tensor))
         for i, arg in promoted_args:
             val = _promotion_value(arg)
-            if not isinstance(arg, torch.fx.Node) or not isinstance(val, torch.Tensor) or val.dtype == result_dtype:
+            dtype = val.dtype if isinstance(val, torch.Tensor) else _SYMBOLIC_DTYPES.get(type(val))
+            if not isinstance(arg, torch.fx.Node) or dtype is None or dtype == result_dtype:
                 continue
             with module.graph.inserting_before(node):
-                cast = module.graph.call_function(torch.ops.prims.convert_element_type.default, (arg, result_dtype))
+                if isinstance(val, torch.Tensor):
+                    cast = module.graph.call_function(torch.ops.prims.convert_element_type.default, (arg, result_dtype))
+                    cast.meta["val"] = val.to(result_dtype)
+                else:  # a symbolic size (``x.sum() / x.shape[0]``): a scalar tensor of the computation's dtype
+                    cast = module.graph.call_function(torch.ops.aten.scalar_tensor.default, (arg,), {"dtype": result_dtype})
+                    cast.meta["val"] = like.new_empty((), dtype=result_dtype)
             cast.meta.update({k: v for k, v in node.meta.items() if k in ("stack_trace", "nn_module_stack")})
-            cast.meta["val"] = val.to(result_dtype)
             node.update_arg(i, cast)
             inserted += 1
             ctx.report(
                 rules.FX_NODE_INSERT_TYPE_PROMOTION,
                 Level.NONE,
-                f"Cast argument {i} of {node.name} ({node.target}) from {val.dtype} to {result_dtype}.",
+                f"Cast argument {i} of {node.name} ({node.target}) from {dtype} to {result_dtype}.",
                 node=node,
-                fromDtype=str(val.dtype),
+                fromDtype=str(dtype),
                 toDtype=str(result_dtype),
             )
     if inserted:
