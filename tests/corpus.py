@@ -1062,6 +1062,9 @@ class SizePromotion(nn.Module):
             "mean_by_numel": x.sum() / x.numel(),
             "scaled_by_size": x * x.shape[0],
             "int32_plus_size": small + x.shape[1],  # int32 + size -> int32
+            "power_of_size": x ** (x.shape[0] - 1),  # sizes as Scalar arguments
+            "filled_with_size": x.masked_fill(x > 0, x.shape[1]),
+            "clamped_to_size": (x * 10).clamp(max=x.shape[1]),
         }
 
 

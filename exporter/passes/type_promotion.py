@@ -1,4 +1,4 @@
-"""Explicit type promotion (FXE0015).
+"""Explicit type promotion (FXE0015), and symbolic sizes given where ATen takes a Scalar.
 
 ATen promotes mixed dtypes implicitly (``int_tensor + float_tensor`` computes in float); ONNX
 operators need inputs of one type. Before translation, tensor inputs of elementwise operators
@@ -58,6 +58,42 @@ def _kind(node: torch.fx.Node) -> tuple[Kind | None, tuple[int, ...]] | None:
     return _RULES.get(target.overloadpacket)
 
 
+def _symbolic_scalars_as_tensors(module: torch.fx.GraphModule, node: torch.fx.Node) -> int:
+    """A symbolic size given as a Scalar argument (``x ** (n - 1)``, ``x.masked_fill(m, n)``): the
+    operator's Tensor overload instead, with the size as a scalar tensor (torchlib takes a Scalar as
+    a constant). Returns how many arguments became tensors."""
+    target = node.target
+    if not isinstance(target, torch._ops.OpOverload):
+        return 0
+    params = target._schema.arguments
+    symbolic = {i for i, (param, arg) in enumerate(zip(params, node.args)) if _is(param.type, "NumberType") and type(_promotion_value(arg)) in _SYMBOLIC_DTYPES}
+    if not symbolic:
+        return 0
+    for name in target.overloadpacket.overloads():
+        overload = getattr(target.overloadpacket, name)
+        others = overload._schema.arguments
+        if len(others) == len(params) and all(
+            _is(b.type, "TensorType") if i in symbolic else str(a.type) == str(b.type) for i, (a, b) in enumerate(zip(params, others))
+        ):
+            break
+    else:
+        return 0
+    args = list(node.args)
+    like = next(v for v in (_promotion_value(a) for a in args) if isinstance(v, torch.Tensor))
+    for i in symbolic:
+        with module.graph.inserting_before(node):
+            args[i] = module.graph.call_function(torch.ops.aten.scalar_tensor.default, (args[i],), {"dtype": _SYMBOLIC_DTYPES[type(_promotion_value(args[i]))]})
+        args[i].meta.update({k: v for k, v in node.meta.items() if k in ("stack_trace", "nn_module_stack")})
+        args[i].meta["val"] = like.new_empty((), dtype=args[i].kwargs["dtype"])
+    node.target, node.args = overload, tuple(args)
+    return len(symbolic)
+
+
+def _is(jit_type: torch._C.JitType, kind: str) -> bool:
+    """Whether a schema type is `kind`, or an Optional of it."""
+    return jit_type.kind() == kind or (jit_type.kind() == "OptionalType" and jit_type.getElementType().kind() == kind)
+
+
 def _promotion_value(arg: object) -> object:
     if isinstance(arg, torch.fx.Node):
         return arg.meta.get("val")
@@ -70,6 +106,7 @@ def insert_type_promotion(module: torch.fx.GraphModule, ctx: DiagnosticContext) 
     for node in list(module.graph.nodes):
         if node.op != "call_function":
             continue
+        inserted += _symbolic_scalars_as_tensors(module, node)
         rule = _kind(node)
         if rule is None:
             continue
