@@ -19,7 +19,7 @@ from exporter.errors import OnnxExporterError, is_out_of_memory
 from exporter.fake import check_fake_consistency
 from exporter.options import ExportOptions
 from exporter.output import ExportOutput
-from exporter.passes import decompose, finalize, type_promotion
+from exporter.passes import decompose, finalize, inline_grad_regions, type_promotion
 from exporter.constants import DEFAULT_OPSET_VERSION, Stage
 from exporter.registry import default_registry
 from exporter.translate import GraphTranslator, TranslationError
@@ -171,7 +171,9 @@ class Exporter:
             raise OnnxExporterErrorWithin(str(e)) from e
 
     def _run_passes(self, program: torch.export.ExportedProgram) -> torch.export.ExportedProgram:
-        """Decomposition (with functionalization), then explicit type promotion (FXE0010/FXE0015)."""
+        """Grad-mode regions inlined, decomposition (with functionalization), then explicit type
+        promotion (FXE0010/FXE0015)."""
+        self._fx_pass("inline grad regions", lambda: inline_grad_regions.inline_grad_regions(program))
         program = self._fx_pass("decompose", lambda: decompose.decompose(program, self.registry))
         modules = [m for m in program.graph_module.modules() if isinstance(m, torch.fx.GraphModule)]
         self._fx_pass("type promotion", lambda: sum(type_promotion.insert_type_promotion(m, self.ctx) for m in modules))

@@ -208,3 +208,17 @@ def test_a_decomposition_that_mutates_its_temporaries_is_spliced_functionally(no
     assert_matches_eager(export_output, Cosine(), (a, b))
     a[0] = 0.0  # a zero norm: the clamp to eps is what keeps it finite
     assert_matches_eager(export_output, Cosine(), (a, b), run_args=(a, b) if not dynamic else (torch.cat([a, a]), torch.cat([b, b])))
+
+
+def test_a_node_whose_trace_fails_sends_the_program_through_the_whole_decomposition(monkeypatch):
+    """XLNet's dynamic export traces a node whose input carries a symbol without a range."""
+
+    def failing_make_fx(*args, **kwargs):
+        raise AssertionError("vr must not be None for symbol s53")
+
+    monkeypatch.setattr(decompose, "make_fx", failing_make_fx)
+    x = torch.randn(3, 5)
+    program = decompose.decompose(_capture(Std(), x), default_registry())
+    assert decompose.untranslatable_targets(program, default_registry()) == set()
+    export_output = exporter.dynamo_export(Std(), x)
+    assert_matches_eager(export_output, Std(), (x,))

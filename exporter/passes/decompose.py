@@ -14,8 +14,9 @@ need none: `exporter.ops.composites` translates them):
   trace.
 
 A program whose mutations cannot be rewritten locally (in-place ops on inputs, buffers or views),
-or that decomposes ops on complex tensors (whose real representation the spliced shape arithmetic
-would not know), still goes through `run_decompositions` as a whole.
+that decomposes ops on complex tensors (whose real representation the spliced shape arithmetic
+would not know), or with a node whose decomposition cannot be traced on its own inputs, still goes
+through `run_decompositions` as a whole.
 """
 
 from __future__ import annotations
@@ -78,11 +79,16 @@ def decompose(program: torch.export.ExportedProgram, registry: OnnxRegistry) -> 
         return program.run_decompositions(onnx_friendly_decomposition_table(registry, {n.target for n in nodes}))
     table = onnx_friendly_decomposition_table(registry, {n.target for n in nodes}) if nodes else {}
     traces: dict[tuple, torch.fx.GraphModule] = {}
-    for module in _graph_modules(program):
-        for node in [n for n in module.graph.nodes if n.op == "call_function" and _needs_decomposition(n, registry)]:
-            _splice_decomposition(node, table, traces)
-        module.graph.eliminate_dead_code()
-        module.recompile()
+    try:
+        for module in _graph_modules(program):
+            for node in [n for n in module.graph.nodes if n.op == "call_function" and _needs_decomposition(n, registry)]:
+                _splice_decomposition(node, table, traces)
+            module.graph.eliminate_dead_code()
+            module.recompile()
+    except Exception:  # a node whose inputs' symbols a trace of its own cannot take (XLNet): the whole program
+        for module in _graph_modules(program):  # the splices done so far are complete and kept
+            module.recompile()
+        return program.run_decompositions(table)
     return program
 
 

@@ -1,0 +1,61 @@
+"""Grad-mode regions inside ``forward`` (``with torch.no_grad():``, ``@torch.no_grad()`` helpers, as
+in sinusoidal position embeddings): inlined, right in onnxruntime, located at their lines."""
+
+from __future__ import annotations
+
+import inspect
+
+import pytest
+import torch
+
+import exporter
+from exporter.capture import FXGraphExtractor
+from exporter.diagnostics import DiagnosticContext
+from exporter.diagnostics.locations import stack_of
+from exporter.passes import inline_grad_regions
+from helpers import assert_matches_eager
+
+
+@torch.no_grad()
+def positions(x: torch.Tensor) -> torch.Tensor:
+    steps = torch.arange(x.shape[-1], dtype=x.dtype)
+    return torch.sin(steps / 10.0)  # sinusoidal positions
+
+
+class GradRegions(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.proj = torch.nn.Linear(6, 6)
+
+    def forward(self, x):
+        with torch.no_grad():
+            scale = x.abs().amax(-1, keepdim=True) + 1.0  # in a no_grad region
+            with torch.enable_grad():
+                shift = scale * 0.5  # nested: grad enabled again
+        return self.proj(x / scale + shift) + positions(x)
+
+
+def _line(text: str) -> int:
+    lines, start = inspect.getsourcelines(GradRegions.forward)
+    return start + next(i for i, line in enumerate(lines) if text in line)
+
+
+def test_regions_are_inlined_with_their_lines():
+    program = FXGraphExtractor().generate_fx(GradRegions(), (torch.randn(2, 6),), {}, dynamic_shapes=False, ctx=DiagnosticContext())
+    wrapper = torch.ops.higher_order.wrap_with_set_grad_enabled
+    assert any(n.target is wrapper for n in program.graph.nodes)
+    assert inline_grad_regions.inline_grad_regions(program) >= 2  # the region, and the one nested in it
+    nodes = [n for m in program.graph_module.modules() if isinstance(m, torch.fx.GraphModule) for n in m.graph.nodes]
+    assert not any(n.target is wrapper for n in nodes)
+    lines = {stack_of(n)[0].line for n in program.graph.nodes if n.op == "call_function" and stack_of(n)}
+    assert {_line("x.abs().amax("), _line("scale * 0.5")} <= lines
+
+
+@pytest.mark.parametrize("dynamic", [False, True], ids=["static", "dynamic"])
+def test_regions_compute_what_eager_computes(dynamic):
+    torch.manual_seed(0)
+    model, x = GradRegions().eval(), torch.randn(2, 6)
+    export_output = exporter.dynamo_export(model, x, export_options=exporter.ExportOptions(dynamic_shapes=dynamic))
+    assert_matches_eager(export_output, model, (x,))
+    if dynamic:
+        assert_matches_eager(export_output, model, (x,), run_args=(torch.randn(5, 6),))
