@@ -870,6 +870,19 @@ def build_fft_view_as_real(batch: int = 2, n: int = 16) -> Built:
     return FFTViewAsReal(), (torch.randn(batch, n),), {}
 
 
+class FourierMixing(nn.Module):
+    """FNet's token mixing: the real part of a 2-D FFT over sequence and hidden axes of a real input
+    (which PyTorch makes complex first)."""
+
+    def forward(self, hidden: torch.Tensor) -> torch.Tensor:
+        return torch.fft.fftn(hidden, dim=(1, 2)).real
+
+
+@case("fft_fourier_mixing", dims={"hidden": ("hidden_dim_0", "hidden_dim_1", "hidden_dim_2")}, second={"batch": 3, "seq": 11}, tags=("complex",))
+def build_fft_fourier_mixing(batch: int = 2, seq: int = 8) -> Built:
+    return FourierMixing(), (torch.randn(batch, seq, 16),), {}
+
+
 class LogSpectrogram(nn.Module):
     """An audio front end: short-time Fourier transform with a Hann window, log magnitude."""
 

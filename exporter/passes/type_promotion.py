@@ -1,4 +1,5 @@
-"""Explicit type promotion (FXE0015), and symbolic sizes given where ATen takes a Scalar.
+"""Explicit type promotion (FXE0015), symbolic sizes given where ATen takes a Scalar, and real
+tensors made complex.
 
 ATen promotes mixed dtypes implicitly (``int_tensor + float_tensor`` computes in float); ONNX
 operators need inputs of one type. Before translation, tensor inputs of elementwise operators
@@ -89,6 +90,28 @@ def _symbolic_scalars_as_tensors(module: torch.fx.GraphModule, node: torch.fx.No
     return len(symbolic)
 
 
+def _real_to_complex(module: torch.fx.GraphModule, node: torch.fx.Node) -> int:
+    """``x.to(torch.complex64)`` of a real tensor (FFTs of real inputs): ``complex(x, 0)`` (complex
+    tensors are their real representation in ONNX, so a cast alone would drop the imaginary axis)."""
+    if node.target is not torch.ops.aten._to_copy.default:
+        return 0
+    val, source = node.meta.get("val"), _promotion_value(node.args[0])
+    if not (isinstance(val, torch.Tensor) and val.is_complex() and isinstance(source, torch.Tensor) and not source.is_complex()):
+        return 0
+    real_dtype = val.real.dtype
+    graph = module.graph
+    with graph.inserting_before(node):
+        real = graph.call_function(torch.ops.prims.convert_element_type.default, (node.args[0], real_dtype))
+        imag = graph.call_function(torch.ops.aten.zeros_like.default, (real,))
+        pair = graph.call_function(torch.ops.aten.complex.default, (real, imag))
+    for new, value in ((real, source.to(real_dtype)), (imag, source.to(real_dtype)), (pair, val)):
+        new.meta.update({k: v for k, v in node.meta.items() if k in ("stack_trace", "nn_module_stack")})
+        new.meta["val"] = value
+    node.replace_all_uses_with(pair)
+    graph.erase_node(node)
+    return 1
+
+
 def _is(jit_type: torch._C.JitType, kind: str) -> bool:
     """Whether a schema type is `kind`, or an Optional of it."""
     return jit_type.kind() == kind or (jit_type.kind() == "OptionalType" and jit_type.getElementType().kind() == kind)
@@ -106,7 +129,7 @@ def insert_type_promotion(module: torch.fx.GraphModule, ctx: DiagnosticContext) 
     for node in list(module.graph.nodes):
         if node.op != "call_function":
             continue
-        inserted += _symbolic_scalars_as_tensors(module, node)
+        inserted += _symbolic_scalars_as_tensors(module, node) + _real_to_complex(module, node)
         rule = _kind(node)
         if rule is None:
             continue
