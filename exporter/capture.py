@@ -121,7 +121,8 @@ class FXGraphExtractor:
                     strategy=name,
                 )
                 continue
-            if oblivious and (carried := dynamic.still_symbolic(program, fixed)):  # right only at the example size: capture as torch.export does
+            # right only at the example size, or not even there (a squeeze of a size 1): capture as torch.export does
+            if oblivious and (carried := dynamic.still_symbolic(program, fixed) or dynamic.squeezed_at_one(program)):
                 ctx.report(rules.GRAPH_CAPTURE, Level.NONE, f"{name}: the code fixes a size of 0 or 1; capturing again.", strategy=name)
                 continue
             attempt = CaptureAttempt(name, time.perf_counter() - start)

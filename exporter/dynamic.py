@@ -26,7 +26,7 @@ from torch._guards import TracingContext
 from torch.export.dynamic_shapes import _DerivedDim, _Dim, _DimHint
 from torch.fx.experimental.symbolic_shapes import ShapeEnv
 
-from exporter.diagnostics.locations import Frame, is_user_file
+from exporter.diagnostics.locations import Frame, is_user_file, stack_of
 
 _EXPORTER = os.path.dirname(os.path.abspath(__file__)) + os.sep
 _SOURCE = re.compile(r"^L\['(?:flat_args'\]\[(?P<index>\d+)\]|(?P<name>\w+)'\])\.size\(\)\[(?P<dim>\d+)\]$")
@@ -136,6 +136,34 @@ def still_symbolic(program: torch.export.ExportedProgram, fixed: list[Specializa
         s for s in fixed
         if any(s.matches(name, i, d) and is_symbolic(size) for i, (name, val) in enumerate(inputs) for d, size in enumerate(val.shape))
     ]
+
+
+_SQUEEZES = (torch.ops.aten.squeeze.default, torch.ops.aten.squeeze.dim, torch.ops.aten.squeeze.dims)
+
+
+def squeezed_at_one(program: torch.export.ExportedProgram) -> list[Specialization]:
+    """Input dimensions of example size 1 that a ``squeeze`` reads while size-oblivious capture keeps
+    them symbolic: it then squeezes nothing (a symbolic size is taken for not 1), though PyTorch
+    removes them at the example's size. Captured again as torch.export does, they are static."""
+    inputs = [(index, val) for index, (_, val) in enumerate(user_inputs(program))]
+    found = []
+    for node in program.graph.nodes:
+        val = node.args[0].meta.get("val") if node.op == "call_function" and node.target in _SQUEEZES else None
+        if not isinstance(val, torch.Tensor) or val.dim() == 0:
+            continue
+        dims = node.args[1] if len(node.args) > 1 else range(val.dim())
+        for d in dims if isinstance(dims, (list, tuple, range)) else [dims]:
+            size = val.shape[d % val.dim()]
+            if not (is_symbolic(size) and size.node.expr.is_Symbol and size.node.hint == 1):
+                continue
+            frames = [f for f in stack_of(node) if f.is_user_code]
+            found += [
+                Specialization(f"L['flat_args'][{index}].size()[{i}]", 1, frames)
+                for index, input_val in inputs
+                for i, s in enumerate(input_val.shape)
+                if is_symbolic(s) and s.node.expr == size.node.expr
+            ]
+    return found
 
 
 def is_symbolic(size: Any) -> bool:

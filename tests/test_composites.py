@@ -101,3 +101,19 @@ def test_functions_of_symbolic_sizes_translate():
     export_output = exporter.dynamo_export(model, x, export_options=exporter.ExportOptions(dynamic_shapes=True))
     for other in (x, torch.randn(3, 6, 4), torch.randn(1, 3, 3)):
         assert_matches_eager(export_output, model, (x,), run_args=(other,))
+
+
+class Squeezes(torch.nn.Module):
+    """``squeeze`` of given axes removes only those of size 1 (torchlib's fails on the others)."""
+
+    def forward(self, x):
+        return x.squeeze((0, 1)), x.squeeze(1), x.squeeze(-1), torch.atleast_3d(x[0]).squeeze(0), x.squeeze()
+
+
+@pytest.mark.parametrize("dynamic", [False, True], ids=["static", "dynamic"])
+def test_squeeze_removes_only_axes_of_size_1(dynamic):
+    x = torch.randn(1, 3, 1)
+    export_output = exporter.dynamo_export(Squeezes(), x, export_options=exporter.ExportOptions(dynamic_shapes=dynamic))
+    assert_matches_eager(export_output, Squeezes(), (x,))
+    if dynamic:
+        assert_matches_eager(export_output, Squeezes(), (x,), run_args=(torch.randn(1, 5, 1),))

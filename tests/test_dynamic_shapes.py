@@ -73,6 +73,25 @@ def test_a_batch_1_example_keeps_the_batch_symbolic():
     assert (note.stack[0].path, note.stack[0].line) == (HERE, line_of("return self.linear(x).softmax(-1)"))
 
 
+class SqueezesTheBatch(torch.nn.Module):
+    def forward(self, x):
+        return x.squeeze(0) * 2  # batch 1 in, no batch out
+
+
+def test_a_squeezed_size_1_is_static_and_located():
+    """Size-oblivious capture takes a symbolic size for not 1, so the squeeze would remove nothing
+    even at the example's size: that dimension is captured static, as torch.export does."""
+    x = torch.randn(1, 3)
+    out = export(SqueezesTheBatch(), x, spec=True)
+    assert input_dims(out) == {"x": [1, "x_dim_1"]}
+    (actual,) = run_onnx_feeds(out.model_proto, {"x": x.numpy()})
+    assert actual.shape == (3,)
+    np.testing.assert_allclose(actual, (x.squeeze(0) * 2).numpy())
+    (note,) = fxe0020(out)
+    assert (note.properties["input"], note.properties["dim"], note.properties["size"]) == ("x", 0, 1)
+    assert (note.stack[0].path, note.stack[0].line) == (HERE, line_of("return x.squeeze(0) * 2"))
+
+
 def test_a_dimension_the_code_fixes_is_a_warning_at_that_line():
     out = export(FixesWidth(), torch.randn(2, 6), spec={"x": {0: Dim("batch"), 1: Dim.AUTO}})
     assert input_dims(out) == {"x": ["batch", 6]}

@@ -15,6 +15,7 @@ from onnxscript import values
 from onnxscript.function_libs.torch_lib.ops import core
 
 from exporter.constants import DOMAIN_COMPOSITES
+from exporter.ops import corrections
 from exporter.opname import OpName
 
 
@@ -119,6 +120,7 @@ def to_dtype_layout(
 
 FUNCTIONS = {
     OpName("aten", "batch_norm"): batch_norm,
+    OpName("aten", "squeeze", "dims"): corrections.squeeze_dims,  # torchlib has squeeze.dim only
     OpName("aten", "adaptive_avg_pool2d"): adaptive_avg_pool2d,
     OpName("aten", "_adaptive_avg_pool2d"): adaptive_avg_pool2d,
     OpName("aten", "adaptive_avg_pool1d"): adaptive_avg_pool1d,

@@ -82,7 +82,21 @@ def native_batch_norm_legit_functional(
     return norm, save_mean, save_rstd, new_mean, new_variance
 
 
+@_traced
+def squeeze_dims(self, dim):
+    """PyTorch squeezes only those of the given axes whose size is 1 and leaves the others (ONNX's
+    Squeeze fails on them; torchlib squeezes every axis it is given). A symbolic size is never 1:
+    torch.export specializes sizes 0 and 1, so the static shape decides."""
+    rank = len(self.shape)
+    if rank == 0:
+        return op.Identity(self)
+    axes = sorted({d % rank for d in (dim if isinstance(dim, Sequence) else [dim])})
+    ones = [a for a in axes if isinstance(self.shape[a], int) and self.shape[a] == 1]
+    return op.Squeeze(self, op.Constant(value_ints=ones)) if ones else op.Identity(self)
+
+
 FUNCTIONS = {
+    OpName("aten", "squeeze", "dim"): squeeze_dims,
     OpName("aten", "hamming_window"): hamming_window,
     OpName("aten", "avg_pool2d"): _avg_pool(nn.aten_avg_pool2d, 2),
     OpName("aten", "avg_pool3d"): _avg_pool(nn.aten_avg_pool3d, 3),
