@@ -445,6 +445,23 @@ def build_lstm(batch: int = 2) -> Built:
     return LSTMTagger(), (torch.randn(batch, 6, 8),), {}
 
 
+class ProjectedLSTM(nn.Module):
+    """A bidirectional 2-layer LSTM with projections (``proj_size``, as in speech models): hidden
+    states smaller than the cells, which ONNX's LSTM cannot express."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lstm = nn.LSTM(input_size=8, hidden_size=16, num_layers=2, proj_size=4, bidirectional=True, batch_first=True)
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor]]:
+        return self.lstm(x)
+
+
+@case("lstm_projection", dims={"x": ("x_dim_0", 6, 8)}, second={"batch": 3}, tags=("rnn", "nested"))
+def build_lstm_projection(batch: int = 2) -> Built:
+    return ProjectedLSTM(), (torch.randn(batch, 6, 8),), {}
+
+
 class BiGRUEncoder(nn.Module):
     """Bidirectional GRU encoder with an explicit initial hidden state."""
 

@@ -112,7 +112,20 @@ def _needs_decomposition(node: torch.fx.Node, registry: OnnxRegistry) -> bool:
         return False
     if target not in registry.supported_targets() or target._schema.is_mutable:
         return True
+    if target in _TORCHLIB_GAPS and _TORCHLIB_GAPS[target](node):
+        return True
     return _has_complex_input(node) and not _has_complex_function(target, registry)
+
+
+def _lstm_with_projections(node: torch.fx.Node) -> bool:
+    """An LSTM with ``proj_size``: ONNX's LSTM (torchlib's translation) has no projection. Its hidden
+    and cell states then differ in size."""
+    hidden, cell = (a.meta.get("val") for a in node.args[1])
+    return hidden.shape[-1] != cell.shape[-1]
+
+
+# Operators torchlib translates, except when called as these predicates say.
+_TORCHLIB_GAPS: dict[torch._ops.OpOverload, Callable[[torch.fx.Node], bool]] = {torch.ops.aten.lstm.input: _lstm_with_projections}
 
 
 # -- in-place ops on private tensors ---------------------------------------------------------------
