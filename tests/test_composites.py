@@ -117,3 +117,21 @@ def test_squeeze_removes_only_axes_of_size_1(dynamic):
     assert_matches_eager(export_output, Squeezes(), (x,))
     if dynamic:
         assert_matches_eager(export_output, Squeezes(), (x,), run_args=(torch.randn(1, 5, 1),))
+
+
+class OrderStatistics(torch.nn.Module):
+    """``median`` (the lower one, with its index) and ``kthvalue``, which torchlib does not translate."""
+
+    def forward(self, x):
+        by_row, third = x.median(1), x.kthvalue(3, 0, keepdim=True)
+        return by_row.values, by_row.indices, x.median(), third.values, third.indices, x.median(-1, keepdim=True).values
+
+
+@pytest.mark.parametrize("dynamic", [False, True], ids=["static", "dynamic"])
+def test_order_statistics_match_eager(dynamic):
+    x = torch.randn(4, 7)  # odd and even lengths: the lower median of an even count
+    export_output = exporter.dynamo_export(OrderStatistics(), x, export_options=exporter.ExportOptions(dynamic_shapes=dynamic))
+    assert_matches_eager(export_output, OrderStatistics(), (x,))
+    if dynamic:
+        for other in (torch.randn(5, 8), torch.randn(3, 9)):
+            assert_matches_eager(export_output, OrderStatistics(), (x,), run_args=(other,))

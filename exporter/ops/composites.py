@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from onnxscript import FLOAT
+from onnxscript import FLOAT, INT64
 from onnxscript import opset18 as op
 from onnxscript import values
 from onnxscript.function_libs.torch_lib.ops import core
@@ -78,6 +78,38 @@ def _window_weights(size, out: int, like):
 
 
 @_traced
+def median_dim(self, dim: int, keepdim: bool = False):
+    """The lower median along `dim` (element ``(n - 1) // 2`` in sorted order) and its index."""
+    n = op.Shape(self, start=dim, end=dim + 1) if dim != -1 else op.Shape(self, start=-1)
+    two = op.Constant(value_ints=[2])
+    return _kth_smallest(self, op.Add(op.Div(op.Sub(n, op.Constant(value_ints=[1])), two), op.Constant(value_ints=[1])), dim, keepdim)
+
+
+@_traced
+def median(self):
+    """The lower median of all elements."""
+    values, _ = median_dim(op.Reshape(self, op.Constant(value_ints=[-1])), 0, False)
+    return values
+
+
+@_traced
+def kthvalue(self, k: int, dim: int = -1, keepdim: bool = False):
+    """The k-th smallest element along `dim` (from 1) and its index."""
+    return _kth_smallest(self, op.Reshape(op.Cast(k, to=INT64.dtype), op.Constant(value_ints=[1])), dim, keepdim)
+
+
+def _kth_smallest(self, k, dim: int, keepdim: bool):
+    """Values and indices of the `k`-th smallest elements along `dim` (`k`: a 1-element tensor)."""
+    values, indices = op.TopK(self, k, axis=dim, largest=0, sorted=1)
+    last = op.Sub(k, op.Constant(value_ints=[1]))
+    values, indices = op.Gather(values, last, axis=dim), op.Gather(indices, last, axis=dim)
+    if not keepdim:
+        axis = op.Constant(value_ints=[dim])
+        values, indices = op.Squeeze(values, axis), op.Squeeze(indices, axis)
+    return values, indices
+
+
+@_traced
 def sym_numel(self):
     """``x.numel()`` of a tensor with symbolic sizes."""
     return op.ReduceProd(op.Shape(self), keepdims=0)
@@ -120,6 +152,9 @@ def to_dtype_layout(
 
 FUNCTIONS = {
     OpName("aten", "batch_norm"): batch_norm,
+    OpName("aten", "median", "dim"): median_dim,
+    OpName("aten", "median"): median,
+    OpName("aten", "kthvalue"): kthvalue,
     OpName("aten", "squeeze", "dims"): corrections.squeeze_dims,  # torchlib has squeeze.dim only
     OpName("aten", "adaptive_avg_pool2d"): adaptive_avg_pool2d,
     OpName("aten", "_adaptive_avg_pool2d"): adaptive_avg_pool2d,
