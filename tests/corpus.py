@@ -1261,59 +1261,37 @@ def build_hf_gpt2_lm(batch: int = 2, seq: int = 8) -> Built:
     return GPT2LMHeadModel(config), (), _token_inputs(100, batch, seq)
 
 
-@case(
-    "hf_llama_lm",
-    dims={"input_ids": ("input_ids_dim_0", "input_ids_dim_1"), "attention_mask": ("attention_mask_dim_0", "attention_mask_dim_1")},
-    second={"batch": 3, "seq": 11},
-    atol=HF_ATOL,
-    tags=("hf", "transformer", "decoder", "cache"),
+# A tiny decoder with grouped-query attention, as in real Llamas and Mistrals.
+_DECODER = dict(
+    vocab_size=100,
+    hidden_size=32,
+    intermediate_size=64,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    max_position_embeddings=64,
+    bos_token_id=1,
+    eos_token_id=2,
+    pad_token_id=0,
+    attn_implementation=HF_ATTN,
 )
+_DECODER_DIMS = {"input_ids": ("input_ids_dim_0", "input_ids_dim_1"), "attention_mask": ("attention_mask_dim_0", "attention_mask_dim_1")}
+
+
+@case("hf_llama_lm", dims=_DECODER_DIMS, second={"batch": 3, "seq": 11}, atol=HF_ATOL, tags=("hf", "transformer", "decoder", "cache"))
 def build_hf_llama_lm(batch: int = 2, seq: int = 8) -> Built:
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    config = LlamaConfig(
-        vocab_size=100,
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,  # grouped-query attention, as in real Llamas
-        max_position_embeddings=64,
-        bos_token_id=1,
-        eos_token_id=2,
-        pad_token_id=0,
-        attn_implementation=HF_ATTN,
-    )
-    return LlamaForCausalLM(config), (), _token_inputs(100, batch, seq)
+    return LlamaForCausalLM(LlamaConfig(**_DECODER)), (), _token_inputs(100, batch, seq)
 
 
-@case(
-    "hf_mistral_lm",
-    dims={"input_ids": ("input_ids_dim_0", "input_ids_dim_1"), "attention_mask": ("attention_mask_dim_0", "attention_mask_dim_1")},
-    second={"batch": 3, "seq": 11},
-    atol=HF_ATOL,
-    tags=("hf", "transformer", "decoder", "cache"),
-)
+@case("hf_mistral_lm", dims=_DECODER_DIMS, second={"batch": 3, "seq": 11}, atol=HF_ATOL, tags=("hf", "transformer", "decoder", "cache"))
 def build_hf_mistral_lm(batch: int = 2, seq: int = 8) -> Built:
     """Sliding-window attention (a window shorter than the sequence) and its cache, whose length is
     a Python int when run eagerly but symbolic when captured with a dynamic sequence."""
     from transformers import MistralConfig, MistralForCausalLM
 
-    config = MistralConfig(
-        vocab_size=100,
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=64,
-        sliding_window=6,
-        bos_token_id=1,
-        eos_token_id=2,
-        pad_token_id=0,
-        attn_implementation=HF_ATTN,
-    )
-    return MistralForCausalLM(config), (), _token_inputs(100, batch, seq)
+    return MistralForCausalLM(MistralConfig(**_DECODER, sliding_window=6)), (), _token_inputs(100, batch, seq)
 
 
 @case(
