@@ -895,9 +895,9 @@ class FourierMixing(nn.Module):
         return torch.fft.fftn(hidden, dim=(1, 2)).real
 
 
-@case("fft_fourier_mixing", dims={"hidden": ("hidden_dim_0", "hidden_dim_1", "hidden_dim_2")}, second={"batch": 3, "seq": 11}, tags=("complex",))
-def build_fft_fourier_mixing(batch: int = 2, seq: int = 8) -> Built:
-    return FourierMixing(), (torch.randn(batch, seq, 16),), {}
+@case("fft_fourier_mixing", dims={"hidden": ("hidden_dim_0", "hidden_dim_1", "hidden_dim_2")}, second={"batch": 3, "seq": 11, "width": 12}, tags=("complex",))
+def build_fft_fourier_mixing(batch: int = 2, seq: int = 8, width: int = 16) -> Built:
+    return FourierMixing(), (torch.randn(batch, seq, width),), {}
 
 
 class LogSpectrogram(nn.Module):
