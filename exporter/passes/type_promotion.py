@@ -64,7 +64,7 @@ def _symbolic_scalars_as_tensors(module: torch.fx.GraphModule, node: torch.fx.No
     operator's Tensor overload instead, with the size as a scalar tensor (torchlib takes a Scalar as
     a constant). Returns how many arguments became tensors."""
     target = node.target
-    if not isinstance(target, torch._ops.OpOverload):
+    if not isinstance(target, torch._ops.OpOverload) or not any(type(_promotion_value(a)) in _SYMBOLIC_DTYPES for a in node.args):
         return 0
     params = target._schema.arguments
     symbolic = {i for i, (param, arg) in enumerate(zip(params, node.args)) if _is(param.type, "NumberType") and type(_promotion_value(arg)) in _SYMBOLIC_DTYPES}
