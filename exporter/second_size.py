@@ -17,6 +17,7 @@ Where the model itself runs at none of them, nothing is claimed (a note).
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import numpy as np
@@ -43,54 +44,93 @@ def check(
     names: dict[str, str],
     ctx: DiagnosticContext,
 ) -> None:
-    """Run `model` at other sizes of its dynamic dimensions against `torch_model`; an error if they differ."""
-    candidates = _other_sizes(program, args, kwargs)
-    if not candidates:
+    """Run `model` at other sizes of its dynamic dimensions against `torch_model`; an error if they
+    differ, naming the dimensions whose change alone makes the graph wrong."""
+    examples = _example_sizes(program, args, kwargs)
+    if not examples:
         return
-    for sizes in candidates:
-        spelled = ", ".join(f"{names.get(str(s), str(s))}={v}" for s, v in sizes.items())
-        new_args, new_kwargs = _redrawn(program, (args, kwargs), sizes)
-        try:
-            expected = numerics.eager(torch_model, new_args, new_kwargs)
+
+    def spell(sizes: dict[sympy.Symbol, int]) -> str:
+        return ", ".join(f"{names.get(str(s), str(s))}={v}" for s, v in sizes.items())
+
+    def attempt(sizes: dict[sympy.Symbol, int]) -> _Outcome:
+        return _attempt(program, model, input_adapter, output_adapter, torch_model, (args, kwargs), sizes, spell(sizes))
+
+    for sizes in _other_sizes(program, examples):
+        outcome = attempt(sizes)
+        if not outcome.eager_error:
             break
-        except Exception as e:  # the model does not run at these sizes: try the next
-            error = e
     else:
-        ctx.report(rules.DIMENSION_SPECIALIZED, Level.NOTE, f"Second-size check skipped: the model does not run eagerly at {spelled} ({type(error).__name__}: {error}), nor at the other sizes tried.", sizes=spelled)
+        ctx.report(rules.DIMENSION_SPECIALIZED, Level.NOTE, f"Second-size check skipped: the model does not run eagerly at {spell(sizes)} ({outcome.eager_error}), nor at the other sizes tried.", sizes=spell(sizes))
         return
+    if outcome.ok:
+        ctx.report(rules.DIMENSION_SPECIALIZED, Level.NOTE, f"Second-size check passed at {spell(sizes)}.", sizes=spell(sizes), secondSizeCheck="passed")
+        return
+    if outcome.ort_unavailable:
+        ctx.report(rules.DIMENSION_SPECIALIZED, Level.NOTE, f"Second-size check skipped: onnxruntime does not run this model ({outcome.ort_unavailable}).", sizes=spell(sizes))
+        return
+    alone = {s: attempt({**examples, s: sizes[s]}).ok for s in sizes} if len(sizes) > 1 else {}  # one at a time
+    culprits = [names.get(str(s), str(s)) for s, ok in alone.items() if ok is False]
+    innocent = [names.get(str(s), str(s)) for s, ok in alone.items() if ok is True]
+    message = outcome.message
+    if culprits and innocent:
+        make, do = ("makes" if len(culprits) == 1 else "make"), ("does" if len(innocent) == 1 else "do")
+        message += (f" Changed one at a time, {', '.join(culprits)} {make} it wrong and {', '.join(innocent)} {do} not: keep "
+                    f"{', '.join(culprits)} at the example's size (static in dynamic_shapes).")
+    details = {"culprits": culprits} if culprits else {}
+    ctx.report(rules.DIMENSION_SPECIALIZED, Level.ERROR, message, sizes=spell(sizes), secondSizeCheck="failed", **outcome.details, **details)
+
+
+@dataclasses.dataclass
+class _Outcome:
+    """One run of the exported graph against eager PyTorch at some sizes."""
+
+    ok: bool | None = None  # None: not compared
+    message: str = ""  # why it is not right
+    details: dict[str, Any] = dataclasses.field(default_factory=dict)
+    eager_error: str = ""  # the model does not run at these sizes
+    ort_unavailable: str = ""  # onnxruntime does not run the model at all
+
+
+def _attempt(program, model, input_adapter, output_adapter, torch_model, inputs: tuple, sizes: dict[sympy.Symbol, int], spelled: str) -> _Outcome:
+    args, kwargs = inputs
+    new_args, new_kwargs = _redrawn(program, inputs, sizes)
+    try:
+        expected = numerics.eager(torch_model, new_args, new_kwargs)
+    except Exception as e:
+        return _Outcome(eager_error=f"{type(e).__name__}: {e}")
     try:
         actual = _onnxruntime(model, input_adapter.apply(*new_args, **new_kwargs))
     except Exception as e:
         try:  # does onnxruntime run it at all (e.g. it has no bf16 kernels)?
             _onnxruntime(model, input_adapter.apply(*args, **kwargs))
         except Exception:
-            ctx.report(rules.DIMENSION_SPECIALIZED, Level.NOTE, f"Second-size check skipped: onnxruntime does not run this model ({type(e).__name__}).", sizes=spelled)
-            return
-        message = f"The exported graph fails in onnxruntime at {spelled} though the model runs eagerly there: {type(e).__name__}: {str(e).splitlines()[0]}"
-        ctx.report(rules.DIMENSION_SPECIALIZED, Level.ERROR, message, sizes=spelled, secondSizeCheck="failed")
-        return
+            return _Outcome(ort_unavailable=type(e).__name__)
+        return _Outcome(False, f"The exported graph fails in onnxruntime at {spelled} though the model runs eagerly there: {type(e).__name__}: {str(e).splitlines()[0]}")
     for i, (a, e) in enumerate(zip(actual, output_adapter.apply(expected))):
         e = e.detach().numpy() if isinstance(e, torch.Tensor) else np.asarray(e)
         atol, rtol = TOLERANCES.get(_dtype(e), (0.0, 0.0))
         if a.shape != e.shape or not np.allclose(a.astype(np.float64), e.astype(np.float64), atol=atol, rtol=rtol, equal_nan=True):
             error = f"max abs error {np.abs(a.astype(np.float64) - e.astype(np.float64)).max():.3g}" if a.shape == e.shape else f"shape {a.shape} vs {e.shape}"
             message = f"The exported graph is only right at the example's sizes: at {spelled}, output {i} differs from eager PyTorch ({error}; atol {atol:g}, rtol {rtol:g})."
-            ctx.report(rules.DIMENSION_SPECIALIZED, Level.ERROR, message, sizes=spelled, output=i, secondSizeCheck="failed")
-            return
-    ctx.report(rules.DIMENSION_SPECIALIZED, Level.NOTE, f"Second-size check passed at {spelled}.", sizes=spelled, secondSizeCheck="passed")
+            return _Outcome(False, message, {"output": i})
+    return _Outcome(True)
 
 
-def _other_sizes(program: torch.export.ExportedProgram, args: tuple, kwargs: dict) -> list[dict[sympy.Symbol, int]]:
-    """The sizes to try, in order (see the module's docstring): each gives every symbol of the inputs'
-    dimensions another size within its range; none when the inputs have no symbols."""
+def _example_sizes(program: torch.export.ExportedProgram, args: tuple, kwargs: dict) -> dict[sympy.Symbol, int]:
+    """The example's size of each symbol of the inputs' dimensions."""
     examples: dict[sympy.Symbol, int] = {}
     tensors = [x for x in pytree.tree_leaves((args, kwargs)) if isinstance(x, torch.Tensor)]
     for (_, val), example in zip(dynamic.user_inputs(program), tensors):
         for size, example_size in zip(val.shape, example.shape):
             if dynamic.is_symbolic(size) and (expr := size.node.expr).is_Symbol:
                 examples.setdefault(expr, int(example_size))
-    if not examples:
-        return []
+    return examples
+
+
+def _other_sizes(program: torch.export.ExportedProgram, examples: dict[sympy.Symbol, int]) -> list[dict[sympy.Symbol, int]]:
+    """The sizes to try, in order (see the module's docstring): each gives every symbol another size
+    within its range."""
     candidates = []
     for step in (lambda n: (n // 2) | 1, lambda n: n, lambda n: 1):
         sizes = {symbol: _within_range(program, symbol, n, step(n)) for symbol, n in examples.items()}

@@ -220,6 +220,10 @@ def test_the_second_size_check_changes_sizes_seen_through_a_stride():
         export(model, x, spec=True)
     (error,) = second_size_results(info.value.export_output)
     assert error.level.name == "ERROR" and error.properties["sizes"] == "x_dim_0=3, x_dim_2=25, x_dim_3=25"  # 16 + (16 // 2 | 1)
+    # each side alone breaks the graph, the batch does not: the message says which to keep static
+    assert error.properties["culprits"] == ["x_dim_2", "x_dim_3"]
+    assert error.message.endswith("Changed one at a time, x_dim_2, x_dim_3 make it wrong and x_dim_0 does not: "
+                                  "keep x_dim_2, x_dim_3 at the example's size (static in dynamic_shapes).")
 
 
 class HalvedAndDoubled(torch.nn.Module):
