@@ -92,7 +92,17 @@ class _Outcome:
     ort_unavailable: str = ""  # onnxruntime does not run the model at all
 
 
-def _attempt(program, model, input_adapter, output_adapter, torch_model, inputs: tuple, sizes: dict[sympy.Symbol, int], spelled: str) -> _Outcome:
+def _attempt(
+    program: torch.export.ExportedProgram,
+    model: ir.Model,
+    input_adapter: adapters.InputAdapter,
+    output_adapter: adapters.OutputAdapter,
+    torch_model: Any,
+    inputs: tuple[tuple, dict],
+    sizes: dict[sympy.Symbol, int],
+    spelled: str,
+) -> _Outcome:
+    """Run `model` and `torch_model` on the inputs redrawn at `sizes` and compare their outputs."""
     args, kwargs = inputs
     new_args, new_kwargs = _redrawn(program, inputs, sizes)
     try:

@@ -79,10 +79,9 @@ def _window_weights(size, out: int, like):
 
 @_traced
 def median_dim(self, dim: int, keepdim: bool = False):
-    """The lower median along `dim` (element ``(n - 1) // 2`` in sorted order) and its index."""
+    """The lower median along `dim`, the ``(n + 1) // 2``-th smallest element, and its index."""
     n = op.Shape(self, start=dim, end=dim + 1) if dim != -1 else op.Shape(self, start=-1)
-    two = op.Constant(value_ints=[2])
-    return _kth_smallest(self, op.Add(op.Div(op.Sub(n, op.Constant(value_ints=[1])), two), op.Constant(value_ints=[1])), dim, keepdim)
+    return _kth_smallest(self, op.Div(op.Add(n, op.Constant(value_ints=[1])), op.Constant(value_ints=[2])), dim, keepdim)
 
 
 @_traced
