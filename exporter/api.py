@@ -157,7 +157,9 @@ class Exporter:
             )
             raise OnnxExporterErrorWithin(f"Could not capture the model as an FX graph: {message}" if explanation else str(e)) from first
         self._dims = dynamic.requested_dims(program, self.options.dynamic_shapes)
-        dynamic_report.report_specialized(self.ctx, program, self._dims, extractor.specializations, self._arguments())
+        dynamic_report.report_specialized(
+            self.ctx, program, self._dims, extractor.specializations, self._arguments(), extractor.assumptions
+        )
         return program
 
     def _arguments(self) -> dict[str, int | str]:

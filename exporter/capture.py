@@ -13,6 +13,7 @@ import traceback
 from collections.abc import Callable, Iterator
 from typing import Any
 
+import sympy
 import torch
 import torch.utils._pytree as pytree
 
@@ -48,12 +49,16 @@ class Strategy:
     capture: Callable[..., torch.export.ExportedProgram]
 
 
-def _non_strict(model, args, kwargs, dynamic_shapes):
-    return torch.export.export(model, args, kwargs, dynamic_shapes=dynamic_shapes, strict=False)
+def _non_strict(model, args, kwargs, dynamic_shapes, asserts):
+    return torch.export.export(
+        model, args, kwargs, dynamic_shapes=dynamic_shapes, strict=False, prefer_deferred_runtime_asserts_over_guards=asserts
+    )
 
 
-def _strict(model, args, kwargs, dynamic_shapes):
-    return torch.export.export(model, args, kwargs, dynamic_shapes=dynamic_shapes, strict=True)
+def _strict(model, args, kwargs, dynamic_shapes, asserts):
+    return torch.export.export(
+        model, args, kwargs, dynamic_shapes=dynamic_shapes, strict=True, prefer_deferred_runtime_asserts_over_guards=asserts
+    )
 
 
 # torch.export.draft_export is deliberately not a fallback: on a data-dependent branch it
@@ -62,6 +67,28 @@ STRATEGIES = (
     Strategy("torch.export(strict=False)", _non_strict),
     Strategy("torch.export(strict=True, TorchDynamo)", _strict),
 )
+
+
+@dataclasses.dataclass(frozen=True)
+class Mode:
+    """How a strategy captures a dynamic model whose example has a size of 0 or 1."""
+
+    oblivious: bool  # size-oblivious reasoning: sizes 0/1 stay symbolic
+    assumes: bool  # guards become runtime assertions (kept if true at the example, dropped from the graph)
+    suffix: str
+
+
+_PLAIN = Mode(False, False, "")
+_MODES = (
+    Mode(True, False, " keeping sizes 0/1 symbolic"),
+    Mode(True, True, " keeping sizes 0/1 symbolic, guards as assertions"),
+    _PLAIN,
+)
+
+
+def is_constraint_violation(error: BaseException | None) -> bool:
+    """torch.export refused dynamic shapes the code does not allow for (a named Dim's "Constraints violated")."""
+    return isinstance(error, torch._dynamo.exc.UserError) and error.error_type == torch._dynamo.exc.UserErrorType.CONSTRAINT_VIOLATION
 
 
 class GraphCaptureError(RuntimeError):
@@ -81,6 +108,7 @@ class FXGraphExtractor:
         self.strategies = strategies
         self.attempts: list[CaptureAttempt] = []
         self.specializations: list[dynamic.Specialization] = []  # of the last strategy tried
+        self.assumptions: list[sympy.Expr] = []  # what the graph assumes of the sizes (`Mode.assumes`)
 
     def generate_fx(
         self,
@@ -97,38 +125,50 @@ class FXGraphExtractor:
         shapes = dynamic.requested(module, args, kwargs, dynamic_shapes)
         # Size-oblivious capture keeps example sizes 0 and 1 symbolic; where the model then cannot be
         # traced (e.g. broadcasting that needs to know a size is not 1), capture as torch.export does.
-        modes = (True, False) if shapes is not None and dynamic.has_size_0_or_1((args, kwargs)) else (False,)
+        # Its reasoning takes a symbolic size for neither 0 nor 1, and a named Dim whose range has them
+        # then fails on PyTorch's own guards (a reshape's "seq != 1"): it is tried again with the guards
+        # as assertions, kept if they hold at the example's sizes (`Mode.assumes`).
+        modes = _MODES if shapes is not None and dynamic.has_size_0_or_1((args, kwargs)) else (_PLAIN,)
         carried: list[dynamic.Specialization] = []  # where the code fixed a size 0/1 that size-oblivious capture kept
-        for strategy, oblivious in [(s, o) for s in self.strategies for o in modes]:
-            name = strategy.name + (" keeping sizes 0/1 symbolic" if oblivious else "")
-            start = time.perf_counter()
-            try:
-                with _maybe(fake_mode), _flat_outputs(module), full_user_stacks(), dynamic.capturing(shapes is not None, oblivious) as fixed:
-                    fixed += carried
-                    self.specializations = fixed
-                    program = strategy.capture(module, args, kwargs, shapes)
-            except Exception as e:  # each failure is recorded and the next strategy tried
-                if is_out_of_memory(e):
-                    raise
-                attempt = CaptureAttempt(name, time.perf_counter() - start, e)
+        for strategy in self.strategies:
+            error: BaseException | None = None
+            for mode in modes:
+                if mode.assumes and not is_constraint_violation(error):
+                    continue
+                name = strategy.name + mode.suffix
+                start = time.perf_counter()
+                try:
+                    with _maybe(fake_mode), _flat_outputs(module), full_user_stacks(), dynamic.capturing(shapes is not None, mode.oblivious) as fixed:
+                        fixed += carried
+                        self.specializations = fixed
+                        program = strategy.capture(module, args, kwargs, shapes, mode.assumes)
+                except Exception as e:  # each failure is recorded and the next strategy tried
+                    if is_out_of_memory(e):
+                        raise
+                    error = e
+                    attempt = CaptureAttempt(name, time.perf_counter() - start, e)
+                    self.attempts.append(attempt)
+                    ctx.report(
+                        rules.GRAPH_CAPTURE,
+                        Level.NOTE,
+                        f"{name} failed: {type(e).__name__}: {_first_line(e)}",
+                        stack=user_frames_of(e),
+                        exception=e,
+                        strategy=name,
+                    )
+                    continue
+                # right only at the example size, or not even there (a squeeze of a size 1): capture as torch.export does
+                if mode.oblivious and (carried := dynamic.still_symbolic(program, fixed) or dynamic.squeezed_at_one(program)):
+                    ctx.report(rules.GRAPH_CAPTURE, Level.NONE, f"{name}: the code fixes a size of 0 or 1; capturing again.", strategy=name)
+                    continue
+                if mode.assumes and (wrong := dynamic.false_at_example(program)):
+                    ctx.report(rules.GRAPH_CAPTURE, Level.NONE, f"{name}: it assumes {wrong[0]}, false at the example's sizes; capturing again.", strategy=name)
+                    continue
+                attempt = CaptureAttempt(name, time.perf_counter() - start)
                 self.attempts.append(attempt)
-                ctx.report(
-                    rules.GRAPH_CAPTURE,
-                    Level.NOTE,
-                    f"{name} failed: {type(e).__name__}: {_first_line(e)}",
-                    stack=user_frames_of(e),
-                    exception=e,
-                    strategy=name,
-                )
-                continue
-            # right only at the example size, or not even there (a squeeze of a size 1): capture as torch.export does
-            if oblivious and (carried := dynamic.still_symbolic(program, fixed) or dynamic.squeezed_at_one(program)):
-                ctx.report(rules.GRAPH_CAPTURE, Level.NONE, f"{name}: the code fixes a size of 0 or 1; capturing again.", strategy=name)
-                continue
-            attempt = CaptureAttempt(name, time.perf_counter() - start)
-            self.attempts.append(attempt)
-            ctx.report(rules.GRAPH_CAPTURE, Level.NONE, f"Captured the model with {name}.", strategy=name)
-            return program
+                self.assumptions = dynamic.assertions(program) if mode.assumes else []
+                ctx.report(rules.GRAPH_CAPTURE, Level.NONE, f"Captured the model with {name}.", strategy=name)
+                return program
         location = next((user_frames_of(a.error) for a in self.attempts if user_frames_of(a.error)), [])
         raise GraphCaptureError(self.attempts, location)
 

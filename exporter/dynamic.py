@@ -138,6 +138,34 @@ def still_symbolic(program: torch.export.ExportedProgram, fixed: list[Specializa
     ]
 
 
+def assertions(program: torch.export.ExportedProgram) -> list[sympy.Expr]:
+    """What the program's runtime assertions (``_assert_scalar``) state of its sizes, in order."""
+    found = []
+    for node in program.graph.nodes:
+        if node.op == "call_function" and node.target == torch.ops.aten._assert_scalar.default:
+            val = node.args[0].meta.get("val") if isinstance(node.args[0], torch.fx.Node) else None
+            if isinstance(val, torch.SymBool):
+                found.append(val.node.expr)
+    return found
+
+
+def false_at_example(program: torch.export.ExportedProgram) -> list[sympy.Expr]:
+    """The runtime assertions that do not hold at the example's sizes (those of unbacked sizes, which
+    have no example value, are not checked)."""
+    hints = _example_sizes(program)
+    return [e for e in assertions(program) if e.free_symbols <= hints.keys() and e.xreplace(hints) == sympy.false]
+
+
+def _example_sizes(program: torch.export.ExportedProgram) -> dict[sympy.Symbol, int]:
+    """The example's value of each symbol of the program's input sizes."""
+    sizes = {}
+    for _, val in user_inputs(program):
+        for size in val.shape:
+            if is_symbolic(size) and isinstance(size.node.expr, sympy.Symbol) and size.node.hint is not None:
+                sizes[size.node.expr] = int(size.node.hint)
+    return sizes
+
+
 _SQUEEZES = (torch.ops.aten.squeeze.default, torch.ops.aten.squeeze.dim, torch.ops.aten.squeeze.dims)
 
 
@@ -190,9 +218,12 @@ def dim_names(program: torch.export.ExportedProgram, dims: list[InputDim]) -> di
 
 
 def readable(size: Any, names: dict[str, str]) -> str:
-    """A symbolic size spelled with `names` (``2*seq``, ``batch*seq``)."""
+    """A symbolic size or a condition on sizes spelled with `names` (``2*seq``, ``seq != 1``)."""
     expr = size.node.expr if isinstance(size, torch.SymInt) else size
-    return str(expr.xreplace({s: sympy.Symbol(names[str(s)]) for s in expr.free_symbols if str(s) in names}))
+    expr = expr.xreplace({s: sympy.Symbol(names[str(s)]) for s in expr.free_symbols if str(s) in names})
+    if isinstance(expr, (sympy.Eq, sympy.Ne)):  # sympy spells these Eq(a, b), Ne(a, b)
+        return f"{expr.lhs} {'==' if isinstance(expr, sympy.Eq) else '!='} {expr.rhs}"
+    return str(expr)
 
 
 def user_inputs(program: torch.export.ExportedProgram) -> list[tuple[str, torch.Tensor]]:

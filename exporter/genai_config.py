@@ -8,20 +8,23 @@ from __future__ import annotations
 
 from typing import Any
 
+import onnx_ir as ir
+
 FILE = "genai_config.json"
 # onnxruntime-genai's decoder model types; another model type is run as the generic "decoder".
 GENAI_TYPES = ("gemma", "llama", "mistral", "phi3", "qwen2")
 
 
-def build(config: Any, generation_config: Any, kv_layout: tuple[int, int, int], filename: str, uses_positions: bool) -> dict[str, Any]:
-    """The genai config of a model exported by `exporter.generation` (KV cache not shared with presents)."""
-    layers, kv_heads, head_size = kv_layout
+def build(config: Any, generation_config: Any, graph: ir.Graph, filename: str, uses_positions: bool) -> dict[str, Any]:
+    """The genai config of a `graph` exported by `exporter.generation` (KV cache not shared with presents)."""
+    keys = [v for v in graph.inputs if v.name.startswith("past_key_values.") and v.name.endswith(".key")]
+    layers, (_, kv_heads, _, head_size) = len(keys), keys[0].shape
     text = config.get_text_config(decoder=True) if hasattr(config, "get_text_config") else config
     inputs = {"input_ids": "input_ids", "attention_mask": "attention_mask"}
     if uses_positions:
         inputs["position_ids"] = "position_ids"
     inputs |= {"past_key_names": "past_key_values.%d.key", "past_value_names": "past_key_values.%d.value"}
-    context_length = getattr(text, "max_position_embeddings", None) or getattr(text, "n_positions", None) or 2048
+    context_length = context_length_of(config) or 2048
     eos = _first_set(generation_config, config, "eos_token_id")
     pad = _first_set(generation_config, config, "pad_token_id")
     if pad is None:  # genai masks this id at the end of a batch's rows (it pads on the right); else the end of sequence
@@ -62,6 +65,13 @@ def build(config: Any, generation_config: Any, kv_layout: tuple[int, int, int], 
             "top_p": getattr(generation_config, "top_p", None) or 1.0,
         },
     }
+
+
+def context_length_of(config: Any) -> int | None:
+    """The most positions the model takes (prompt and generated tokens), if its config says."""
+    text = config.get_text_config(decoder=True) if hasattr(config, "get_text_config") else config
+    names = ("max_position_embeddings", "n_positions", "max_seq_len")  # MPT's is max_seq_len
+    return next((value for name in names if (value := getattr(text, name, None))), None)
 
 
 def _first_set(generation_config: Any, config: Any, name: str) -> Any:

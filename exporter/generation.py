@@ -189,57 +189,53 @@ def export_graph(model: torch.nn.Module, **options: Any) -> ExportOutput:
     """The generation graph of `model` with its standard names, in memory (`export_for_generation`
     without the folder and the check); `options` are `ExportOptions` fields (`opset_version`,
     `optimize`, `modularize`, `onnx_registry`, `diagnostic_options`, `fake_context`)."""
-    config = model.config
     wrapper = CausalLMWithCache(model).eval()
     uses_positions = "position_ids" in inspect.signature(model.forward).parameters
     fake_context = options.get("fake_context")
     with fake_context.fake_mode if fake_context is not None else contextlib.nullcontext():
-        args, shapes = _example(config, uses_positions, next(model.parameters()).dtype)
+        args, shapes = _example(model, uses_positions)
     # no second-size check: the generation check runs prefill and decode at many sizes
     export_options = ExportOptions(dynamic_shapes=shapes, second_size_check=False, **options)
     with torch.no_grad(), _transformers_export_patches():
         export_output = Exporter(export_options, wrapper, args, {}).export()
-    _name_interface(export_output.model, config, uses_positions)
+    _name_interface(export_output.model, len(args[-1]), uses_positions)
     return export_output
 
 
-def _example(config: Any, uses_positions: bool, dtype: torch.dtype) -> tuple[tuple[Any, ...], dict[str, Any]]:
+def _example(model: torch.nn.Module, uses_positions: bool) -> tuple[tuple[Any, ...], dict[str, Any]]:
     """Example inputs (batch 2, 3 new tokens, 1 past) and their dynamic shapes.
 
     The past of size 1 makes the capture size-oblivious, so neither 1 nor 0 is baked in anywhere: the
     graph serves a prefill (past 0) as well as a decode step (1 new token).
     """
     batch, new, past = 2, 3, 1
-    layers, kv_heads, head_size = _kv_layout(config)
     input_ids = torch.zeros(batch, new, dtype=torch.long)
     mask = torch.ones(batch, past + new, dtype=torch.long)
     positions = torch.arange(past, past + new).expand(batch, new).contiguous() if uses_positions else None
-    cache = [(torch.zeros(batch, kv_heads, past, head_size, dtype=dtype), torch.zeros(batch, kv_heads, past, head_size, dtype=dtype)) for _ in range(layers)]
-    b, s = Dim(BATCH, min=1), Dim(SEQUENCE, min=1)
-    p, t = Dim(PAST, min=0), Dim(TOTAL, min=1)
+    cache = [tuple(torch.zeros(batch, heads, past, size, dtype=dtype) for heads, size, dtype in layer) for layer in _cache_layout(model)]
+    context = genai_config.context_length_of(model.config)  # code for positions past it may be another (XGLM's)
+    b, s = Dim(BATCH, min=1), Dim(SEQUENCE, min=1, max=context)
+    p, t = Dim(PAST, min=0, max=context - 1 if context else None), Dim(TOTAL, min=1, max=context)
     kv = {0: b, 2: p}
     shapes = {
         "input_ids": {0: b, 1: s},
         "attention_mask": {0: b, 1: t},
         "position_ids": {0: b, 1: s} if uses_positions else None,
-        "past_key_values": [(kv, kv) for _ in range(layers)],
+        "past_key_values": [(kv, kv) for _ in cache],
     }
     return (input_ids, mask, positions, cache), shapes
 
 
-def _kv_layout(config: Any) -> tuple[int, int, int]:
-    """(layers, key/value heads, head size) of a decoder config."""
-    config = config.get_text_config(decoder=True) if hasattr(config, "get_text_config") else config
-    layers = config.num_hidden_layers
-    heads = config.num_attention_heads
-    kv_heads = getattr(config, "num_key_value_heads", None) or heads
-    head_size = getattr(config, "head_dim", None) or config.hidden_size // heads
-    return layers, kv_heads, head_size
+def _cache_layout(model: torch.nn.Module) -> list[tuple[tuple[int, int, torch.dtype], ...]]:
+    """(heads, head size, dtype) of each layer's key and value, as the model caches one token: read,
+    not derived from the config, whose names for them vary (Falcon's multi-query ``num_kv_heads``)."""
+    with torch.no_grad():
+        cache = model(input_ids=torch.ones(1, 1, dtype=torch.long), use_cache=True).past_key_values
+    return [tuple((t.shape[1], t.shape[-1], t.dtype) for t in (layer.keys, layer.values)) for layer in cache.layers]
 
 
-def _name_interface(model: ir.Model, config: Any, uses_positions: bool) -> None:
+def _name_interface(model: ir.Model, layers: int, uses_positions: bool) -> None:
     """Give the graph's inputs and outputs the standard names, and the presents' length its name."""
-    layers = _kv_layout(config)[0]
     cache_names = [f"{{}}.{i}.{kind}" for i in range(layers) for kind in ("key", "value")]
     inputs = ["input_ids", "attention_mask", *(["position_ids"] if uses_positions else []), *(n.format("past_key_values") for n in cache_names)]
     outputs = ["logits", *(n.format("present") for n in cache_names)]
@@ -272,7 +268,7 @@ def _write_folder(
     files = [MODEL_FILE, *(w for w in weights if os.path.exists(os.path.join(output_dir, w)))]
     model.config.save_pretrained(output_dir)
     model.generation_config.save_pretrained(output_dir)
-    config = genai_config.build(model.config, model.generation_config, _kv_layout(model.config), MODEL_FILE, uses_positions)
+    config = genai_config.build(model.config, model.generation_config, export_output.model.graph, MODEL_FILE, uses_positions)
     with open(os.path.join(output_dir, genai_config.FILE), "w", encoding="utf-8") as f:
         json.dump(config, f, indent=4)
     return [*files, "config.json", "generation_config.json", genai_config.FILE, *_copy_tokenizer(model, tokenizer, output_dir)]

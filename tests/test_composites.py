@@ -85,13 +85,15 @@ def test_adaptive_average_pooling_1d_is_right_at_every_size(output_size):
 
 class SizeArithmetic(torch.nn.Module):
     """Functions of symbolic sizes: a square window as large as the smaller side (Swin's
-    ``min(window, resolution)``) padded to the larger, a mean by ``numel()``, a scale by ``float(h)``."""
+    ``min(window, resolution)``) padded to the larger, a mean by ``numel()``, a scale by ``float(h)``,
+    the min and max of a size and a number."""
 
     def forward(self, x):
         h, w = x.shape[-2], x.shape[-1]
         side, pad = torch.sym_min(h, w), torch.sym_max(h, w)
         window = torch.nn.functional.pad(x[..., :side, :side], (0, pad - side, 0, pad - side))
-        return window, x.sum() / x.numel(), x * torch.sym_float(h)
+        at_least_4, at_most_4 = torch.sym_max(h, 4), torch.sym_min(4, w)  # a size and a number (MPT)
+        return window, x.sum() / x.numel(), x * torch.sym_float(h), x.new_zeros(at_least_4, at_most_4)
 
 
 def test_functions_of_symbolic_sizes_translate():

@@ -101,13 +101,12 @@ def test_onnxruntime_genai_generates_like_generate(exported, batch):
 
 def test_genai_config_without_pad_or_bos_ids_pads_with_eos(exported, tmp_path):
     from exporter import genai_config
-    from exporter.generation import _kv_layout
 
     _, model, result = exported
     config = copy.deepcopy(model.config)
     config.pad_token_id = config.bos_token_id = None
     generation_config = GenerationConfig(eos_token_id=2)
-    written = genai_config.build(config, generation_config, _kv_layout(config), "model.onnx", uses_positions=True)["model"]
+    written = genai_config.build(config, generation_config, result.export_output.model.graph, "model.onnx", uses_positions=True)["model"]
     assert written["pad_token_id"] == written["eos_token_id"] == 2 and "bos_token_id" not in written  # genai refuses null ids
     shutil.copy(result.model_path, tmp_path)
     (tmp_path / genai_config.FILE).write_text(json.dumps({**json.load(open(f"{result.output_dir}/{genai_config.FILE}")), "model": written}))

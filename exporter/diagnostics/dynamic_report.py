@@ -7,6 +7,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
+import sympy
 import torch
 from torch.export.dynamic_shapes import _Dim
 
@@ -23,9 +24,11 @@ def report_specialized(
     dims: list[dynamic.InputDim],
     fixed: list[dynamic.Specialization],
     arguments: dict[str, int | str],
+    assumptions: list[sympy.Expr],
 ) -> None:
     """FXE0020 for each of `dims` that came out static (a warning where the user named the dimension
-    in a spec, a note under ``dynamic_shapes=True``), then the note listing the symbolic dimensions.
+    in a spec, a note under ``dynamic_shapes=True``), a note for each of the capture's `assumptions`
+    (`capture.Mode.assumes`), then the note listing the symbolic dimensions.
     `arguments` says where the example gives each input (`dynamic.arguments`), for a quick fix."""
     if not dims:
         return
@@ -53,6 +56,14 @@ def report_specialized(
             **_argument(arguments, dim.input),
         )
     names = dynamic.dim_names(program, dims)
+    for assumption in assumptions:
+        ctx.report(
+            rules.DIMENSION_SPECIALIZED,
+            Level.NOTE,
+            f"The graph assumes {dynamic.readable(assumption, names)}: torch.export could not show that the model's "
+            "code allows every size the dynamic shapes do, and the exported graph does not check it.",
+            assumption=str(assumption),
+        )
     inputs = {name: _dims(val, names) for name, val in dynamic.user_inputs(program)}
     outputs = [_dims(v, names) for v in _output_values(program)]
     symbolic = sorted({d for shape in [*inputs.values(), *outputs] for d in shape if isinstance(d, str)})

@@ -155,8 +155,10 @@ DIMENSION_SPECIALIZED = Rule(
     "that fixed it (a shape comparison, a view/reshape with that size, a weight of that size), with "
     "the call stack. The exported graph accepts only that size there. With a named Dim, torch.export "
     "refuses the export instead (\"Constraints violated\"): that is an error at the same line, with "
-    "torch's suggested fix in the message and the properties. A note lists the graph's symbolic "
-    "input and output dimensions.",
+    "torch's suggested fix in the message and the properties. Where only torch.export's guards "
+    "fail (a size of 1 a reshape inside PyTorch rules out) and they hold at the example's sizes, the graph "
+    "is captured with them as assumptions instead, a note for each (`sequence_length != 1`): onnxruntime "
+    "does not check them. A note lists the graph's symbolic input and output dimensions.",
     "If the size really varies, make that line work for any size (compare sizes with torch._check, "
     "use -1 in view/reshape, derive sizes from the input's shape). If it is always that size, mark the "
     "dimension Dim.STATIC (or give no Dim for it) to say so. A size of 1 (or 0) in the example that the "

@@ -115,6 +115,18 @@ def sym_numel(self):
 
 
 @_traced
+def sym_min(a, b):
+    """``torch.sym_min`` of two sizes, either of which may be a number (Swin's ``min(window, resolution)``)."""
+    return op.Min(a, b)
+
+
+@_traced
+def sym_max(a, b):
+    """``torch.sym_max`` of two sizes, either of which may be a number (MPT's ``max(seq, past + seq)``)."""
+    return op.Max(a, b)
+
+
+@_traced
 def sym_float(self):
     """``float(n)`` of a symbolic size, in single precision as torchlib's ``truediv`` of sizes."""
     return op.Cast(self, to=FLOAT.dtype)
@@ -155,6 +167,7 @@ FUNCTIONS = {
     OpName("aten", "median"): median,
     OpName("aten", "kthvalue"): kthvalue,
     OpName("aten", "squeeze", "dims"): corrections.squeeze_dims,  # torchlib has squeeze.dim only
+    OpName("transformers", "grouped_mm_fallback"): corrections.grouped_mm,  # transformers' MoE experts
     OpName("aten", "adaptive_avg_pool2d"): adaptive_avg_pool2d,
     OpName("aten", "_adaptive_avg_pool2d"): adaptive_avg_pool2d,
     OpName("aten", "adaptive_avg_pool1d"): adaptive_avg_pool1d,
@@ -166,9 +179,10 @@ FUNCTIONS = {
     OpName("aten", "__xor__", "Tensor"): core.aten_bitwise_xor,
     OpName("aten", "min", "other"): core.aten_minimum,
     OpName("aten", "max", "other"): core.aten_maximum,
-    OpName("torch", "sym_min"): core.aten_minimum,  # on symbolic sizes: min(window, resolution)
-    OpName("torch", "sym_max"): core.aten_maximum,
+    OpName("torch", "sym_min"): sym_min,
+    OpName("torch", "sym_max"): sym_max,
     OpName("torch", "sym_float"): sym_float,
+    OpName("torch", "sym_not"): core.aten_logical_not,
     OpName("aten", "sym_numel"): sym_numel,
 }
 """ONNX functions for composite operators torchlib does not translate."""

@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
+from onnxscript import INT64
 from onnxscript import opset18 as op
 from onnxscript import values
 from onnxscript.function_libs.torch_lib.ops import core, nn
@@ -95,10 +96,39 @@ def squeeze_dims(self, dim):
     return op.Squeeze(self, op.Constant(value_ints=ones)) if ones else op.Identity(self)
 
 
+@_traced
+def grouped_mm(self, mat2, offs=None, bias=None, out_dtype: int = -1):
+    """``torch._grouped_mm`` with offsets, as mixture-of-experts layers call it (torchlib refuses
+    them): rows of `self` sorted by expert, expert ``e``'s rows ending at ``offs[e]``, multiplied by
+    ``mat2[e]``. One MatMul per expert (their number is static) on its rows, gathered by a Range as
+    transformers' own ONNX exporter does; rows after the last offset are zeros. Also translates
+    ``transformers::grouped_mm_fallback`` (input, weight, offs), which computes the same."""
+    if offs is None:
+        return core.aten_grouped_mm(self, mat2, offs, bias, out_dtype)
+    if len(self.shape) != 2 or len(mat2.shape) != 3:
+        raise NotImplementedError("grouped_mm with offsets is translated for a 2-D input and 3-D weights (mixture of experts)")
+    experts = mat2.shape[0]
+    axis_0, one = op.Constant(value_ints=[0]), op.Constant(value_int=1)
+    ends = op.Split(op.Cast(offs, to=INT64.dtype), axis=0, num_outputs=experts) if experts > 1 else [op.Cast(offs, to=INT64.dtype)]
+    weights = op.Split(mat2, axis=0, num_outputs=experts) if experts > 1 else [mat2]
+    biases = (op.Split(bias, axis=0, num_outputs=experts) if experts > 1 else [bias]) if bias is not None else None
+    start, parts = op.Constant(value_int=0), []
+    for e in range(experts):
+        end = op.Squeeze(ends[e], axis_0)
+        product = op.MatMul(op.Gather(self, op.Range(start, end, one), axis=0), op.Squeeze(weights[e], axis_0))
+        parts.append(op.Add(product, op.Squeeze(biases[e], axis_0)) if biases is not None else product)
+        start = end
+    rest = op.Unsqueeze(op.Sub(op.Squeeze(op.Shape(self, start=0, end=1), axis_0), start), axis_0)
+    parts.append(op.Expand(op.CastLike(op.Constant(value_float=0.0), parts[0]), op.Concat(rest, op.Shape(mat2, start=2, end=3), axis=0)))
+    result = op.Concat(*parts, axis=0)
+    return op.Cast(result, to=out_dtype) if out_dtype not in (None, -1) else result
+
+
 FUNCTIONS = {
     OpName("aten", "squeeze", "dim"): squeeze_dims,
     OpName("aten", "hamming_window"): hamming_window,
     OpName("aten", "avg_pool2d"): _avg_pool(nn.aten_avg_pool2d, 2),
     OpName("aten", "avg_pool3d"): _avg_pool(nn.aten_avg_pool3d, 3),
     OpName("aten", "_native_batch_norm_legit_functional"): native_batch_norm_legit_functional,
+    OpName("aten", "_grouped_mm"): grouped_mm,
 }
