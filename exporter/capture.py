@@ -74,7 +74,7 @@ class Mode:
     """How a strategy captures a dynamic model whose example has a size of 0 or 1."""
 
     oblivious: bool  # size-oblivious reasoning: sizes 0/1 stay symbolic
-    assumes: bool  # guards become runtime assertions (kept if true at the example, dropped from the graph)
+    assumes: bool  # guards become runtime assertions (which the graph drops; noted by FXE0020)
     suffix: str
 
 
@@ -127,7 +127,7 @@ class FXGraphExtractor:
         # traced (e.g. broadcasting that needs to know a size is not 1), capture as torch.export does.
         # Its reasoning takes a symbolic size for neither 0 nor 1, and a named Dim whose range has them
         # then fails on PyTorch's own guards (a reshape's "seq != 1"): it is tried again with the guards
-        # as assertions, kept if they hold at the example's sizes (`Mode.assumes`).
+        # as assertions (`Mode.assumes`). torch.export still refuses one false at the example's sizes.
         modes = _MODES if shapes is not None and dynamic.has_size_0_or_1((args, kwargs)) else (_PLAIN,)
         carried: list[dynamic.Specialization] = []  # where the code fixed a size 0/1 that size-oblivious capture kept
         for strategy in self.strategies:
@@ -160,9 +160,6 @@ class FXGraphExtractor:
                 # right only at the example size, or not even there (a squeeze of a size 1): capture as torch.export does
                 if mode.oblivious and (carried := dynamic.still_symbolic(program, fixed) or dynamic.squeezed_at_one(program)):
                     ctx.report(rules.GRAPH_CAPTURE, Level.NONE, f"{name}: the code fixes a size of 0 or 1; capturing again.", strategy=name)
-                    continue
-                if mode.assumes and (wrong := dynamic.false_at_example(program)):
-                    ctx.report(rules.GRAPH_CAPTURE, Level.NONE, f"{name}: it assumes {wrong[0]}, false at the example's sizes; capturing again.", strategy=name)
                     continue
                 attempt = CaptureAttempt(name, time.perf_counter() - start)
                 self.attempts.append(attempt)

@@ -149,23 +149,6 @@ def assertions(program: torch.export.ExportedProgram) -> list[sympy.Expr]:
     return found
 
 
-def false_at_example(program: torch.export.ExportedProgram) -> list[sympy.Expr]:
-    """The runtime assertions that do not hold at the example's sizes (those of unbacked sizes, which
-    have no example value, are not checked)."""
-    hints = _example_sizes(program)
-    return [e for e in assertions(program) if e.free_symbols <= hints.keys() and e.xreplace(hints) == sympy.false]
-
-
-def _example_sizes(program: torch.export.ExportedProgram) -> dict[sympy.Symbol, int]:
-    """The example's value of each symbol of the program's input sizes."""
-    sizes = {}
-    for _, val in user_inputs(program):
-        for size in val.shape:
-            if is_symbolic(size) and isinstance(size.node.expr, sympy.Symbol) and size.node.hint is not None:
-                sizes[size.node.expr] = int(size.node.hint)
-    return sizes
-
-
 _SQUEEZES = (torch.ops.aten.squeeze.default, torch.ops.aten.squeeze.dim, torch.ops.aten.squeeze.dims)
 
 

@@ -137,3 +137,44 @@ def test_order_statistics_match_eager(dynamic):
     if dynamic:
         for other in (torch.randn(5, 8), torch.randn(3, 9)):
             assert_matches_eager(export_output, OrderStatistics(), (x,), run_args=(other,))
+
+
+class GroupedMatmul(torch.nn.Module):
+    """Mixture-of-experts matmul: rows sorted by expert, expert ``e``'s rows ending at ``offs[e]``."""
+
+    def forward(self, x, weights, offs):
+        return torch._grouped_mm(x, weights, offs=offs)
+
+
+class GroupedMatmulFallback(torch.nn.Module):
+    """transformers' own operator for the same (float32 on CPU and under torch.export)."""
+
+    def forward(self, x, weights, offs):
+        import transformers.integrations.moe  # noqa: F401  (registers transformers::grouped_mm_fallback)
+
+        return torch.ops.transformers.grouped_mm_fallback(x, weights, offs)
+
+
+def _expected_grouped_mm(x, weights, offs):
+    """Each expert's rows times its weights, by slicing; rows after the last offset are zeros."""
+    rows, start = [], 0
+    for e, end in enumerate(offs.tolist()):
+        rows.append(x[start:end] @ weights[e])
+        start = end
+    return torch.cat([*rows, torch.zeros(x.shape[0] - start, weights.shape[2])])
+
+
+@pytest.mark.parametrize("model, dtype", [(GroupedMatmul(), torch.bfloat16), (GroupedMatmulFallback(), torch.float32)], ids=["aten", "transformers"])
+def test_grouped_matmul_of_experts_follows_the_offsets_given_at_run_time(model, dtype):
+    """torch.export takes ``_grouped_mm`` in bfloat16 only: onnx's reference evaluator runs that one
+    (onnxruntime's CPU provider has no bfloat16 MatMul)."""
+    torch.manual_seed(0)
+    x, weights = torch.randn(7, 8, dtype=dtype), torch.randn(3, 8, 8, dtype=dtype)
+    offs = torch.tensor([2, 2, 7], dtype=torch.int32)  # the middle expert gets no row
+    assert torch.allclose(model(x, weights, offs).float(), _expected_grouped_mm(x.float(), weights.float(), offs), atol=5e-2)
+    export_output = exporter.dynamo_export(model, x, weights, offs, export_options=exporter.ExportOptions(dynamic_shapes={"x": {0: torch.export.Dim("rows")}, "weights": None, "offs": None}))
+    for run in [(x, weights, offs), (torch.randn(9, 8, dtype=dtype), weights, torch.tensor([0, 5, 9], dtype=torch.int32))]:
+        assert_matches_eager(export_output, model, (x, weights, offs), run_args=run, reference=dtype == torch.bfloat16, atol=5e-2, rtol=2e-2)
+    if isinstance(model, GroupedMatmulFallback):  # rows after the last offset are zeros (eager _grouped_mm leaves them unset)
+        short = torch.tensor([1, 3, 5], dtype=torch.int32)
+        assert_matches_eager(export_output, model, (x, weights, offs), run_args=(x, weights, short))

@@ -125,6 +125,39 @@ def test_a_size_1_the_code_fixes_is_static_and_located_not_kept_symbolic():
     np.testing.assert_allclose(actual, SqueezesOne()(x).numpy(), rtol=1e-5, atol=1e-6)
 
 
+class AttendsToPast(torch.nn.Module):
+    """Eager attention over a cache: PyTorch's own matmul reshapes the transposed query and guards
+    "seq != 1" under size-oblivious capture (a past of 1 in the example), which a named Dim whose
+    range holds 1 turned into a refusal, though the graph is right at every size."""
+
+    def forward(self, x, past):
+        q = x.view(x.shape[0], x.shape[1], 4, 8).transpose(1, 2)
+        k = torch.cat([past, q], dim=2)
+        return torch.matmul(q, k.transpose(2, 3)).softmax(-1)
+
+
+def test_guards_of_sizes_0_and_1_that_hold_at_the_example_are_assumptions_noted_and_checked():
+    x, past = torch.randn(2, 3, 32), torch.randn(2, 4, 1, 8)
+    out = export(AttendsToPast(), x, past, spec={"x": {1: Dim("seq", min=1)}, "past": {2: Dim("past", min=0)}})
+    assumptions = [d.message for d in out.diagnostic_context.diagnostics if d.rule.id == "FXE0020" and "assumption" in d.properties]
+    assert "The graph assumes seq != 1: torch.export could not show that the model's code allows every size the dynamic shapes do, and the exported graph does not check it." in assumptions
+    for seq, length in [(1, 0), (1, 5), (4, 0), (7, 2)]:  # right where the assumptions do not hold too
+        run = torch.randn(2, seq, 32), torch.randn(2, 4, length, 8)
+        actual = run_onnx_feeds(out.model_proto, {"x": run[0].numpy(), "past": run[1].numpy()})[0]
+        np.testing.assert_allclose(actual, AttendsToPast()(*run).numpy(), rtol=1e-4, atol=1e-5)
+
+
+def test_a_guard_false_at_the_example_is_no_assumption():
+    """With the example's sequence of 1, "seq != 1" would make the graph wrong at the example itself:
+    torch.export fixes the dimension instead, and the named Dim is refused."""
+    with pytest.raises(exporter.OnnxExporterError) as info:
+        export(AttendsToPast(), torch.randn(2, 1, 32), torch.randn(2, 4, 3, 8), spec={"x": {1: Dim("seq", min=1)}, "past": {2: Dim("past", min=0)}})
+    diagnostics = info.value.export_output.diagnostic_context.diagnostics
+    assert any(d.message.startswith("torch.export(strict=False) keeping sizes 0/1 symbolic, guards as assertions failed") for d in diagnostics)
+    (error,) = [d for d in info.value.export_output.diagnostic_context.errors() if d.rule.id == "FXE0020"]
+    assert error.message.endswith("declared dynamic as Dim('seq'). torch.export suggests: seq = 1.")
+
+
 def test_where_the_example_gives_each_input():
     def f(a, b, *, mask=None):
         return a

@@ -4,7 +4,20 @@ hidden size 64, random weights (seed 0), vocabulary of 1000; token ids bos 1, eo
 from __future__ import annotations
 
 import torch
-from transformers import AutoModelForCausalLM, GemmaConfig, GPT2Config, LlamaConfig, MistralConfig, Phi3Config
+from transformers import (
+    AutoModelForCausalLM,
+    BloomConfig,
+    FalconConfig,
+    Gemma2Config,
+    GemmaConfig,
+    GPT2Config,
+    LlamaConfig,
+    MistralConfig,
+    MixtralConfig,
+    MptConfig,
+    Phi3Config,
+    XGLMConfig,
+)
 
 TOKENS = dict(vocab_size=1000, initializer_range=0.1, bos_token_id=1, eos_token_id=2, pad_token_id=0)
 DECODER = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256)
@@ -17,7 +30,18 @@ CONFIGS = {
     "gpt2": lambda: GPT2Config(n_embd=64, n_layer=2, n_head=4, n_positions=256, tie_word_embeddings=False, **TOKENS),
 }
 
+# One architecture for each class of problem a sweep beyond the five found: checked by generating.
+MORE_CONFIGS = {
+    # eager attention (soft-capping): PyTorch's matmul guards "sequence_length != 1", an assumption
+    "gemma2": lambda: Gemma2Config(**DECODER, head_dim=16, sliding_window=8, tie_word_embeddings=False, **TOKENS),
+    "bloom": lambda: BloomConfig(hidden_size=64, n_layer=2, n_head=4, tie_word_embeddings=False, **TOKENS),  # ALiBi, baddbmm
+    "falcon": lambda: FalconConfig(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, tie_word_embeddings=False, **TOKENS),  # 1 KV head
+    "mpt": lambda: MptConfig(d_model=64, n_layers=2, n_heads=4, max_seq_len=256, **TOKENS),  # max(0, positions - length)
+    "xglm": lambda: XGLMConfig(d_model=64, num_layers=2, attention_heads=4, ffn_dim=128, max_position_embeddings=256, **TOKENS),
+    "mixtral": lambda: MixtralConfig(**DECODER, num_local_experts=4, num_experts_per_tok=2, tie_word_embeddings=False, **TOKENS),  # MoE
+}
+
 
 def tiny_model(name: str) -> torch.nn.Module:
     torch.manual_seed(0)
-    return AutoModelForCausalLM.from_config(CONFIGS[name]()).eval()
+    return AutoModelForCausalLM.from_config({**CONFIGS, **MORE_CONFIGS}[name]()).eval()
