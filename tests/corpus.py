@@ -1108,6 +1108,33 @@ def build_size_promotion(rows: int = 3, cols: int = 5) -> Built:
     return SizePromotion(), (torch.randn(rows, cols), torch.randint(0, 4, (rows, cols), dtype=torch.int32)), {}
 
 
+class IntegerMath(nn.Module):
+    """Floating functions of integer and bool tensors, which PyTorch computes in float32 (RAFT scales
+    its correlation by ``torch.sqrt(torch.tensor(channels))``)."""
+
+    def forward(self, x: torch.Tensor, counts: torch.Tensor, mask: torch.Tensor) -> dict[str, torch.Tensor]:
+        return {
+            "scaled_by_root": x / torch.sqrt(torch.tensor(x.shape[-1])),
+            "root": counts.sqrt(),
+            "log1p": torch.log1p(counts),
+            "sigmoid": counts.sigmoid(),
+            "exp_of_bool": mask.exp(),
+            "clamped": counts.clamp(max=2.5),
+            "reciprocal": (counts + 1).reciprocal(),
+        }
+
+
+@case(
+    "integer_math",
+    dims={"x": ("x_dim_0", "x_dim_1"), "counts": ("counts_dim_0", "counts_dim_1"), "mask": ("mask_dim_0", "mask_dim_1")},
+    second={"rows": 4, "cols": 7},
+    tags=("promotion",),
+)
+def build_integer_math(rows: int = 3, cols: int = 5) -> Built:
+    counts = torch.randint(0, 9, (rows, cols), dtype=torch.int64)
+    return IntegerMath(), (torch.randn(rows, cols), counts, counts > 3), {}
+
+
 # --------------------------------------------------------------------------------------
 # Input/output structure: kwargs, None, nested containers
 # --------------------------------------------------------------------------------------

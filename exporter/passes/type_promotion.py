@@ -56,7 +56,19 @@ def _kind(node: torch.fx.Node) -> tuple[Kind | None, tuple[int, ...]] | None:
         return (Kind.DEFAULT if rounding else Kind.INT_TO_FLOAT), (0, 1)
     if target.overloadpacket in _RESULT_TYPED and isinstance(node.meta.get("val"), torch.Tensor):
         return None, (0,)
-    return _RULES.get(target.overloadpacket)
+    return _RULES.get(target.overloadpacket) or _integer_to_float(node)
+
+
+def _integer_to_float(node: torch.fx.Node) -> tuple[None, tuple[int, ...]] | None:
+    """A pointwise operator of one integer or bool tensor whose result is floating (``torch.sqrt(n)``,
+    ``n.sigmoid()``, ``n.clamp(max=0.5)``) computes in the result's dtype."""
+    result = node.meta.get("val")
+    if torch.Tag.pointwise not in node.target.tags or not (isinstance(result, torch.Tensor) and result.is_floating_point()):
+        return None
+    tensors = [i for i, arg in enumerate(node.args) if isinstance(_promotion_value(arg), torch.Tensor)]
+    if len(tensors) != 1 or _promotion_value(node.args[tensors[0]]).is_floating_point() or _promotion_value(node.args[tensors[0]]).is_complex():
+        return None
+    return None, (tensors[0],)
 
 
 def _symbolic_scalars_as_tensors(module: torch.fx.GraphModule, node: torch.fx.Node) -> int:
