@@ -71,6 +71,29 @@ def test_custom_function_overrides_builtin_aten_op():
     assert_matches_eager(export_output, model, (x,))
 
 
+@onnxscript.script(custom_domain)
+def relu_as_int64(x):
+    return op.Cast(op.Relu(x), to=7)  # wrong: PyTorch's relu keeps the float dtype
+
+
+def test_a_model_onnxruntime_would_refuse_to_load_is_a_checker_error():
+    """Strict type inference finds a translation whose result type is not PyTorch's (an int64 Relu
+    feeding a float Add): an error result, not a model that fails to load in onnxruntime."""
+    registry = exporter.OnnxRegistry()
+    registry.register_op(relu_as_int64, "aten", "relu")
+    model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.ReLU())
+
+    class AddsToRelu(torch.nn.Module):
+        def forward(self, x):
+            return model(x) + x
+
+    with pytest.raises(exporter.OnnxExporterError) as info:
+        exporter.dynamo_export(AddsToRelu(), torch.randn(3, 4), export_options=exporter.ExportOptions(onnx_registry=registry))
+    (error,) = [d for d in info.value.export_output.diagnostic_context.errors() if d.rule.id == "FXE0019"]
+    assert error.message.startswith("onnx.checker rejected the model: [ShapeInferenceError] (op_type:Add")
+    assert (error.stack[0].path, error.stack[0].snippet) == (__file__, "return model(x) + x")  # the node it names
+
+
 def test_unsupported_custom_op_raises_naming_the_op():
     model, x = UsesCustomOp(), torch.randn(3, 4)
     with pytest.raises(exporter.OnnxExporterError, match="onnxlens_test.scaled_tanh") as info:

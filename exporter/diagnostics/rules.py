@@ -143,8 +143,11 @@ ONNX_MODEL_CHECK = Rule(
     "FXE0019",
     "onnx-model-check",
     "Check and optimize the ONNX model.",
-    "Runs onnxscript's optimizer and onnx.checker on the exported model.",
-    "A checker failure is an exporter or torchlib bug: report it with the SARIF log attached.",
+    "Runs onnxscript's optimizer and onnx.checker on the exported model, with strict shape and type "
+    "inference (what onnxruntime checks when it loads a model). A failure is an error, at the source "
+    "line of the node it names.",
+    "A checker failure is an exporter or torchlib bug, or a registered function whose result type is not "
+    "PyTorch's: check that function, or report it with the SARIF log attached.",
 )
 DIMENSION_SPECIALIZED = Rule(
     "FXE0020",

@@ -3,13 +3,16 @@ opset, fuse (`optimize`), modularize, fix names; then onnx.checker."""
 
 from __future__ import annotations
 
+import re
+
 import onnx
 import onnx_ir as ir
 import onnx_ir.passes.common as common_passes
 
-from exporter.constants import DEFAULT_OPSET_VERSION
+from exporter.constants import DEFAULT_OPSET_VERSION, METADATA_STACK
 from exporter.diagnostics import DiagnosticContext, Level
 from exporter.diagnostics import rules
+from exporter.diagnostics.locations import Frame, parse_stack_trace
 from exporter.passes.modularize import ModularizePass
 from exporter.passes.optimize import FusePass, OptimizePass
 
@@ -65,17 +68,30 @@ def finalize(model: ir.Model, opset_version: int, ctx: DiagnosticContext, *, opt
 
 
 def check(model: ir.Model, ctx: DiagnosticContext) -> None:
-    """Run onnx.checker; a failure is an error result (the model is still returned for inspection)."""
+    """Run onnx.checker with strict shape and type inference (a model onnxruntime would refuse to load
+    otherwise passes: an ``int64`` operand of a float ``Div``); a failure is an error result (the model
+    is still returned for inspection)."""
     size = sum(v.const_value.nbytes for v in model.graph.initializers.values() if v.const_value is not None)
     if size > _CHECKABLE_BYTES:
         ctx.report(rules.ONNX_MODEL_CHECK, Level.NOTE, "Skipped onnx.checker: the weights exceed 2 GiB.")
         return
     proto = ir.serde.serialize_model(model)
     try:
-        onnx.checker.check_model(proto, full_check=False)
-    except onnx.checker.ValidationError as e:
-        ctx.report(rules.ONNX_MODEL_CHECK, Level.ERROR, f"onnx.checker rejected the model: {e}", exception=e)
+        onnx.checker.check_model(proto, full_check=True)
+    except (onnx.checker.ValidationError, onnx.shape_inference.InferenceError) as e:
+        ctx.report(rules.ONNX_MODEL_CHECK, Level.ERROR, f"onnx.checker rejected the model: {e}", stack=_stack_of_named_node(model, str(e)), exception=e)
         return
     if ctx.wants(Level.NONE):
         del proto.graph.initializer[:]  # the dump shows structure, not weights
         ctx.report(rules.ONNX_MODEL_CHECK, Level.NONE, "onnx.checker accepted the model.", onnxGraph=onnx.printer.to_text(proto))
+
+
+_NODE_NAME = re.compile(r"node name: ([^)\s]+)\)")
+
+
+def _stack_of_named_node(model: ir.Model, message: str) -> list[Frame]:
+    """The user frames of the node an inference error names (``node name: node_Add_2``), if any."""
+    found = _NODE_NAME.search(message)
+    nodes = [n for g in (model.graph, *model.functions.values()) for n in g.all_nodes()] if found else []
+    stacks = [n.metadata_props.get(METADATA_STACK) for n in nodes if n.name == found[1]]
+    return next(([f for f in parse_stack_trace(s) if f.is_user_code] for s in stacks if s), [])
