@@ -6,14 +6,15 @@ Here only the nodes that need it change (common composites such as ``batch_norm`
 need none: `exporter.ops.composites` translates them):
 
 - an in-place op on a tensor nothing else aliases becomes its functional op (``add_`` → ``add``),
-  and the later uses of the tensor read the new value;
+  and the later uses of the tensor read the new value; one on a slice of such a tensor
+  (``mask[a:b] = v``) is scattered back into it (``slice_scatter``);
 - every other untranslatable node is replaced by its decomposition, traced on the node's own fake
   inputs (symbolic shapes included) and spliced into the graph, each new node keeping the original's
   ``stack_trace`` and ``nn_module_stack`` so diagnostics still point at the user's line. Nodes with
   the same operator and arguments (input dtypes, shapes and strides, the same constants) share one
   trace.
 
-A program whose mutations cannot be rewritten locally (in-place ops on inputs, buffers or views),
+A program whose mutations cannot be rewritten locally (in-place ops on inputs, buffers or other views),
 that decomposes ops on complex tensors (whose real representation the spliced shape arithmetic
 would not know), or with a node whose decomposition cannot be traced on its own inputs, still goes
 through `run_decompositions` as a whole.
@@ -140,8 +141,10 @@ def _functional_variant(target: torch._ops.OpOverload) -> torch._ops.OpOverload 
 
 
 def _functionalizable(node: torch.fx.Node, registry: OnnxRegistry) -> bool:
-    """Whether `node` mutates only its first argument, a fresh tensor no view aliases, and has a
-    translatable functional variant whose result has the mutated tensor's dtype and shape."""
+    """Whether `node` mutates only its first argument, and has a translatable functional variant whose
+    result has the mutated tensor's dtype and shape. The mutated tensor is a fresh one, or a chain of
+    slices/selects of one (``mask[a:b, c:d] = v``) each used only by the next; no other view of the
+    fresh tensor may come before `node` (it would see the mutation)."""
     functional = _functional_variant(node.target)
     if functional is None or functional not in registry.supported_targets():
         return False
@@ -149,12 +152,31 @@ def _functionalizable(node: torch.fx.Node, registry: OnnxRegistry) -> bool:
     target = node.args[0] if node.args else None
     if len(mutated) != 1 or mutated[0].name != node.target._schema.arguments[0].name or not isinstance(target, torch.fx.Node):
         return False
-    if target.op != "call_function" or not isinstance(target.target, torch._ops.OpOverload) or _returns_alias(target.target):
+    chain = _view_chain(target)
+    base = chain[0].args[0] if chain else target
+    if base.op != "call_function" or not isinstance(base.target, torch._ops.OpOverload) or _returns_alias(base.target):
         return False
-    if any(user is not node and _returns_alias(user.target) for user in target.users):
+    if any(len(view.users) != 1 for view in chain):
+        return False
+    order = {n: i for i, n in enumerate(node.graph.nodes)}
+    head = chain[0] if chain else node
+    if any(user is not head and _returns_alias(user.target) and (chain == [] or order[user] < order[node]) for user in base.users):
         return False
     val = target.meta.get("val")
     return isinstance(val, torch.Tensor) and _same_type(val, _functional_result(node, functional))
+
+
+# Views whose writes functionalize into a scatter into the viewed tensor (``slice_scatter(base, src, dim, …)``).
+_SCATTERS = {torch.ops.aten.slice.Tensor: torch.ops.aten.slice_scatter.default, torch.ops.aten.select.int: torch.ops.aten.select_scatter.default}
+
+
+def _view_chain(tensor: torch.fx.Node) -> list[torch.fx.Node]:
+    """The slices and selects `tensor` is a view through (outermost first; empty if it is none)."""
+    chain = []
+    while isinstance(tensor, torch.fx.Node) and tensor.target in _SCATTERS:
+        chain.insert(0, tensor)
+        tensor = tensor.args[0]
+    return chain
 
 
 def _functional_result(node: torch.fx.Node, functional: torch._ops.OpOverload) -> object:
@@ -176,16 +198,26 @@ def _returns_alias(target: object) -> bool:
 
 
 def _functionalize(node: torch.fx.Node) -> None:
-    """``y = x.op_(…)`` → ``y = op(x, …)``; uses of ``x`` after the node read ``y``."""
-    mutated = node.args[0]
+    """``y = x.op_(…)`` → ``y = op(x, …)``; uses of ``x`` after the node read ``y``. Where ``x`` is a
+    view chain of a fresh tensor, ``y`` is scattered back through it, and uses of that tensor after
+    the node read the result."""
+    chain = _view_chain(node.args[0])
+    mutated = chain[0].args[0] if chain else node.args[0]
     graph = node.graph
     with graph.inserting_before(node):
         replacement = graph.call_function(_functional_variant(node.target), node.args, node.kwargs)
-    replacement.meta.update(node.meta)
+        replacement.meta.update(node.meta)
+        replacement.meta["val"] = _functional_result(node, replacement.target)
+        updated = replacement
+        for view in reversed(chain):
+            scatter = _SCATTERS[view.target]
+            updated = graph.call_function(scatter, (view.args[0], updated, *view.args[1:]), view.kwargs)
+            updated.meta.update({k: v for k, v in node.meta.items() if k in ("stack_trace", "nn_module_stack")})
+            updated.meta["val"] = scatter(*torch.fx.map_arg(updated.args, lambda n: n.meta["val"]), **updated.kwargs)
     order = {n: i for i, n in enumerate(graph.nodes)}
     for user in list(mutated.users):
-        if user is not node and user is not replacement and order[user] > order[node]:
-            user.replace_input_with(mutated, replacement)
+        if order[user] > order[node]:  # the new nodes come before it
+            user.replace_input_with(mutated, updated)
     node.replace_all_uses_with(replacement)
     graph.erase_node(node)
 
