@@ -59,3 +59,39 @@ def test_regions_compute_what_eager_computes(dynamic):
     assert_matches_eager(export_output, model, (x,))
     if dynamic:
         assert_matches_eager(export_output, model, (x,), run_args=(torch.randn(5, 6),))
+
+
+class AutocastRegions(torch.nn.Module):
+    """EfficientViT's pattern: attention kept in float32 with autocast turned off inside ``forward``."""
+
+    def forward(self, x):
+        with torch.autocast(device_type="cuda", enabled=False):
+            scores = (x @ x.transpose(-1, -2)).float().softmax(-1)  # autocast off
+        with torch.autocast(device_type="cpu", enabled=False):
+            return scores @ x
+
+
+@pytest.mark.parametrize("dynamic", [False, True], ids=["static", "dynamic"])
+def test_regions_that_turn_autocast_off_are_inlined(dynamic):
+    model, x = AutocastRegions(), torch.randn(2, 5, 4)
+    program = FXGraphExtractor().generate_fx(model, (x,), {}, dynamic_shapes=False, ctx=DiagnosticContext())
+    assert inline_grad_regions.inline_grad_regions(program) == 2
+    assert not any(n.target is torch.ops.higher_order.wrap_with_autocast for n in program.graph.nodes)
+    export_output = exporter.dynamo_export(model, x, export_options=exporter.ExportOptions(dynamic_shapes=dynamic))
+    assert_matches_eager(export_output, model, (x,))
+    if dynamic:
+        assert_matches_eager(export_output, model, (x,), run_args=(torch.randn(3, 7, 4),))
+
+
+class AutocastOn(torch.nn.Module):
+    def forward(self, x):
+        with torch.autocast(device_type="cpu", dtype=torch.bfloat16):
+            return x @ x.T
+
+
+def test_a_region_that_turns_autocast_on_is_reported_at_its_line():
+    with pytest.raises(exporter.OnnxExporterError, match="wrap_with_autocast") as info:
+        exporter.dynamo_export(AutocastOn(), torch.randn(3, 4))
+    (error,) = [d for d in info.value.export_output.diagnostic_context.errors() if d.rule.id == "FXE0012"]
+    lines, start = inspect.getsourcelines(AutocastOn.forward)
+    assert error.stack[0].line == start + 2
