@@ -268,3 +268,28 @@ def test_floor_division_and_whole_mean_lose_their_no_op_nodes():
     counts = torch.tensor([[-5, -4, -3, 7], [1, 2, 3, -1], [0, 9, -2, 5]])
     ops = _op_types(_export(floor_and_mean, counts, torch.randn(3, 4)).model_proto)
     assert sorted(ops) == sorted(["Less", "Mod", "Cast", "And", "Cast", "Div", "Sub", "ReduceMean"])
+
+
+def test_merged_reshapes_leave_every_shape_a_node_reads():
+    """Reshape(Reshape(x, a), b) becomes Reshape(x, b) without a new initializer: onnxscript's rule
+    names the one it writes "<output>/shape", and its rewriter then drops an existing initializer of
+    that name other nodes still read (timm's GC ViT and DaViT with a dynamic batch)."""
+    from exporter.passes.optimize import FusePass
+
+    x = ir.Input("x", ir.Shape([2, 6]), ir.TensorType(ir.DataType.FLOAT))
+    taken = ir.Value(name="y/shape", const_value=ir.tensor([6, 2], name="y/shape"))  # read by another node too
+    inner = ir.Value(name="inner_shape", const_value=ir.tensor([3, 4], name="inner_shape"))
+    outer = ir.Value(name="outer_shape", const_value=ir.tensor([4, 3], name="outer_shape"))
+    first = ir.node("Reshape", [x, inner])
+    merged = ir.node("Reshape", [first.outputs[0], outer], outputs=[ir.Value(name="y", type=ir.TensorType(ir.DataType.FLOAT), shape=ir.Shape([4, 3]))])
+    other = ir.node("Reshape", [x, taken], outputs=[ir.Value(name="z", type=ir.TensorType(ir.DataType.FLOAT), shape=ir.Shape([6, 2]))])
+    graph = ir.Graph([x], [merged.outputs[0], other.outputs[0]], nodes=[first, merged, other], initializers=[taken, inner, outer], opset_imports={"": 18}, name="g")
+    model = ir.Model(graph, ir_version=10)
+    FusePass(18, True)(model)
+    proto = ir.serde.serialize_model(model)
+    onnx.checker.check_model(proto, full_check=True)
+    assert [n.op_type for n in proto.graph.node] == ["Reshape", "Reshape"]
+    session = ort.InferenceSession(proto.SerializeToString(), providers=["CPUExecutionProvider"])
+    data = torch.arange(12.0).reshape(2, 6)
+    y, z = session.run(None, {"x": data.numpy()})
+    assert (y == data.reshape(4, 3).numpy()).all() and (z == data.reshape(6, 2).numpy()).all()

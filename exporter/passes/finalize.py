@@ -68,16 +68,17 @@ def finalize(model: ir.Model, opset_version: int, ctx: DiagnosticContext, *, opt
 
 
 def check(model: ir.Model, ctx: DiagnosticContext) -> None:
-    """Run onnx.checker with strict shape and type inference (a model onnxruntime would refuse to load
-    otherwise passes: an ``int64`` operand of a float ``Div``); a failure is an error result (the model
-    is still returned for inspection)."""
+    """Run onnx.checker with strict shape and type inference where onnx knows every op (a model
+    onnxruntime would refuse to load otherwise passes: an ``int64`` operand of a float ``Div``; the
+    contrib ops of ``optimize="onnxruntime"`` have no types for it); a failure is an error result (the
+    model is still returned for inspection)."""
     size = sum(v.const_value.nbytes for v in model.graph.initializers.values() if v.const_value is not None)
     if size > _CHECKABLE_BYTES:
         ctx.report(rules.ONNX_MODEL_CHECK, Level.NOTE, "Skipped onnx.checker: the weights exceed 2 GiB.")
         return
     proto = ir.serde.serialize_model(model)
     try:
-        onnx.checker.check_model(proto, full_check=True)
+        onnx.checker.check_model(proto, full_check=_all_ops_known(model))
     except (onnx.checker.ValidationError, onnx.shape_inference.InferenceError) as e:
         ctx.report(rules.ONNX_MODEL_CHECK, Level.ERROR, f"onnx.checker rejected the model: {e}", stack=_stack_of_named_node(model, str(e)), exception=e)
         return
@@ -95,3 +96,10 @@ def _stack_of_named_node(model: ir.Model, message: str) -> list[Frame]:
     nodes = [n for g in (model.graph, *model.functions.values()) for n in g.all_nodes()] if found else []
     stacks = [n.metadata_props.get(METADATA_STACK) for n in nodes if n.name == found[1]]
     return next(([f for f in parse_stack_trace(s) if f.is_user_code] for s in stacks if s), [])
+
+
+def _all_ops_known(model: ir.Model) -> bool:
+    """Whether onnx has a schema or a function body for every op of the model (no contrib ops)."""
+    functions = model.functions.values()
+    domains = {n.domain for graph in (model.graph, *functions) for n in graph.all_nodes()}
+    return domains <= {"", "ai.onnx", "ai.onnx.ml", *(f.domain for f in functions)}

@@ -32,7 +32,6 @@ import onnx_ir.passes.common as common_passes
 from onnx_ir.passes.common import _c_api_utils
 from onnxscript import optimizer, rewriter
 from onnxscript.rewriter import _ir_utils, _matcher, pattern
-from onnxscript.rewriter.rules.common import reshape_reshape_rule
 
 from exporter.constants import METADATA_PREFIX as _METADATA_PREFIX
 from exporter.options import OPTIMIZE_ONNXRUNTIME
@@ -184,7 +183,7 @@ class FusePass(ir.passes.InPlacePass):
         if self.target == OPTIMIZE_ONNXRUNTIME:
             count += onnxruntime_fusions(model)
         else:  # the reshapes around the linear layers' Gemms meet the views next to them
-            count += rule_set([reshape_reshape_rule, _NoOpReshape.rule()]).apply_to_model(model)
+            count += rule_set([_ReshapeOfReshape.rule(), _NoOpReshape.rule()]).apply_to_model(model)
         _IdentityElimination()(model)  # what the no-op rules leave
         common_passes.RemoveUnusedNodesPass()(model)
         common_passes.LiftConstantsToInitializersPass(lift_all_constants=True, size_limit=0)(model)
@@ -344,6 +343,26 @@ class _UnmaskedSoftmax(pattern.RewriteRuleClassBase):
 
     def rewrite(self, op, scores, weights, **_):
         return op.Softmax(scores, axis=weights.producer().attributes.get_int("axis", -1))
+
+
+class _ReshapeOfReshape(pattern.RewriteRuleClassBase):
+    """A Reshape of a Reshape to a constant shape without 0s: the outer one alone. onnxscript's rule
+    for this writes the shape it computes as an initializer named after the Reshape's output, and
+    onnxscript's rewriter then replaces an initializer of that name that other nodes still read
+    (timm's GC ViT and DaViT with a dynamic batch: a model onnx.checker rejects)."""
+
+    def pattern(self, op, x, inner, shape):
+        return op.Reshape(op.Reshape(x, inner, _allow_other_attributes=True), shape, _allow_other_attributes=True, _outputs=["out"])
+
+    def check(self, context, x, inner, shape, out, **_) -> pattern.MatchResult:
+        result = pattern.MatchResult()
+        value = ir.convenience.get_const_tensor(shape)
+        if value is None or (value.numpy() == 0).any():
+            return result.fail("The outer shape is not a constant without 0s.", shape)
+        return result
+
+    def rewrite(self, op, x, shape, **_):
+        return op.Reshape(x, shape)
 
 
 class _NoOpReshape(pattern.RewriteRuleClassBase):
