@@ -178,3 +178,35 @@ def test_grouped_matmul_of_experts_follows_the_offsets_given_at_run_time(model, 
     if isinstance(model, GroupedMatmulFallback):  # rows after the last offset are zeros (eager _grouped_mm leaves them unset)
         short = torch.tensor([1, 3, 5], dtype=torch.int32)
         assert_matches_eager(export_output, model, (x, weights, offs), run_args=(x, weights, short))
+
+
+class AttentionOfAnyRank(torch.nn.Module):
+    """``scaled_dot_product_attention`` on 5-D windows (Hiera's), 3-D and 4-D tensors, with a Boolean
+    mask that broadcasts over the leading dimensions and a float (L, S) one; torchlib's takes 4-D only."""
+
+    def forward(self, q, k, v, mask, bias):
+        attention = torch.nn.functional.scaled_dot_product_attention
+        return (
+            attention(q, k, v),
+            attention(q[0], k[0], v[0], is_causal=True),
+            attention(q[:, 0, 0], k[:, 0, 0], v[:, 0, 0]),
+            attention(q, k, v, attn_mask=mask),
+            attention(q, k, v, attn_mask=bias, scale=0.3),
+        )
+
+
+def _attention_inputs(batch: int, queries: int, keys: int):
+    torch.manual_seed(queries)
+    q, k, v = torch.randn(batch, 3, 4, queries, 8), torch.randn(batch, 3, 4, keys, 8), torch.randn(batch, 3, 4, keys, 7)
+    mask = torch.rand(3, 1, queries, keys) > 0.3
+    mask[..., 0] = True  # no fully masked row
+    return q, k, v, mask, torch.randn(queries, keys)
+
+
+@pytest.mark.parametrize("dynamic", [False, True], ids=["static", "dynamic"])
+def test_attention_of_any_rank_matches_eager(dynamic):
+    inputs = _attention_inputs(2, 5, 6)
+    export_output = exporter.dynamo_export(AttentionOfAnyRank(), *inputs, export_options=exporter.ExportOptions(dynamic_shapes=dynamic))
+    assert_matches_eager(export_output, AttentionOfAnyRank(), inputs)
+    if dynamic:
+        assert_matches_eager(export_output, AttentionOfAnyRank(), inputs, run_args=_attention_inputs(3, 7, 9))

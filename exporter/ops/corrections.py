@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
+import onnx_ir as ir
 from onnxscript import INT64
 from onnxscript import opset18 as op
 from onnxscript import values
@@ -124,6 +125,34 @@ def grouped_mm(self, mat2, offs=None, bias=None, out_dtype: int = -1):
     return op.Cast(result, to=out_dtype) if out_dtype not in (None, -1) else result
 
 
+@_traced
+def scaled_dot_product_attention(
+    query, key, value, attn_mask=None, dropout_p: float = 0.0, is_causal: bool = False, scale: float | None = None, enable_gqa: bool = False
+):
+    """Attention of any rank ``(..., L, E)``, as PyTorch takes it (Hiera's 5-D windows); torchlib's takes
+    4-D tensors only. The leading dimensions (the query's; key, value and mask are expanded to them)
+    become one batch axis, with one head."""
+    if len(query.shape) == 4:
+        return nn.aten_scaled_dot_product_attention(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa)
+    leading = op.Shape(query, start=0, end=-2)
+
+    def as_4d(tensor, last_two, dims):
+        """`tensor` expanded to the query's leading dimensions and `last_two`, then made 4-D."""
+        expanded = op.Expand(tensor, op.Concat(leading, last_two, axis=0))
+        flat = op.Reshape(expanded, op.Concat(op.Constant(value_ints=[-1, 1]), last_two, axis=0))
+        flat.dtype, flat.shape = tensor.dtype, ir.Shape([None, 1, *dims])  # torchlib's function reads them
+        return flat
+
+    q, k, v = (as_4d(t, op.Shape(t, start=-2), t.shape[-2:]) for t in (query, key, value))
+    if attn_mask is not None and len(attn_mask.shape) > 2:  # (L, S) broadcasts as it is
+        lengths = op.Concat(op.Shape(query, start=-2, end=-1), op.Shape(key, start=-2, end=-1), axis=0)
+        attn_mask = as_4d(attn_mask, lengths, [query.shape[-2], key.shape[-2]])
+    if scale is None:  # from the query's last dimension, which the reshape may leave unknown
+        scale = 1.0 / math.sqrt(query.shape[-1]) if isinstance(query.shape[-1], int) else None
+    out = nn.aten_scaled_dot_product_attention(q, k, v, attn_mask, dropout_p, is_causal, scale, enable_gqa)
+    return op.Reshape(out, op.Concat(op.Shape(query, start=0, end=-1), op.Shape(value, start=-1), axis=0))
+
+
 FUNCTIONS = {
     OpName("aten", "squeeze", "dim"): squeeze_dims,
     OpName("aten", "hamming_window"): hamming_window,
@@ -131,4 +160,5 @@ FUNCTIONS = {
     OpName("aten", "avg_pool3d"): _avg_pool(nn.aten_avg_pool3d, 3),
     OpName("aten", "_native_batch_norm_legit_functional"): native_batch_norm_legit_functional,
     OpName("aten", "_grouped_mm"): grouped_mm,
+    OpName("aten", "scaled_dot_product_attention"): scaled_dot_product_attention,
 }
