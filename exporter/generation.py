@@ -69,8 +69,7 @@ class CausalLMWithCache(torch.nn.Module):
     def __init__(self, model: torch.nn.Module) -> None:
         super().__init__()
         self.model = model
-        parameters = inspect.signature(model.forward).parameters
-        self.cache_argument = "cache" if "cache" in parameters else "past_key_values"
+        self.cache_argument = _cache_argument(model)
 
     def forward(
         self,
@@ -229,9 +228,17 @@ def _example(model: torch.nn.Module, uses_positions: bool) -> tuple[tuple[Any, .
 def _cache_layout(model: torch.nn.Module) -> list[tuple[tuple[int, int, torch.dtype], ...]]:
     """(heads, head size, dtype) of each layer's key and value, as the model caches one token: read,
     not derived from the config, whose names for them vary (Falcon's multi-query ``num_kv_heads``)."""
+    from transformers import DynamicCache
+
+    cache = DynamicCache()
     with torch.no_grad():
-        cache = model(input_ids=torch.ones(1, 1, dtype=torch.long), use_cache=True).past_key_values
+        model(input_ids=torch.ones(1, 1, dtype=torch.long), use_cache=True, **{_cache_argument(model): cache})
     return [tuple((t.shape[1], t.shape[-1], t.dtype) for t in (layer.keys, layer.values)) for layer in cache.layers]
+
+
+def _cache_argument(model: torch.nn.Module) -> str:
+    """The name `model.forward` takes its cache by (transformers 5 renamed ``past_key_values``)."""
+    return "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
 
 
 def _name_interface(model: ir.Model, layers: int, uses_positions: bool) -> None:
