@@ -210,3 +210,22 @@ def test_attention_of_any_rank_matches_eager(dynamic):
     assert_matches_eager(export_output, AttentionOfAnyRank(), inputs)
     if dynamic:
         assert_matches_eager(export_output, AttentionOfAnyRank(), inputs, run_args=_attention_inputs(3, 7, 9))
+
+
+class GroupedQueryAttention(torch.nn.Module):
+    """``enable_gqa``: each key/value head serves ``Hq / Hk`` query heads, 4-D and 5-D."""
+
+    def forward(self, q, k, v):
+        attention = torch.nn.functional.scaled_dot_product_attention
+        return attention(q, k, v, enable_gqa=True, is_causal=True), attention(q[None], k[None], v[None], enable_gqa=True)
+
+
+@pytest.mark.parametrize("dynamic", [False, True], ids=["static", "dynamic"])
+def test_grouped_query_attention_with_head_counts_known_only_at_run_time(dynamic):
+    """Under ``dynamic_shapes=True`` the head counts are symbolic too (torchlib's needs them known)."""
+    q, k, v = torch.randn(2, 8, 5, 16), torch.randn(2, 2, 5, 16), torch.randn(2, 2, 5, 16)
+    export_output = exporter.dynamo_export(GroupedQueryAttention(), q, k, v, export_options=exporter.ExportOptions(dynamic_shapes=dynamic))
+    assert_matches_eager(export_output, GroupedQueryAttention(), (q, k, v))
+    if dynamic:  # 6 query heads on 3 key/value heads
+        other = torch.randn(3, 6, 7, 16), torch.randn(3, 3, 7, 16), torch.randn(3, 3, 7, 16)
+        assert_matches_eager(export_output, GroupedQueryAttention(), (q, k, v), run_args=other)

@@ -131,7 +131,11 @@ def scaled_dot_product_attention(
 ):
     """Attention of any rank ``(..., L, E)``, as PyTorch takes it (Hiera's 5-D windows); torchlib's takes
     4-D tensors only. The leading dimensions (the query's; key, value and mask are expanded to them)
-    become one batch axis, with one head."""
+    become one batch axis, with one head. Grouped-query attention repeats the key and value heads here
+    where torchlib's cannot: head counts not known at export (``dynamic_shapes=True``), other ranks."""
+    heads_known = isinstance(query.shape[-3], int) and isinstance(key.shape[-3], int) if len(query.shape) > 2 else True
+    if enable_gqa and not (len(query.shape) == 4 and heads_known):
+        key, value, enable_gqa = _repeat_heads(key, query), _repeat_heads(value, query), False
     if len(query.shape) == 4:
         return nn.aten_scaled_dot_product_attention(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa)
     leading = op.Shape(query, start=0, end=-2)
@@ -151,6 +155,17 @@ def scaled_dot_product_attention(
         scale = 1.0 / math.sqrt(query.shape[-1]) if isinstance(query.shape[-1], int) else None
     out = nn.aten_scaled_dot_product_attention(q, k, v, attn_mask, dropout_p, is_causal, scale, enable_gqa)
     return op.Reshape(out, op.Concat(op.Shape(query, start=0, end=-1), op.Shape(value, start=-1), axis=0))
+
+
+def _repeat_heads(tensor, query):
+    """Key or value heads ``(..., Hk, S, E)`` each repeated ``Hq / Hk`` times, in place (PyTorch's
+    ``repeat_interleave`` over dimension -3), to the query's ``Hq``."""
+    groups = op.Div(op.Shape(query, start=-3, end=-2), op.Shape(tensor, start=-3, end=-2))
+    before, after = op.Shape(tensor, start=0, end=-2), op.Shape(tensor, start=-2)
+    expanded = op.Expand(op.Unsqueeze(tensor, op.Constant(value_ints=[-3])), op.Concat(before, groups, after, axis=0))
+    repeated = op.Reshape(expanded, op.Concat(op.Shape(tensor, start=0, end=-3), op.Shape(query, start=-3, end=-2), after, axis=0))
+    repeated.dtype, repeated.shape = tensor.dtype, ir.Shape([*tensor.shape[:-3], query.shape[-3], *tensor.shape[-2:]])
+    return repeated
 
 
 FUNCTIONS = {
