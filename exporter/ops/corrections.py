@@ -110,7 +110,8 @@ def grouped_mm(self, mat2, offs=None, bias=None, out_dtype: int = -1):
         raise NotImplementedError("grouped_mm with offsets is translated for a 2-D input and 3-D weights (mixture of experts)")
     experts = mat2.shape[0]
     axis_0, one = op.Constant(value_ints=[0]), op.Constant(value_int=1)
-    ends = op.Split(op.Cast(offs, to=INT64.dtype), axis=0, num_outputs=experts) if experts > 1 else [op.Cast(offs, to=INT64.dtype)]
+    offs = op.Cast(offs, to=INT64.dtype)
+    ends = op.Split(offs, axis=0, num_outputs=experts) if experts > 1 else [offs]
     weights = op.Split(mat2, axis=0, num_outputs=experts) if experts > 1 else [mat2]
     biases = (op.Split(bias, axis=0, num_outputs=experts) if experts > 1 else [bias]) if bias is not None else None
     start, parts = op.Constant(value_int=0), []
@@ -133,8 +134,7 @@ def scaled_dot_product_attention(
     4-D tensors only. The leading dimensions (the query's; key, value and mask are expanded to them)
     become one batch axis, with one head. Grouped-query attention repeats the key and value heads here
     where torchlib's cannot: head counts not known at export (``dynamic_shapes=True``), other ranks."""
-    heads_known = isinstance(query.shape[-3], int) and isinstance(key.shape[-3], int) if len(query.shape) > 2 else True
-    if enable_gqa and not (len(query.shape) == 4 and heads_known):
+    if enable_gqa and not (len(query.shape) == 4 and isinstance(query.shape[1], int) and isinstance(key.shape[1], int)):
         key, value, enable_gqa = _repeat_heads(key, query), _repeat_heads(value, query), False
     if len(query.shape) == 4:
         return nn.aten_scaled_dot_product_attention(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa)

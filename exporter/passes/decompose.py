@@ -158,9 +158,8 @@ def _functionalizable(node: torch.fx.Node, registry: OnnxRegistry) -> bool:
         return False
     if any(len(view.users) != 1 for view in chain):
         return False
-    order = {n: i for i, n in enumerate(node.graph.nodes)}
     head = chain[0] if chain else node
-    if any(user is not head and _returns_alias(user.target) and (chain == [] or order[user] < order[node]) for user in base.users):
+    if any(user is not head and _returns_alias(user.target) and (not chain or user < node) for user in base.users):
         return False
     val = target.meta.get("val")
     return isinstance(val, torch.Tensor) and _same_type(val, _functional_result(node, functional))
@@ -214,9 +213,8 @@ def _functionalize(node: torch.fx.Node) -> None:
             updated = graph.call_function(scatter, (view.args[0], updated, *view.args[1:]), view.kwargs)
             updated.meta.update({k: v for k, v in node.meta.items() if k in ("stack_trace", "nn_module_stack")})
             updated.meta["val"] = scatter(*torch.fx.map_arg(updated.args, lambda n: n.meta["val"]), **updated.kwargs)
-    order = {n: i for i, n in enumerate(graph.nodes)}
     for user in list(mutated.users):
-        if order[user] > order[node]:  # the new nodes come before it
+        if user > node:  # the new nodes come before it
             user.replace_input_with(mutated, updated)
     node.replace_all_uses_with(replacement)
     graph.erase_node(node)

@@ -99,7 +99,7 @@ def _stack_of_named_node(model: ir.Model, message: str) -> list[Frame]:
 
 
 def _all_ops_known(model: ir.Model) -> bool:
-    """Whether onnx has a schema or a function body for every op of the model (no contrib ops)."""
+    """Whether onnx has a schema or a function body for every op the model imports (no contrib ops)."""
     functions = model.functions.values()
-    domains = {n.domain for graph in (model.graph, *functions) for n in graph.all_nodes()}
+    domains = {domain for owner in (model, *functions) for domain in owner.opset_imports}
     return domains <= {"", "ai.onnx", "ai.onnx.ml", *(f.domain for f in functions)}
