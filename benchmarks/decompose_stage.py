@@ -20,10 +20,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
 import corpus  # noqa: E402
 
-from exporter.capture import FXGraphExtractor  # noqa: E402
+from exporter.capture.extractor import FXGraphExtractor  # noqa: E402
 from exporter.diagnostics import DiagnosticContext  # noqa: E402
 from exporter.passes import decompose  # noqa: E402
-from exporter.registry import default_registry  # noqa: E402
+from exporter.translate.registry import default_registry  # noqa: E402
 
 
 def _capture(case: corpus.Case):

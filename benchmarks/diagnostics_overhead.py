@@ -31,7 +31,7 @@ import torch  # noqa: E402
 
 import corpus  # noqa: E402
 import exporter  # noqa: E402
-from exporter import capture  # noqa: E402
+from exporter.capture import extractor as capture  # noqa: E402
 from exporter.diagnostics import context  # noqa: E402
 from exporter.diagnostics.locations import stack_of  # noqa: E402
 

@@ -8,7 +8,7 @@ Each step runs in a fresh process (peak RSS is per process, from getrusage):
 - ``export-7b``: build LLaMA-2-7B's architecture under `enable_fake_mode`, export; wall time and
   peak RSS.
 - ``generation-7b``: LLaMA-2-7B's generation graph (KV-cache inputs and presents,
-  `exporter.generation.export_graph`) under fake mode, in memory; wall time and peak RSS.
+  `exporter.generation.export.export_graph`) under fake mode, in memory; wall time and peak RSS.
 - ``save-2b``: write a real fp32 safetensors checkpoint for a ~2B LLaMA tensor by tensor (random
   values, never all in memory); export the model under fake mode; save with the checkpoint; report
   the peak RSS after export and after the save (the save's increase); then, in another process,
@@ -61,7 +61,7 @@ def generation_7b(_: argparse.Namespace) -> None:
     from transformers import LlamaConfig, LlamaForCausalLM
 
     import exporter
-    from exporter.generation import export_graph
+    from exporter.generation.export import export_graph
 
     start = time.perf_counter()
     with exporter.enable_fake_mode() as ctx:

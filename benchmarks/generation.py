@@ -6,7 +6,7 @@ For each tiny causal LM of `tests/tiny_lms.py`: `exporter.export_for_generation`
 to ONNX; "total s": the whole call, with writing the folder and its generation check, whose result is
 "parity"), then, interleaved `--repeats` times, greedy generation of `--tokens`
 tokens from one 7-token prompt eagerly (``model.generate(do_sample=False)``) and in onnxruntime with
-the exported KV cache (`exporter.generation_check.greedy_generate`). Decode ms/token is the wall time
+the exported KV cache (`exporter.generation.check.greedy_generate`). Decode ms/token is the wall time
 from the first generated token to the last, divided by the tokens after the first (the prefill is
 excluded on both sides): eager from a streamer's timestamps, onnxruntime from the loop's own step
 times. torch and onnxruntime use `--threads` threads. Medians; their ratio ORT / eager.
@@ -28,7 +28,7 @@ import torch
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tests"))
 
 import exporter  # noqa: E402
-from exporter.generation_check import greedy_generate  # noqa: E402
+from exporter.generation.check import greedy_generate  # noqa: E402
 from tiny_lms import CONFIGS, tiny_model  # noqa: E402
 
 PROMPT = [[5, 17, 300, 42, 7, 99, 12]]

@@ -9,7 +9,7 @@ then, interleaved, a fresh process per export times the export call only (after 
 ``exporter.export_for_generation(model, dir, verify_generation=False)`` on the loaded model here,
 ``optimum.exporters.onnx.main_export(dir, task="text-generation-with-past")`` there (it loads the
 model itself). Both models have the same input and output names, so the same onnxruntime loop
-(`exporter.generation_check.greedy_generate`, `--threads` threads) decodes `--tokens` tokens with
+(`exporter.generation.check.greedy_generate`, `--threads` threads) decodes `--tokens` tokens with
 each, interleaved; decode ms/token excludes the prefill. Parity: 16 greedy tokens, batch 1 and a
 left-padded batch of 2, against ``generate(do_sample=False)`` of the same weights here.
 """
@@ -31,7 +31,7 @@ import torch
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tests"))
 
-from exporter.generation_check import greedy_generate  # noqa: E402
+from exporter.generation.check import greedy_generate  # noqa: E402
 from tiny_lms import tiny_model  # noqa: E402
 
 ONNXLENS = """

@@ -31,7 +31,8 @@ import torch  # noqa: E402
 
 import corpus  # noqa: E402
 import exporter  # noqa: E402
-from exporter import divergence, numerics  # noqa: E402
+from exporter.verify import divergence
+from exporter.verify import numerics  # noqa: E402
 from exporter.api import Exporter  # noqa: E402
 
 

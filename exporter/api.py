@@ -9,20 +9,25 @@ from typing import Any
 import onnx
 import torch
 
-from exporter import adapters, analysis, capture, dynamic, generate
+from exporter.capture import adapters
+from exporter.translate import analysis
+from exporter.capture import extractor as capture
+from exporter.capture import dynamic
+from exporter.translate import python_functions as generate
 from exporter.diagnostics import dynamic_report
 from exporter.diagnostics import DiagnosticContext, Level
 from exporter.diagnostics import rules
 from exporter.diagnostics.explain import explain
 from exporter.diagnostics.torch_logs import captured_logs
 from exporter.errors import OnnxExporterError, is_out_of_memory
-from exporter.fake import check_fake_consistency
+from exporter.capture.fake import check_fake_consistency
 from exporter.options import ExportOptions
-from exporter.output import ExportOutput
-from exporter.passes import decompose, finalize, inline_grad_regions, type_promotion
+from exporter.output.program import ExportOutput
+from exporter.onnx_passes import finalize
+from exporter.passes import decompose, inline_grad_regions, type_promotion
 from exporter.constants import DEFAULT_OPSET_VERSION, Stage
-from exporter.registry import default_registry
-from exporter.translate import GraphTranslator, TranslationError
+from exporter.translate.registry import default_registry
+from exporter.translate.fx_to_onnx import GraphTranslator, TranslationError
 
 ProgressCallback = Callable[[str, dict[str, Any]], None]
 
@@ -54,7 +59,7 @@ class Exporter:
         self.output_adapter = adapters.OutputAdapter()
         self.generate_functions = generate_functions and options.fake_context is None
         self._generator: generate.Generator | None = None
-        self._verifier = None  # exporter.verify.Verifier, once the model is final
+        self._verifier = None  # exporter.verify.accuracy.Verifier, once the model is final
         self._verified_model = None  # the model once verified (a failed verification keeps it in the ExportOutput)
 
     def export(self) -> ExportOutput:
@@ -70,14 +75,14 @@ class Exporter:
             self._stage(Stage.ANALYSIS, self._analyze, program)
             model = self._stage(Stage.TRANSLATION, self._translate, program)
             if self.options.op_level_debug:
-                from exporter.op_debug import validate_ops
+                from exporter.verify.op_debug import validate_ops
 
                 self._stage(
                     Stage.OP_LEVEL_DEBUG, validate_ops, program, self._translator, model, self.model_args, self.model_kwargs,
                     self.ctx, fake=self.options.fake_context is not None,
                 )
             elif self._translator.custom_nodes and self.options.fake_context is None:
-                from exporter.op_debug import check_custom_translations
+                from exporter.verify.op_debug import check_custom_translations
 
                 self._stage(Stage.OP_LEVEL_DEBUG, check_custom_translations, program, self._translator, model, self.model_args, self.model_kwargs, self.ctx)
             unoptimized = model.clone() if self.options.verify else None  # verify: was it the optimizer?
@@ -86,7 +91,7 @@ class Exporter:
             if self.options.fake_context is None:
                 self._verifier = self._make_verifier(program, model, unoptimized)
             if self._dims and self.options.second_size_check and self.options.fake_context is None and not self.ctx.errors():
-                from exporter import second_size
+                from exporter.verify import second_size
 
                 self._stage(
                     Stage.SECOND_SIZE, second_size.check, program, model, self.input_adapter, self.output_adapter, self.model,
@@ -249,7 +254,7 @@ class Exporter:
         self.output_adapter.append_step(adapters.ConvertComplexToRealOutputStep())
 
     def _make_verifier(self, program: torch.export.ExportedProgram, model, unoptimized):
-        from exporter.verify import Verifier
+        from exporter.verify.accuracy import Verifier
 
         return Verifier(
             program, self.model, model, unoptimized, self.input_adapter, self.output_adapter,

@@ -136,7 +136,7 @@ def _import_pipeline() -> None:
     """Import what every export uses before it runs (see `run`): the pipeline, torchlib's table and
     TorchDynamo, which torch.export imports on its first call."""
     import torch.export._trace  # noqa: F401
-    from exporter.registry import default_registry
+    from exporter.translate.registry import default_registry
 
     import exporter.api  # noqa: F401
 
@@ -223,7 +223,7 @@ def export_generation_one(name: str, fn, settings: dict[str, Any], output: str, 
 def export_one(exporter, name: str, fn, settings: dict[str, Any], output: str, sarif: str | None, progress, verbose: bool) -> bool:
     """Export one target, print its summary and diagnostics; True on success."""
     from exporter.diagnostics.report import format_results
-    from exporter.output import count_nodes
+    from exporter.output.program import count_nodes
     from exporter.targets import build_target
 
     start = time.perf_counter()

@@ -43,8 +43,8 @@ class Stage(str, enum.Enum):
     TRANSLATION = "translation"
     OP_LEVEL_DEBUG = "op-level debug"
     ONNX_PASSES = "onnx passes"
-    SECOND_SIZE = "second-size check"  # a dynamic export run at other sizes (exporter.second_size)
-    VERIFY = "verify"  # the final model in onnxruntime against eager PyTorch (exporter.verify)
+    SECOND_SIZE = "second-size check"  # a dynamic export run at other sizes (exporter.verify.second_size)
+    VERIFY = "verify"  # the final model in onnxruntime against eager PyTorch (exporter.verify.accuracy)
     SAVE = "save"
 
     def __str__(self) -> str:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from exporter.output import ExportOutput
+    from exporter.output.program import ExportOutput
 
 
 class OnnxExporterError(RuntimeError):

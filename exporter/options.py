@@ -43,7 +43,7 @@ class ExportOptions:
     dynamic_shapes: True makes every input dimension symbolic (``dim_param`` names on graph inputs);
         or a torch.export spec by argument name or position (``{"x": {0: Dim("batch")}}``, derived
         dims such as ``2 * seq``, ``Dim.AUTO``/``DYNAMIC``/``STATIC``, None; in JSON-like settings a
-        string: a dimension name, or "auto"/"dynamic"/"static"). See `exporter.dynamic`.
+        string: a dimension name, or "auto"/"dynamic"/"static"). See `exporter.capture.dynamic`.
     op_level_debug: compare every translated op with PyTorch on the real intermediate values (FXE0013).
     fake_context: the `ONNXFakeContext` from `enable_fake_mode()`; exports without weight memory.
     onnx_registry: the `OnnxRegistry` (custom ONNX functions); a shared default otherwise.
@@ -56,11 +56,11 @@ class ExportOptions:
         ``com.microsoft`` domain), for models that only onnxruntime will run. False: none of it.
     modularize: wrap each ``nn.Module`` call in an ONNX local function.
     second_size_check: run a dynamic export's model in onnxruntime at other sizes of its dynamic
-        dimensions against eager PyTorch (`exporter.second_size`); a mismatch fails the export.
+        dimensions against eager PyTorch (`exporter.verify.second_size`); a mismatch fails the export.
     verify: run the final model in onnxruntime on the example inputs against eager PyTorch (FXE0021,
-        `exporter.verify`); a divergence fails the export at the first diverging source line.
+        `exporter.verify.accuracy`); a divergence fails the export at the first diverging source line.
     verify_tolerances: per-dtype (atol, rtol) overrides of verify's tolerances, by dtype name
-        (``{"float32": (1e-3, 1e-2)}``; defaults in `exporter.numerics.TOLERANCES`).
+        (``{"float32": (1e-3, 1e-2)}``; defaults in `exporter.verify.numerics.TOLERANCES`).
     """
 
     dynamic_shapes: Any = _setting(None, bool, "make every input dimension symbolic")

@@ -47,42 +47,42 @@ OP_DEBUG_TESTS = (
 MUTATIONS: list[Mutation] = [
     Mutation(
         "outputs reversed (graph and output adapter alike)",
-        "exporter/adapters.py",
+        "exporter/capture/adapters.py",
         "    children, _ = pytree.tree_flatten(outputs, is_leaf=lambda x: x is not outputs)\n",
         "    children = pytree.tree_flatten(outputs, is_leaf=lambda x: x is not outputs)[0][::-1]\n",
         (CORPUS_STATIC, "-k", "not hf_"),
     ),
     Mutation(
         "input adapter keeps Python-scalar leaves as graph inputs",
-        "exporter/adapters.py",
+        "exporter/capture/adapters.py",
         "        return [a for a, k in zip(args, self.keep) if k], kwargs\n",
         "        return [a for a, k in zip(args, self.keep) if k or isinstance(a, (int, float))], kwargs\n",
         (CORPUS_STATIC, "-k", "kwargs"),
     ),
     Mutation(
         "last dim of every input stays static under dynamic_shapes=True",
-        "exporter/capture.py",
+        "exporter/capture/extractor.py",
         "            return {i: torch.export.Dim.AUTO for i in range(x.dim())}\n",
         "            return {i: torch.export.Dim.AUTO for i in range(x.dim() - 1)}\n",
         (CORPUS_DYNAMIC, "-k", "not hf_"),
     ),
     Mutation(
         "op-level-debug float32 tolerance loosened to 0.1",
-        "exporter/op_debug.py",
+        "exporter/verify/op_debug.py",
         "    torch.float32: (1e-5, 1e-4),\n",
         "    torch.float32: (0.1, 0.1),\n",
         OP_DEBUG_TESTS,
     ),
     Mutation(
         "op-level-debug float32 tolerance loosened to 1.0",
-        "exporter/op_debug.py",
+        "exporter/verify/op_debug.py",
         "    torch.float32: (1e-5, 1e-4),\n",
         "    torch.float32: (1.0, 1.0),\n",
         OP_DEBUG_TESTS,
     ),
     Mutation(
         "op-level-debug tolerance 1e9",
-        "exporter/op_debug.py",
+        "exporter/verify/op_debug.py",
         "    check.atol, check.rtol = TOLERANCES.get(dtype, (0.0, 0.0))\n",
         "    check.atol, check.rtol = 1e9, 1e9\n",
         OP_DEBUG_TESTS,
@@ -96,21 +96,21 @@ MUTATIONS: list[Mutation] = [
     ),
     Mutation(
         "output adapter drops the last output",
-        "exporter/adapters.py",
+        "exporter/capture/adapters.py",
         "        return [o for o, k in zip(outputs, self.keep) if k]\n",
         "        return [o for o, k in zip(outputs, self.keep) if k][:-1]\n",
         ("tests/test_seed_examples.py", "tests/test_api.py", CORPUS_STATIC, "-k", "not hf_"),
     ),
     Mutation(
         "every diagnostic range collapsed to column 0",
-        "onnxlens_server/sarif_to_lsp.py",
+        "server/sarif_to_lsp.py",
         "    return types.Range(types.Position(line, start), types.Position(line, max(end, start)))\n",
         "    return types.Range(types.Position(line, 0), types.Position(line, 0))\n",
         ("tests/test_server.py",),
     ),
     Mutation(
         "every other code-action request answers empty",
-        "onnxlens_server/server.py",
+        "server/server.py",
         "    uri = params.text_document.uri\n    _, source = ls.document(uri)\n    found = discover(source)\n",
         "    ls.code_action_count = getattr(ls, 'code_action_count', 0) + 1\n"
         "    if ls.code_action_count % 2 == 0:\n        return []\n"

@@ -1,8 +1,8 @@
 """Batch norm in every mode PyTorch has, run in onnxruntime against eager PyTorch.
 
-torch.export keeps ``aten::batch_norm`` whole (translated by `exporter.ops.composites`); a model
+torch.export keeps ``aten::batch_norm`` whole (translated by `exporter.translate.ops.composites`); a model
 that also updates its ``num_batches_tracked`` buffer goes through whole-program decomposition and
-reaches ``aten::_native_batch_norm_legit_functional`` (corrected in `exporter.ops.corrections`).
+reaches ``aten::_native_batch_norm_legit_functional`` (corrected in `exporter.translate.ops.corrections`).
 """
 
 from __future__ import annotations

@@ -7,11 +7,11 @@ import pytest
 import torch
 
 import exporter
-from exporter.capture import FXGraphExtractor
+from exporter.capture.extractor import FXGraphExtractor
 from exporter.diagnostics import DiagnosticContext
 from exporter.diagnostics.locations import stack_of
 from exporter.passes import decompose
-from exporter.registry import default_registry
+from exporter.translate.registry import default_registry
 from helpers import assert_matches_eager
 
 

@@ -1,4 +1,4 @@
-"""Dynamic shapes that say what they did (`exporter.dynamic`, FXE0020): symbolic where asked, named as
+"""Dynamic shapes that say what they did (`exporter.capture.dynamic`, FXE0020): symbolic where asked, named as
 asked, and every dimension the code fixed located at the line that fixed it."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import torch
 from torch.export import Dim
 
 import exporter
-from exporter import dynamic
+from exporter.capture import dynamic
 from helpers import run_onnx_feeds
 
 HERE = __file__

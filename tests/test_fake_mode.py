@@ -13,7 +13,7 @@ import safetensors.torch
 import torch
 
 import exporter
-import exporter.output as exporter_output
+import exporter.output.program as exporter_output
 
 
 class MyModel(torch.nn.Module):

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 import exporter
-from exporter import generate
+from exporter.translate import python_functions as generate
 from fixtures.custom_ops import blend, numpy_tanh, scaled_tanh, shifted_sigmoid, softmax_along
 from helpers import assert_matches_eager
 

@@ -23,7 +23,7 @@ from onnxscript import opset18 as op
 from transformers import AutoModelForCausalLM, GenerationConfig
 
 import exporter
-from exporter.generation_check import greedy_generate
+from exporter.generation.check import greedy_generate
 from helpers import console_script, validate_sarif
 from tiny_lms import CONFIGS, MORE_CONFIGS, tiny_model
 
@@ -111,7 +111,7 @@ def test_more_architectures_generate_like_generate(name, tmp_path):
 
 
 def test_genai_config_without_pad_or_bos_ids_pads_with_eos(exported, tmp_path):
-    from exporter import genai_config
+    from exporter.generation import genai_config
 
     _, model, result = exported
     config = copy.deepcopy(model.config)
@@ -292,7 +292,7 @@ def test_encoder_decoder_models_are_refused_clearly(tmp_path):
 
 @pytest.mark.parametrize("gap, near_tie", [(5e-4, True), (0.25, False)])
 def test_a_divergence_between_nearly_tied_logits_is_a_near_tie(gap, near_tie):
-    from exporter.generation_check import first_divergence
+    from exporter.generation.check import first_divergence
 
     expected, produced = np.array([[7, 3, 5]]), np.array([[7, 3, 6]])
     eager = [np.zeros((1, 10), np.float32) for _ in range(3)]

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 import exporter
-from exporter.capture import FXGraphExtractor
+from exporter.capture.extractor import FXGraphExtractor
 from exporter.diagnostics import DiagnosticContext
 from exporter.diagnostics.locations import stack_of
 from exporter.passes import inline_grad_regions

@@ -13,7 +13,7 @@ from torch import nn
 
 import corpus
 import exporter
-from exporter.passes.optimize import OptimizePass
+from exporter.onnx_passes.optimize import OptimizePass
 from helpers import assert_matches_eager
 
 
@@ -274,7 +274,7 @@ def test_merged_reshapes_leave_every_shape_a_node_reads():
     """Reshape(Reshape(x, a), b) becomes Reshape(x, b) without a new initializer: onnxscript's rule
     names the one it writes "<output>/shape", and its rewriter then drops an existing initializer of
     that name other nodes still read (timm's GC ViT and DaViT with a dynamic batch)."""
-    from exporter.passes.optimize import FusePass
+    from exporter.onnx_passes.optimize import FusePass
 
     x = ir.Input("x", ir.Shape([2, 6]), ir.TensorType(ir.DataType.FLOAT))
     taken = ir.Value(name="y/shape", const_value=ir.tensor([6, 2], name="y/shape"))  # read by another node too

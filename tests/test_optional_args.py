@@ -18,8 +18,8 @@ import torch
 import torch.nn.functional as F
 
 import exporter
-from exporter.opname import OpName
-from exporter.registry import _torchlib_table
+from exporter.translate.opname import OpName
+from exporter.translate.registry import _torchlib_table
 
 torch.manual_seed(0)
 X = torch.randn(3, 4)

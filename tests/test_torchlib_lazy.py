@@ -1,7 +1,7 @@
-"""torchlib's functions are built on first use (`exporter.torchlib_lazy`), and built the same as eagerly.
+"""torchlib's functions are built on first use (`exporter.translate.torchlib_lazy`), and built the same as eagerly.
 
 Each side runs in a fresh interpreter: the eager one imports torchlib the normal way, the lazy one
-through `exporter.registry.default_registry()`. Compilations are counted where onnxscript does them
+through `exporter.translate.registry.default_registry()`. Compilations are counted where onnxscript does them
 (``Converter.translate_function_def``, one per script function) and signatures where it computes
 them (``_schemas.op_signature_from_function``).
 """
@@ -16,7 +16,7 @@ import sys
 import torch
 
 import exporter
-from exporter import torchlib_lazy
+from exporter.translate import torchlib_lazy
 from helpers import assert_matches_eager
 
 EXAMPLES = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "examples")
@@ -39,8 +39,8 @@ converter.Converter.translate_function_def = counted(converter.Converter.transla
 _schemas.op_signature_from_function = counted(_schemas.op_signature_from_function, "signatures")
 """
 
-EAGER_IMPORT = "from onnxscript.function_libs.torch_lib import ops; from exporter.ops import complex, composites, corrections"  # what the registry imports
-LAZY_IMPORT = "from exporter.registry import default_registry; default_registry()"
+EAGER_IMPORT = "from onnxscript.function_libs.torch_lib import ops; from exporter.translate.ops import complex, composites, corrections"  # what the registry imports
+LAZY_IMPORT = "from exporter.translate.registry import default_registry; default_registry()"
 
 DESCRIBE = """
 import dataclasses, json, sys

@@ -205,7 +205,8 @@ def test_tolerances_are_overridable():
 
 def test_bisection_in_chunks_finds_the_same_node():
     """A tiny activation budget: one onnxruntime run per compared value, the same first divergence."""
-    from exporter import divergence, numerics
+    from exporter.verify import divergence
+    from exporter.verify import numerics
     from exporter.api import Exporter
 
     torch.manual_seed(0)
@@ -232,7 +233,7 @@ class _SigmoidToHardSigmoid(ir.passes.InPlacePass):
 
 
 def test_a_divergence_the_optimizer_introduced_is_blamed_on_it(monkeypatch):
-    from exporter.passes import finalize
+    from exporter.onnx_passes import finalize
 
     real = finalize.OptimizePass
 
@@ -310,7 +311,7 @@ def test_cli_verify_prints_the_line_and_fails(tmp_path, faulty):
 
 
 def test_comparison_numbers_and_histogram():
-    from exporter.numerics import compare, tolerances
+    from exporter.verify.numerics import compare, tolerances
 
     expected = np.array([1.0, 2.0, -4.0, 0.0, np.inf, np.nan], dtype=np.float32)
     actual = np.array([1.0, 2.0 + 3e-6, -4.5, 2e-3, np.inf, np.nan], dtype=np.float32)
@@ -326,7 +327,7 @@ def test_comparison_numbers_and_histogram():
 
 
 def test_sessions_share_the_weights_and_leave_the_model_as_it_was():
-    from exporter import ort_session
+    from exporter.verify import ort_session
 
     torch.manual_seed(0)
     model, x = torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.ReLU(), torch.nn.Linear(64, 3)).eval(), torch.randn(2, 64)

@@ -11,7 +11,7 @@ import sympy
 import torch
 from torch.export.dynamic_shapes import _Dim
 
-from exporter import dynamic
+from exporter.capture import dynamic
 from exporter.diagnostics import DiagnosticContext, Level, rules
 from exporter.diagnostics.locations import Frame
 

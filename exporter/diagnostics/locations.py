@@ -28,11 +28,13 @@ class Frame:
         return f"{self.path}:{self.line} in {self.function}"
 
 
+EXPORTER_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the exporter package itself
+
 _library_roots: set[str] = {
     os.path.realpath(p) + os.sep
     for p in (
         os.path.dirname(torch.__file__),
-        os.path.dirname(os.path.dirname(__file__)),  # the exporter package itself
+        EXPORTER_ROOT,
         sysconfig.get_paths()["stdlib"],
         sysconfig.get_paths()["purelib"],
         sysconfig.get_paths()["platlib"],

@@ -18,7 +18,7 @@ import sarif_om as sarif
 
 from exporter.diagnostics.locations import Frame
 from exporter.diagnostics.rules import Level, Rule
-from exporter.files import atomic_path
+from exporter.output.files import atomic_path
 
 if TYPE_CHECKING:
     from exporter.diagnostics.context import Diagnostic, DiagnosticContext

@@ -1,1 +1,1 @@
-"""Passes over the FX graph (before translation) and the ONNX model (after)."""
+"""Passes over the FX graph before translation: inlining grad regions, decomposition, type promotion, modularization."""

@@ -3,7 +3,7 @@
 torch.export's `run_decompositions` re-traces the whole program (and functionalizes it) as soon as
 one operator needs decomposing: most of an export's time for one ``hardshrink`` or ``x.add_(y)``.
 Here only the nodes that need it change (common composites such as ``batch_norm`` and ``x.to(dtype)``
-need none: `exporter.ops.composites` translates them):
+need none: `exporter.translate.ops.composites` translates them):
 
 - an in-place op on a tensor nothing else aliases becomes its functional op (``add_`` → ``add``),
   and the later uses of the tensor read the new value; one on a slice of such a tensor
@@ -30,9 +30,9 @@ from collections.abc import Callable
 import torch
 from torch.fx.experimental.proxy_tensor import make_fx
 
-from exporter.opname import OpName
-from exporter.registry import OnnxRegistry
-from exporter.translate import STRUCTURAL_TARGETS
+from exporter.translate.opname import OpName
+from exporter.translate.registry import OnnxRegistry
+from exporter.translate.fx_to_onnx import STRUCTURAL_TARGETS
 
 _KEPT_META = ("stack_trace", "nn_module_stack", "source_fn_stack", "from_node")
 

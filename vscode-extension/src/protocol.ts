@@ -1,5 +1,5 @@
 // What the extension and the language server say to each other. The server spells the same names in
-// onnxlens_server/protocol.py (tests/test_protocol.py checks that the two agree). No vscode import.
+// server/protocol.py (tests/test_protocol.py checks that the two agree). No vscode import.
 
 /** Commands the server executes (`workspace/executeCommand`); the client registers them itself. */
 export const EXPORT = 'onnxlens.server.export';

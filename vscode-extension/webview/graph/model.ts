@@ -1,4 +1,4 @@
-// The graph command's JSON (onnxlens_server/graph.py) and what the view derives from it: which boxes are
+// The graph command's JSON (server/graph.py) and what the view derives from it: which boxes are
 // visible for a collapse state, the ELK input for them, the nodes of a source line, error levels.
 // No DOM: unit-testable in node.
 import type { ElkExtendedEdge, ElkNode } from 'elkjs/lib/elk-api';

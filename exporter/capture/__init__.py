@@ -1,0 +1,1 @@
+"""Capture: a model and its example inputs → an exported FX graph (strategies, dynamic shapes, fake mode, adapters)."""

@@ -1,0 +1,270 @@
+"""`FXGraphExtractor`: capture a model as an FX graph with torch.export, trying strategies in order."""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import functools
+import inspect
+import os
+import sys
+import time
+import traceback
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import sympy
+import torch
+import torch.utils._pytree as pytree
+
+from exporter.capture import dynamic
+from exporter.capture.adapters import flatten_outputs
+from exporter.diagnostics import DiagnosticContext, Level
+from exporter.diagnostics import rules
+from exporter.diagnostics.locations import EXPORTER_ROOT, Frame, is_user_file, parse_stack_trace
+from exporter.errors import is_out_of_memory
+
+
+class _CallableModule(torch.nn.Module):
+    """Wraps a plain function so torch.export can capture it."""
+
+    def __init__(self, fn: Callable[..., Any]) -> None:
+        super().__init__()
+        self.fn = fn
+
+    def forward(self, *args: Any, **kwargs: Any) -> Any:
+        return self.fn(*args, **kwargs)
+
+
+@dataclasses.dataclass
+class CaptureAttempt:
+    strategy: str
+    seconds: float
+    error: BaseException | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class Strategy:
+    name: str
+    capture: Callable[..., torch.export.ExportedProgram]
+
+
+def _non_strict(model, args, kwargs, dynamic_shapes, asserts):
+    return torch.export.export(
+        model, args, kwargs, dynamic_shapes=dynamic_shapes, strict=False, prefer_deferred_runtime_asserts_over_guards=asserts
+    )
+
+
+def _strict(model, args, kwargs, dynamic_shapes, asserts):
+    return torch.export.export(
+        model, args, kwargs, dynamic_shapes=dynamic_shapes, strict=True, prefer_deferred_runtime_asserts_over_guards=asserts
+    )
+
+
+# torch.export.draft_export is deliberately not a fallback: on a data-dependent branch it
+# specializes to the example input's path, which would export a silently wrong model.
+STRATEGIES = (
+    Strategy("torch.export(strict=False)", _non_strict),
+    Strategy("torch.export(strict=True, TorchDynamo)", _strict),
+)
+
+
+@dataclasses.dataclass(frozen=True)
+class Mode:
+    """How a strategy captures a dynamic model whose example has a size of 0 or 1."""
+
+    oblivious: bool  # size-oblivious reasoning: sizes 0/1 stay symbolic
+    assumes: bool  # guards become runtime assertions (which the graph drops; noted by FXE0020)
+    suffix: str
+
+
+_PLAIN = Mode(False, False, "")
+_MODES = (
+    Mode(True, False, " keeping sizes 0/1 symbolic"),
+    Mode(True, True, " keeping sizes 0/1 symbolic, guards as assertions"),
+    _PLAIN,
+)
+
+
+def is_constraint_violation(error: BaseException | None) -> bool:
+    """torch.export refused dynamic shapes the code does not allow for (a named Dim's "Constraints violated")."""
+    return isinstance(error, torch._dynamo.exc.UserError) and error.error_type == torch._dynamo.exc.UserErrorType.CONSTRAINT_VIOLATION
+
+
+class GraphCaptureError(RuntimeError):
+    """Every capture strategy failed; `location` is the user line the first failure points at."""
+
+    def __init__(self, attempts: list[CaptureAttempt], location: list[Frame]) -> None:
+        first = attempts[0].error
+        super().__init__(f"Could not capture the model as an FX graph: {type(first).__name__}: {first}")
+        self.attempts = attempts
+        self.location = location
+
+
+class FXGraphExtractor:
+    """Turns a model and example inputs into a `torch.export.ExportedProgram`."""
+
+    def __init__(self, strategies: tuple[Strategy, ...] = STRATEGIES) -> None:
+        self.strategies = strategies
+        self.attempts: list[CaptureAttempt] = []
+        self.specializations: list[dynamic.Specialization] = []  # of the last strategy tried
+        self.assumptions: list[sympy.Expr] = []  # what the graph assumes of the sizes (`Mode.assumes`)
+
+    def generate_fx(
+        self,
+        model: torch.nn.Module | Callable[..., Any],
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        *,
+        dynamic_shapes: Any,
+        ctx: DiagnosticContext,
+        fake_mode: Any = None,
+    ) -> torch.export.ExportedProgram:
+        module = model if isinstance(model, torch.nn.Module) else _CallableModule(model)
+        register_hf_pytrees(module)
+        shapes = dynamic.requested(module, args, kwargs, dynamic_shapes)
+        # Size-oblivious capture keeps example sizes 0 and 1 symbolic; where the model then cannot be
+        # traced (e.g. broadcasting that needs to know a size is not 1), capture as torch.export does.
+        # Its reasoning takes a symbolic size for neither 0 nor 1, and a named Dim whose range has them
+        # then fails on PyTorch's own guards (a reshape's "seq != 1"): it is tried again with the guards
+        # as assertions (`Mode.assumes`). torch.export still refuses one false at the example's sizes.
+        modes = _MODES if shapes is not None and dynamic.has_size_0_or_1((args, kwargs)) else (_PLAIN,)
+        carried: list[dynamic.Specialization] = []  # where the code fixed a size 0/1 that size-oblivious capture kept
+        for strategy in self.strategies:
+            error: BaseException | None = None
+            for mode in modes:
+                if mode.assumes and not is_constraint_violation(error):
+                    continue
+                name = strategy.name + mode.suffix
+                start = time.perf_counter()
+                try:
+                    with _maybe(fake_mode), _flat_outputs(module), full_user_stacks(), dynamic.capturing(shapes is not None, mode.oblivious) as fixed:
+                        fixed += carried
+                        self.specializations = fixed
+                        program = strategy.capture(module, args, kwargs, shapes, mode.assumes)
+                except Exception as e:  # each failure is recorded and the next strategy tried
+                    if is_out_of_memory(e):
+                        raise
+                    error = e
+                    attempt = CaptureAttempt(name, time.perf_counter() - start, e)
+                    self.attempts.append(attempt)
+                    ctx.report(
+                        rules.GRAPH_CAPTURE,
+                        Level.NOTE,
+                        f"{name} failed: {type(e).__name__}: {_first_line(e)}",
+                        stack=user_frames_of(e),
+                        exception=e,
+                        strategy=name,
+                    )
+                    continue
+                # right only at the example size, or not even there (a squeeze of a size 1): capture as torch.export does
+                if mode.oblivious and (carried := dynamic.still_symbolic(program, fixed) or dynamic.squeezed_at_one(program)):
+                    ctx.report(rules.GRAPH_CAPTURE, Level.NONE, f"{name}: the code fixes a size of 0 or 1; capturing again.", strategy=name)
+                    continue
+                attempt = CaptureAttempt(name, time.perf_counter() - start)
+                self.attempts.append(attempt)
+                self.assumptions = dynamic.assertions(program) if mode.assumes else []
+                ctx.report(rules.GRAPH_CAPTURE, Level.NONE, f"Captured the model with {name}.", strategy=name)
+                return program
+        location = next((user_frames_of(a.error) for a in self.attempts if user_frames_of(a.error)), [])
+        raise GraphCaptureError(self.attempts, location)
+
+
+def register_hf_pytrees(module: torch.nn.Module) -> None:
+    """Let torch.export flatten Hugging Face cache objects (transformers registers ModelOutput only)."""
+    transformers = sys.modules.get("transformers")
+    if transformers is None or not isinstance(module, transformers.PreTrainedModel):
+        return
+    try:
+        from transformers.exporters.exporter_dynamo import register_cache_pytrees_for_model
+    except ImportError:  # older transformers register their caches themselves
+        return
+    register_cache_pytrees_for_model(module)
+
+
+def user_frames_of(error: BaseException | None) -> list[Frame]:
+    """User-code frames of an exception raised while tracing, innermost first.
+
+    TorchDynamo reports the user line it stopped at in its message ("from user code: File ...");
+    other failures carry it in their traceback.
+    """
+    if error is None:
+        return []
+    frames = [f for f in parse_stack_trace(str(error)) if f.is_user_code]
+    if frames:
+        return frames
+    tb_frames = inspect.getinnerframes(error.__traceback__) if error.__traceback__ else []
+    found = [
+        Frame(f.filename, f.lineno, f.function, (f.code_context or [""])[0].strip())
+        for f in reversed(tb_frames)
+        if is_user_file(f.filename)
+    ]
+    if found or error.__cause__ is None:
+        return found
+    return user_frames_of(error.__cause__)
+
+
+def _first_line(error: BaseException) -> str:
+    text = str(error).strip()
+    return text.splitlines()[0] if text else type(error).__name__
+
+
+@contextlib.contextmanager
+def full_user_stacks() -> Iterator[None]:
+    """Record every user frame in ``node.meta["stack_trace"]`` during non-strict capture.
+
+    torch.export's non-strict tracer keeps only frames named ``forward``, so an op called from a
+    helper function would be located at the helper's call site. This keeps the user's files'
+    frames (and ``forward`` frames for context); TorchDynamo (strict) records them anyway.
+    """
+    tracer = torch.fx.proxy.TracerBase
+    original = tracer._filter_traceback_frames
+
+    def keep_user_frames(self, summary: traceback.StackSummary) -> traceback.StackSummary:
+        frames = [f for f in summary if is_user_file(f.filename) or (f.name == "forward" and not _is_machinery(f.filename))]
+        return traceback.StackSummary.from_list(frames) if frames else original(self, summary)
+
+    tracer._filter_traceback_frames = keep_user_frames
+    try:
+        yield
+    finally:
+        tracer._filter_traceback_frames = original
+
+
+_MACHINERY = tuple(
+    os.path.join(os.path.dirname(torch.__file__), d) for d in ("fx", "export", "_export", "_dynamo")
+) + (EXPORTER_ROOT,)
+
+
+def _is_machinery(path: str) -> bool:
+    """Frames of the tracing itself (torch.fx/export/dynamo, this package): never worth showing."""
+    return os.path.abspath(path).startswith(_MACHINERY)
+
+
+@contextlib.contextmanager
+def _flat_outputs(module: torch.nn.Module) -> Iterator[None]:
+    """Capture `module` with its outputs flattened (see `adapters.flatten_outputs`)."""
+    original = module.forward
+
+    @functools.wraps(original)
+    def forward(*args: Any, **kwargs: Any) -> list[Any]:
+        return flatten_outputs(original(*args, **kwargs))
+
+    had_own = "forward" in vars(module)
+    module.forward = forward
+    try:
+        yield
+    finally:
+        if had_own:
+            module.forward = original
+        else:
+            del module.forward
+
+
+@contextlib.contextmanager
+def _maybe(context: Any) -> Iterator[None]:
+    if context is None:
+        yield
+    else:
+        with context:
+            yield

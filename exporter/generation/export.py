@@ -1,0 +1,310 @@
+"""Generation-ready export of a Hugging Face causal LM: one ONNX graph with a KV cache, for prefill
+(past length 0) and decode alike, in an onnxruntime-genai folder, verified by generating.
+
+The graph has the interface optimum and onnxruntime-genai share: inputs ``input_ids``,
+``attention_mask``, ``position_ids`` (where the model takes them), ``past_key_values.{i}.key`` /
+``.value``; outputs ``logits``, ``present.{i}.key`` / ``.value``; dynamic ``batch_size``,
+``sequence_length``, ``past_sequence_length`` and ``total_sequence_length`` (mask and presents).
+The model is captured through transformers' own `DynamicCache`, with transformers' export patches
+(`transformers.exporters`), by the exporter's usual pipeline (`exporter.api.Exporter`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import inspect
+import json
+import os
+import shutil
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import onnx_ir as ir
+import torch
+from torch.export import Dim
+
+from exporter.generation import genai_config
+from exporter.api import Exporter
+from exporter.diagnostics import Level, rules
+from exporter.errors import OnnxExporterError
+from exporter.capture.fake import ONNXFakeContext
+from exporter.options import DiagnosticOptions, ExportOptions
+from exporter.output.program import ExportOutput
+from exporter.generation.check import Parity, check_generation
+
+MODEL_FILE = "model.onnx"
+SARIF_FILE = "model.sarif"
+TOKENIZER_FILES = (
+    "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "tokenizer.model",
+    "vocab.json", "merges.txt", "added_tokens.json", "chat_template.jinja",
+)
+BATCH, SEQUENCE, PAST, TOTAL = "batch_size", "sequence_length", "past_sequence_length", "total_sequence_length"
+
+
+@dataclasses.dataclass
+class GenerationExport:
+    """What `export_for_generation` wrote, and what its generation check found."""
+
+    output_dir: str
+    files: list[str]  # written, relative to output_dir
+    export_output: ExportOutput
+    parity: Parity | None  # None when not checked (verify_generation=False, fake mode, no onnxruntime kernels)
+    export_seconds: float
+    verify_seconds: float
+
+    @property
+    def model_path(self) -> str:
+        return os.path.join(self.output_dir, MODEL_FILE)
+
+    def summary(self) -> str:
+        check = self.parity.summary() if self.parity is not None else "generation not verified"
+        return f"{len(self.files)} files in {self.output_dir} ({', '.join(self.files)}); {check}"
+
+
+class CausalLMWithCache(torch.nn.Module):
+    """A causal LM called with its KV cache as tensors: (logits, [(key, value) per layer])."""
+
+    def __init__(self, model: torch.nn.Module) -> None:
+        super().__init__()
+        self.model = model
+        self.cache_argument = _cache_argument(model)
+
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor,
+        position_ids: torch.Tensor | None,
+        past_key_values: list[tuple[torch.Tensor, torch.Tensor]],
+    ) -> tuple[torch.Tensor, list[tuple[torch.Tensor, torch.Tensor]]]:
+        from transformers import DynamicCache
+
+        cache = DynamicCache(ddp_cache_data=past_key_values)
+        kwargs = {"position_ids": position_ids} if position_ids is not None else {}
+        with _sliding_windows_over_positions(attention_mask):
+            out = self.model(input_ids=input_ids, attention_mask=attention_mask, use_cache=True, **{self.cache_argument: cache}, **kwargs)
+        return out.logits, [(layer.keys, layer.values) for layer in cache.layers]  # the model extended the cache
+
+
+@contextlib.contextmanager
+def _sliding_windows_over_positions(attention_mask: torch.Tensor) -> Iterator[None]:
+    """Count transformers' sliding windows (``masking_utils.sliding_window_overlay``) in token
+    positions, ``cumsum(attention_mask) - 1``, rather than in cache slots.
+
+    Without padding or with left padding (``generate``'s) both are the same. onnxruntime-genai pads
+    on the right and keeps the padding's cache slots between the prompt and the generated tokens:
+    counted in slots, the window would lose prompt tokens early.
+    """
+    from transformers import masking_utils
+
+    positions = attention_mask.cumsum(-1) - 1
+
+    def overlay(sliding_window: int) -> Any:
+        def inner_mask(batch_idx: Any, head_idx: Any, q_idx: Any, kv_idx: Any) -> Any:
+            return positions[batch_idx, kv_idx] > positions[batch_idx, q_idx] - sliding_window
+
+        return inner_mask
+
+    original = masking_utils.sliding_window_overlay
+    masking_utils.sliding_window_overlay = overlay
+    try:
+        yield
+    finally:
+        masking_utils.sliding_window_overlay = original
+
+
+def export_for_generation(
+    model: torch.nn.Module,
+    output_dir: str | os.PathLike,
+    *,
+    verify_generation: bool = True,
+    max_new_tokens: int = 16,
+    prompt: torch.Tensor | None = None,
+    attention_mask: torch.Tensor | None = None,
+    tokenizer: Any = None,
+    opset_version: int | None = None,
+    optimize: bool | str = True,
+    modularize: bool = True,
+    onnx_registry: Any = None,
+    diagnostic_options: DiagnosticOptions | None = None,
+    fake_context: ONNXFakeContext | None = None,
+    model_state_dict: dict[str, Any] | str | os.PathLike | None = None,
+    sarif: bool = True,
+) -> GenerationExport:
+    """Export a Hugging Face causal LM (``AutoModelForCausalLM``) for generation into `output_dir`:
+    ``model.onnx`` (weights as external data ``model.onnx.data`` from 2 GiB), ``genai_config.json``,
+    ``config.json``, ``generation_config.json``, the tokenizer's files (from `tokenizer`, or copied
+    from the model's folder on disk) and the SARIF log ``model.sarif`` (`sarif`).
+
+    With `verify_generation` (default), the exported model greedily generates `max_new_tokens` from
+    `prompt` (default: a left-padded batch of 2 random prompts; `attention_mask` marks padding) in
+    onnxruntime with its KV cache, token for token against ``model.generate(do_sample=False)``
+    (rule FXE0022). A divergence raises `OnnxExporterError` after the folder is written; its
+    ``export_output`` holds the diagnostics.
+
+    Fake mode: build the model inside ``with exporter.enable_fake_mode() as ctx:`` and pass
+    ``fake_context=ctx``; the weights come from `model_state_dict` (a dict, or a ``.safetensors`` /
+    ``torch.save`` checkpoint; by default the checkpoints loaded under fake mode) and are written as
+    external data in ``model_initializers/``. Without real weights there is nothing to generate with:
+    the generation check is skipped (a note says so).
+    """
+    if getattr(model.config, "is_encoder_decoder", False):
+        raise ValueError(f"{type(model).__name__} is an encoder-decoder model: export_for_generation exports decoder-only causal LMs (AutoModelForCausalLM).")
+    if fake_context is not None and model_state_dict is None and not fake_context.state_dict_paths:
+        raise ValueError("Under fake mode the weights must come from somewhere: pass model_state_dict (a state dict or checkpoint path).")
+    output_dir = os.fspath(output_dir)
+    start = time.perf_counter()
+    export_output = export_graph(
+        model, opset_version=opset_version, optimize=optimize, modularize=modularize, onnx_registry=onnx_registry,
+        diagnostic_options=diagnostic_options, fake_context=fake_context,
+    )
+    export_seconds = time.perf_counter() - start
+    uses_positions = "position_ids" in [v.name for v in export_output.model.graph.inputs]
+
+    os.makedirs(output_dir, exist_ok=True)
+    files = _write_folder(export_output, model, output_dir, tokenizer, uses_positions, model_state_dict)
+    parity, verify_seconds = None, 0.0
+    if verify_generation and fake_context is not None:
+        export_output.diagnostic_context.report(
+            rules.GENERATION_DIVERGENCE, Level.NOTE, "Generation check skipped: the model was exported under fake mode (no weights to generate with).",
+            generationCheck="skipped",
+        )
+    elif verify_generation:
+        start = time.perf_counter()
+        parity = check_generation(model, os.path.join(output_dir, MODEL_FILE), export_output.diagnostic_context, prompt, attention_mask, max_new_tokens)
+        verify_seconds = time.perf_counter() - start
+    if sarif:
+        export_output.save_diagnostics(os.path.join(output_dir, SARIF_FILE))
+        files.append(SARIF_FILE)
+    result = GenerationExport(output_dir, files, export_output, parity, export_seconds, verify_seconds)
+    errors = export_output.diagnostic_context.errors()
+    if errors:
+        raise OnnxExporterError(export_output, f"{errors[0].rule.id} {errors[0].message}")
+    return result
+
+
+def export_graph(model: torch.nn.Module, **options: Any) -> ExportOutput:
+    """The generation graph of `model` with its standard names, in memory (`export_for_generation`
+    without the folder and the check); `options` are `ExportOptions` fields (`opset_version`,
+    `optimize`, `modularize`, `onnx_registry`, `diagnostic_options`, `fake_context`)."""
+    wrapper = CausalLMWithCache(model).eval()
+    uses_positions = "position_ids" in inspect.signature(model.forward).parameters
+    fake_context = options.get("fake_context")
+    with fake_context.fake_mode if fake_context is not None else contextlib.nullcontext():
+        args, shapes = _example(model, uses_positions)
+    # no second-size check: the generation check runs prefill and decode at many sizes
+    export_options = ExportOptions(dynamic_shapes=shapes, second_size_check=False, **options)
+    with torch.no_grad(), _transformers_export_patches():
+        export_output = Exporter(export_options, wrapper, args, {}).export()
+    _name_interface(export_output.model, len(args[-1]), uses_positions)
+    return export_output
+
+
+def _example(model: torch.nn.Module, uses_positions: bool) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    """Example inputs (batch 2, 3 new tokens, 1 past) and their dynamic shapes.
+
+    The past of size 1 makes the capture size-oblivious, so neither 1 nor 0 is baked in anywhere: the
+    graph serves a prefill (past 0) as well as a decode step (1 new token).
+    """
+    batch, new, past = 2, 3, 1
+    input_ids = torch.zeros(batch, new, dtype=torch.long)
+    mask = torch.ones(batch, past + new, dtype=torch.long)
+    positions = torch.arange(past, past + new).expand(batch, new).contiguous() if uses_positions else None
+    cache = [tuple(torch.zeros(batch, heads, past, size, dtype=dtype) for heads, size, dtype in layer) for layer in _cache_layout(model)]
+    context = genai_config.context_length_of(model.config)  # code for positions past it may be another (XGLM's)
+    b, s = Dim(BATCH, min=1), Dim(SEQUENCE, min=1, max=context)
+    p, t = Dim(PAST, min=0, max=context - 1 if context else None), Dim(TOTAL, min=1, max=context)
+    kv = {0: b, 2: p}
+    shapes = {
+        "input_ids": {0: b, 1: s},
+        "attention_mask": {0: b, 1: t},
+        "position_ids": {0: b, 1: s} if uses_positions else None,
+        "past_key_values": [(kv, kv) for _ in cache],
+    }
+    return (input_ids, mask, positions, cache), shapes
+
+
+def _cache_layout(model: torch.nn.Module) -> list[tuple[tuple[int, int, torch.dtype], ...]]:
+    """(heads, head size, dtype) of each layer's key and value, as the model caches one token: read,
+    not derived from the config, whose names for them vary (Falcon's multi-query ``num_kv_heads``)."""
+    from transformers import DynamicCache
+
+    cache = DynamicCache()
+    with torch.no_grad():
+        model(input_ids=torch.ones(1, 1, dtype=torch.long), use_cache=True, **{_cache_argument(model): cache})
+    return [tuple((t.shape[1], t.shape[-1], t.dtype) for t in (layer.keys, layer.values)) for layer in cache.layers]
+
+
+def _cache_argument(model: torch.nn.Module) -> str:
+    """The name `model.forward` takes its cache by (transformers 5 renamed ``past_key_values``)."""
+    return "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
+
+
+def _name_interface(model: ir.Model, layers: int, uses_positions: bool) -> None:
+    """Give the graph's inputs and outputs the standard names, and the presents' length its name."""
+    cache_names = [f"{{}}.{i}.{kind}" for i in range(layers) for kind in ("key", "value")]
+    inputs = ["input_ids", "attention_mask", *(["position_ids"] if uses_positions else []), *(n.format("past_key_values") for n in cache_names)]
+    outputs = ["logits", *(n.format("present") for n in cache_names)]
+    graph = model.graph
+    if len(graph.outputs) != len(outputs) or len(graph.inputs) < len(inputs):
+        raise RuntimeError(f"The exported graph has {len(graph.inputs)} inputs and {len(graph.outputs)} outputs; expected {len(inputs)} and {len(outputs)}.")
+    for value, name in zip(graph.inputs, inputs):
+        value.name = name
+        if name.startswith("past_key_values."):  # the exporter names only top-level inputs' Dims
+            _name_dim(value, 2, PAST)
+    for value, name in zip(graph.outputs, outputs):
+        value.name = name
+        if name.startswith("present."):
+            _name_dim(value, 2, TOTAL)
+
+
+def _name_dim(value: ir.Value, axis: int, name: str) -> None:
+    if value.shape is not None and not isinstance(value.shape[axis], int):
+        dims = list(value.shape)
+        dims[axis] = ir.SymbolicDim(name)
+        value.shape = ir.Shape(dims)
+
+
+def _write_folder(
+    export_output: ExportOutput, model: torch.nn.Module, output_dir: str, tokenizer: Any, uses_positions: bool, state_dict: Any
+) -> list[str]:
+    """Write the model, its configs and tokenizer; the names written, relative to `output_dir`."""
+    export_output.save(os.path.join(output_dir, MODEL_FILE), model_state_dict=state_dict)
+    weights = [f"{MODEL_FILE}.data", f"{os.path.splitext(MODEL_FILE)[0]}_initializers"]  # as `ExportOutput.save` names them
+    files = [MODEL_FILE, *(w for w in weights if os.path.exists(os.path.join(output_dir, w)))]
+    model.config.save_pretrained(output_dir)
+    model.generation_config.save_pretrained(output_dir)
+    config = genai_config.build(model.config, model.generation_config, export_output.model.graph, MODEL_FILE, uses_positions)
+    with open(os.path.join(output_dir, genai_config.FILE), "w", encoding="utf-8") as f:
+        json.dump(config, f, indent=4)
+    return [*files, "config.json", "generation_config.json", genai_config.FILE, *_copy_tokenizer(model, tokenizer, output_dir)]
+
+
+def _copy_tokenizer(model: torch.nn.Module, tokenizer: Any, output_dir: str) -> list[str]:
+    """Save `tokenizer`, or copy the tokenizer files of the model's folder on disk; their names."""
+    if tokenizer is not None:
+        return sorted({os.path.basename(p) for p in tokenizer.save_pretrained(output_dir)} & set(os.listdir(output_dir)) - {"config.json"})
+    source = getattr(model, "name_or_path", "") or getattr(model.config, "_name_or_path", "")
+    copied = []
+    if source and os.path.isdir(source):
+        for name in TOKENIZER_FILES:
+            if os.path.isfile(path := os.path.join(source, name)):
+                shutil.copy2(path, os.path.join(output_dir, name))
+                copied.append(name)
+    return copied
+
+
+@contextlib.contextmanager
+def _transformers_export_patches() -> Iterator[None]:
+    """transformers' own patches for torch.export (sliding-window cache layers traced as full ones,
+    SDPA's math backend on CPU, …), where this transformers has them."""
+    try:
+        from transformers.exporters.utils import apply_patches
+        import transformers.exporters.exporter_dynamo  # noqa: F401  (registers the "dynamo" patches)
+    except ImportError:
+        yield
+        return
+    with apply_patches("dynamo"):
+        yield
+

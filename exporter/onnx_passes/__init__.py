@@ -1,0 +1,1 @@
+"""Passes on the translated ONNX model (onnx_ir passes): inlining, optimization, fusions, finalization."""

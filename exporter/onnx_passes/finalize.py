@@ -1,0 +1,105 @@
+"""Passes on the translated ONNX model, as onnx_ir passes: inline torchlib, optimize, convert the
+opset, fuse (`optimize`), modularize, fix names; then onnx.checker."""
+
+from __future__ import annotations
+
+import re
+
+import onnx
+import onnx_ir as ir
+import onnx_ir.passes.common as common_passes
+
+from exporter.constants import DEFAULT_OPSET_VERSION, METADATA_STACK
+from exporter.diagnostics import DiagnosticContext, Level
+from exporter.diagnostics import rules
+from exporter.diagnostics.locations import Frame, parse_stack_trace
+from exporter.passes.modularize import ModularizePass
+from exporter.onnx_passes.optimize import FusePass, OptimizePass
+
+_CHECKABLE_BYTES = 2**31 - 2**26  # onnx.checker needs the model as one protobuf (< 2 GiB)
+
+
+class PassFailed(RuntimeError):
+    """An ONNX pass raised; already reported (FXE0019) under the pass's name."""
+
+
+class ConvertOpsetPass(ir.passes.InPlacePass):
+    """onnxscript's version converter, to the requested default-domain opset."""
+
+    def __init__(self, opset_version: int) -> None:
+        super().__init__()
+        self.opset_version = opset_version
+
+    def call(self, model: ir.Model) -> ir.passes.PassResult:
+        from onnxscript import version_converter
+
+        version_converter.convert_version(model, self.opset_version, fallback=True)
+        return ir.passes.PassResult(model, modified=True)
+
+
+def onnx_passes(opset_version: int, *, optimize: bool | str = True, modularize: bool = True) -> ir.passes.Sequential:
+    """The passes that bring a translated model into its final shape, in order (`optimize` as in `ExportOptions`)."""
+    passes: list[ir.passes.PassBase] = [common_passes.InlinePass()]
+    if optimize:
+        passes.append(OptimizePass())
+    passes.append(common_passes.RemoveUnusedNodesPass())
+    if opset_version != DEFAULT_OPSET_VERSION:
+        passes.append(ConvertOpsetPass(opset_version))
+    if optimize:
+        passes.append(FusePass(opset_version, optimize))
+    if modularize:
+        passes.append(ModularizePass())
+    passes += [common_passes.NameFixPass(), common_passes.RemoveUnusedOpsetsPass()]
+    return ir.passes.Sequential(*passes)
+
+
+def finalize(model: ir.Model, opset_version: int, ctx: DiagnosticContext, *, optimize: bool | str = True, modularize: bool = True) -> None:
+    """Run `onnx_passes` on `model` in place, each reported by name, then `check` it."""
+    for pass_ in onnx_passes(opset_version, optimize=optimize, modularize=modularize).passes:
+        name = type(pass_).__name__
+        try:
+            result = pass_(model)
+        except Exception as e:
+            message = f"ONNX pass {name} failed: {type(e).__name__}: {e}"
+            ctx.report(rules.ONNX_MODEL_CHECK, Level.ERROR, message, exception=e, **{"pass": name})
+            raise PassFailed(message) from e
+        ctx.report(rules.ONNX_MODEL_CHECK, Level.NONE, f"Ran ONNX pass {name}.", modified=result.modified, **{"pass": name})
+    check(model, ctx)
+
+
+def check(model: ir.Model, ctx: DiagnosticContext) -> None:
+    """Run onnx.checker with strict shape and type inference where onnx knows every op (a model
+    onnxruntime would refuse to load otherwise passes: an ``int64`` operand of a float ``Div``; the
+    contrib ops of ``optimize="onnxruntime"`` have no types for it); a failure is an error result (the
+    model is still returned for inspection)."""
+    size = sum(v.const_value.nbytes for v in model.graph.initializers.values() if v.const_value is not None)
+    if size > _CHECKABLE_BYTES:
+        ctx.report(rules.ONNX_MODEL_CHECK, Level.NOTE, "Skipped onnx.checker: the weights exceed 2 GiB.")
+        return
+    proto = ir.serde.serialize_model(model)
+    try:
+        onnx.checker.check_model(proto, full_check=_all_ops_known(model))
+    except (onnx.checker.ValidationError, onnx.shape_inference.InferenceError) as e:
+        ctx.report(rules.ONNX_MODEL_CHECK, Level.ERROR, f"onnx.checker rejected the model: {e}", stack=_stack_of_named_node(model, str(e)), exception=e)
+        return
+    if ctx.wants(Level.NONE):
+        del proto.graph.initializer[:]  # the dump shows structure, not weights
+        ctx.report(rules.ONNX_MODEL_CHECK, Level.NONE, "onnx.checker accepted the model.", onnxGraph=onnx.printer.to_text(proto))
+
+
+_NODE_NAME = re.compile(r"node name: ([^)\s]+)\)")
+
+
+def _stack_of_named_node(model: ir.Model, message: str) -> list[Frame]:
+    """The user frames of the node an inference error names (``node name: node_Add_2``), if any."""
+    found = _NODE_NAME.search(message)
+    nodes = [n for g in (model.graph, *model.functions.values()) for n in g.all_nodes()] if found else []
+    stacks = [n.metadata_props.get(METADATA_STACK) for n in nodes if n.name == found[1]]
+    return next(([f for f in parse_stack_trace(s) if f.is_user_code] for s in stacks if s), [])
+
+
+def _all_ops_known(model: ir.Model) -> bool:
+    """Whether onnx has a schema or a function body for every op the model imports (no contrib ops)."""
+    functions = model.functions.values()
+    domains = {domain for owner in (model, *functions) for domain in owner.opset_imports}
+    return domains <= {"", "ai.onnx", "ai.onnx.ml", *(f.domain for f in functions)}

@@ -1,0 +1,1 @@
+"""The export's result: `ExportOutput`, saving (atomic files, external data)."""
