@@ -54,3 +54,48 @@ class Stage(str, enum.Enum):
 def progress_text(stage: str, info: Mapping[str, Any]) -> str:
     """How a progress report reads: the stage, and the nodes translated so far ("translation 12/40 nodes")."""
     return f"{stage} {info['done']}/{info['total']} nodes" if "done" in info else str(stage)
+
+
+class Prop:
+    """Names of the SARIF result properties the exporter writes and the language server reads."""
+
+    EXCEPTION = "exception"  # the Python traceback of a failure
+    # The FX node a result is about (`exporter.diagnostics.context.node_properties`).
+    FX_NODE = "fxNode"
+    FX_TARGET = "fxTarget"
+    MODULE_PATH = "modulePath"
+    MODULE_CLASS = "moduleClass"
+    INPUT_SHAPES = "inputShapes"
+    INPUT_DTYPES = "inputDtypes"
+    OUTPUT_SHAPES = "outputShapes"
+    OUTPUT_DTYPES = "outputDtypes"
+    ONNX_OP_TYPES = "onnxOpTypes"
+    # FXE0011: the operator's schema and the function generated for it.
+    SCHEMA = "schema"
+    GENERATED_FUNCTION = "generatedFunction"
+    # FXE0017: a capture strategy's attempt (a note beside the capture error).
+    STRATEGY = "strategy"
+    # FXE0020: the dimension fixed, where its example is, torch's suggested fix.
+    INPUT = "input"
+    DIM = "dim"
+    SIZE = "size"
+    ARGUMENT = "argument"
+    DIM_NAME = "dimName"
+    SUGGESTED_FIXES = "suggestedFixes"
+    DYNAMIC_SHAPES = "dynamicShapes"
+    # FXE0013 / FXE0021 per-line summaries: aggregate == SOURCE_LINE, one entry of `ops` per checked op.
+    AGGREGATE = "aggregate"
+    OPS = "ops"
+    MISMATCHES = "mismatches"
+    MAX_ABS_ERROR = "maxAbsError"
+    # An op of `ops`: these, the FX node's names above and its check.
+    OK = "ok"
+    SKIPPED = "skipped"
+    MAX_REL_ERROR = "maxRelError"
+    ATOL = "atol"
+    RTOL = "rtol"
+    # FXE0021: the reproducer folder of the first divergence.
+    REPRODUCER = "reproducer"
+
+
+SOURCE_LINE = "sourceLine"  # Prop.AGGREGATE of a per-line summary

@@ -1,15 +1,16 @@
 """The server's commands: export targets (in worker processes, with progress), list them, cancel an export,
 give a target's last exported model as a graph (read in a thread: `graph`).
 
-An export's result replaces its target's problems and traces (`state`), which are published at once.
-A file's targets are discovered off the event loop, once per text (`targets.Discoveries`).
+An export's result replaces its target's problems and traces (`state`), which are published at once,
+with the version of each document when the export started. Its SARIF log is parsed once, when the
+result arrives (`sarif_log`). Source text is parsed off the event loop only: a file's targets once
+per text, and the quick fixes' analyses, in the parser process (`targets.Discoveries`).
 """
 
 from __future__ import annotations
 
 import asyncio
 import importlib
-import json
 import logging
 import os
 import pathlib
@@ -21,8 +22,9 @@ from lsprotocol import types
 from pygls.lsp.server import LanguageServer
 from pygls.uris import to_fs_path
 
-from exporter.constants import Stage, progress_text
-from onnxlens_server import documents, outputs, sarif_to_lsp, shape_fixes, traces
+from exporter.constants import Prop, Stage, progress_text
+from exporter.diagnostics import rules
+from onnxlens_server import documents, outputs, sarif_log, sarif_to_lsp, shape_fixes
 from onnxlens_server.job import ExportRequest, target_key
 from onnxlens_server.protocol import (
     EXPORT_FINISHED,
@@ -36,7 +38,7 @@ from onnxlens_server.protocol import (
 )
 from onnxlens_server.settings import export_settings, read_configuration
 from onnxlens_server.state import States, TargetState
-from onnxlens_server.targets import Discoveries, Discovery, SyntaxProblem, discover, target_at
+from onnxlens_server.targets import Discoveries, Discovery, SyntaxProblem, Target, target_at
 from onnxlens_server.worker import JobResult, WorkerPool
 
 logger = logging.getLogger(__name__)
@@ -51,34 +53,38 @@ class Commands:
         self.discoveries = Discoveries()
 
     async def export(self, args: ExportArgs) -> dict[str, Any]:
-        path, source, found = await self.discover(args.uri)
+        text, found = await self.discover(args.uri)
+        path, source = text.path, text.source
+        versions = {**documents.open_versions(self.ls.workspace), path: text.version}  # the problems' versions
         if found.syntax_error:
-            self._show_syntax_error(path, found.syntax_error)
+            self._show_syntax_error(path, found.syntax_error, text.version)
             raise RequestError(ErrorCode.SYNTAX_ERROR, f"{os.path.basename(path)}:{found.syntax_error.line + 1}: SyntaxError: {found.syntax_error.message}")
-        names = _select_targets(args, found, path)
+        chosen_targets = _select_targets(args, found, path)
         root = outputs.workspace_folder(path, self._workspace_folders())
         configuration = await read_configuration(self.ls, args.uri)
         chosen = export_settings(configuration, args.options)
         job_id = args.job_id or uuid.uuid4().hex
         requests = [
             ExportRequest(
-                job_id=job_id if len(names) == 1 else f"{job_id}-{name}",
+                job_id=job_id if len(chosen_targets) == 1 else f"{job_id}-{target.name}",
                 path=path,
-                target=name,
+                target=target.name,
                 settings=chosen.settings,
                 overrides=chosen.overrides,
-                output_stem=outputs.output_stem(path, name, root, chosen.output_folder, chosen.output_folder_chosen_by_user),
+                output_stem=outputs.output_stem(path, target.name, root, chosen.output_folder, chosen.output_folder_chosen_by_user),
                 cwd=root,
                 memory_limit_mb=chosen.memory_limit_mb,
                 source=source,
             )
-            for name in names
+            for target in chosen_targets
         ]
-        results = await asyncio.gather(*(self._run(request, chosen.timeout) for request in requests))
-        return {"jobs": [_job_json(result) for result in results]}
+        jobs = await asyncio.gather(
+            *(self._run(request, chosen.timeout, target, versions) for request, target in zip(requests, chosen_targets))
+        )
+        return {"jobs": list(jobs)}
 
     async def list_targets(self, args: DocumentArgs) -> dict[str, Any]:
-        _, _, found = await self.discover(args.uri)
+        _, found = await self.discover(args.uri)
         return {
             "targets": [{"name": t.name, "line": t.line} for t in found.targets],
             "modules": [{"name": m.name, "line": m.line} for m in found.modules],
@@ -99,34 +105,36 @@ class Commands:
                 f"{args.target} ({os.path.basename(path)}) has no exported model yet: export it first (a failed export leaves none).",
             )
         try:
-            return await asyncio.to_thread(_graph_json, state.onnx, state.sarif)
+            return await asyncio.to_thread(_graph_json, state.onnx, state.log)
         except (OSError, ValueError) as e:
             raise RequestError(ErrorCode.UNREADABLE_MODEL, f"The model of {args.target} cannot be read: {e}. Export it again.") from None
 
-    async def discover(self, uri: str) -> tuple[str, str, Discovery]:
-        """The path, text and discovery of document `uri` (off the event loop: `Discoveries`). The syntax
+    async def discover(self, uri: str) -> tuple[documents.Text, Discovery]:
+        """The text and discovery of document `uri` (off the event loop: `Discoveries`). The syntax
         error an export showed goes once the file parses. A file that imports torch or has export
         targets starts the export fork server (it warms up in the background: exports wait for it,
         nothing else does); a workspace without models never loads torch."""
-        path, source = documents.read(self.ls.workspace, uri)
-        found = await self.discoveries.get(uri, source)
+        text = documents.read(self.ls.workspace, uri)
+        found = await self.discoveries.get(uri, text.source)
         if found.imports_torch or found.targets:
             self.pool.warm()
         if found.syntax_error is None:
-            self._show_syntax_error(path, None)
-        return path, source, found
+            self._show_syntax_error(text.path, None, text.version)
+        return text, found
 
     def _workspace_folders(self) -> list[str]:
         workspace = self.ls.workspace
         uris = [folder.uri for folder in workspace.folders.values()] or [workspace.root_uri or ""]
         return [path for uri in uris if (path := to_fs_path(uri))]
 
-    def publish(self, path: str) -> None:
-        """Send the problems of every target in `path` to the client."""
+    def publish(self, path: str, version: int | None) -> None:
+        """Send the problems of every target in `path` to the client, as of the document's `version`."""
         diagnostics = self.states.diagnostics(path)
-        self.ls.text_document_publish_diagnostics(types.PublishDiagnosticsParams(uri=pathlib.Path(path).as_uri(), diagnostics=diagnostics))
+        uri = pathlib.Path(path).as_uri()
+        self.ls.text_document_publish_diagnostics(types.PublishDiagnosticsParams(uri, diagnostics, version))
 
-    async def _run(self, request: ExportRequest, timeout: float) -> JobResult:
+    async def _run(self, request: ExportRequest, timeout: float, target: Target, versions: dict[str, int | None]) -> dict[str, Any]:
+        """Export `request` (its `target` as discovered when the export started), apply and announce its result."""
         logger.info("Export of %s (job %s) with %s, overrides %s", request.target, request.job_id, request.settings, request.overrides)
         progress = self.ls.work_done_progress
         token = str(uuid.uuid4())
@@ -147,54 +155,75 @@ class Commands:
             progress.end(token, types.WorkDoneProgressEnd(message=f"{request.target}: {result.status}"))
             progress.tokens.pop(token, None)
         logger.info("Export of %s (job %s): %s in %.1f s %s", request.target, request.job_id, result.status, result.seconds, result.message)
-        self._apply(result)
-        self.ls.protocol.notify(EXPORT_FINISHED, _job_json(result))
+        state = await self._apply(result, target, versions)
+        job = _job_json(result, state.log)
+        self.ls.protocol.notify(EXPORT_FINISHED, job)
         if result.data.get("onnx") and "onnxlens_server.graph" not in sys.modules:  # Show Graph is next
             asyncio.ensure_future(asyncio.to_thread(importlib.import_module, "onnxlens_server.graph"))
-        return result
+        return job
 
-    def _apply(self, result: JobResult) -> None:
-        """Replace the target's problems and traces with this export's, and publish them."""
+    async def _apply(self, result: JobResult, target: Target, versions: dict[str, int | None]) -> TargetState:
+        """Replace the target's problems and traces with this export's (its SARIF log parsed here, once),
+        and publish them."""
         request = result.request
         state = TargetState(sarif=result.data.get("sarif"), onnx=result.data.get("onnx"))
-        log = _read_json(state.sarif) if state.sarif else None
+        state.log = await asyncio.to_thread(sarif_log.read, state.sarif) if state.sarif else None
         line_text = self._line_text
-        if log is not None:
+        if state.log is not None:
             data = {"target": request.target, "targetUri": pathlib.Path(request.path).as_uri()}
-            state.diagnostics = sarif_to_lsp.diagnostics_by_path(log, line_text, lambda r: _place(r, request), data)
-            state.traces = traces.line_traces(log)
+            places = await self._places(state.log, request, target)
+            state.diagnostics = sarif_to_lsp.diagnostics_by_path(state.log, line_text, lambda r: places.get(id(r)), data)
+            state.traces = state.log.traces
         if result.status != "ok" and not any(d.severity == types.DiagnosticSeverity.Error for ds in state.diagnostics.values() for d in ds):
-            path, line = _failure_location(result)
+            path, line = _failure_location(result, target)
             failure = sarif_to_lsp.failure(f"Export of {request.target} {result.status}: {result.message}", f"export-{result.status}", line, line_text(path, line))
             state.diagnostics.setdefault(path, []).append(failure)
         for path in self.states.replace(request.key, state) | {request.path}:  # the target's file always
-            self.publish(path)
+            self.publish(path, versions.get(path))
         workspace = getattr(self.ls.client_capabilities, "workspace", None)
         if getattr(getattr(workspace, "inlay_hint", None), "refresh_support", False):
             self.ls.workspace_inlay_hint_refresh(None)
         if getattr(getattr(workspace, "code_lens", None), "refresh_support", False):
             self.ls.workspace_code_lens_refresh(None)
+        return state
 
-    def _show_syntax_error(self, path: str, error: SyntaxProblem | None) -> None:
-        """Publish `error` as the file's problem (None: remove the one published, if any)."""
+    async def _places(self, log: sarif_log.SarifLog, request: ExportRequest, target: Target) -> dict[int, tuple[str, int]]:
+        """Where each input dimension the export fixed without a source line (FXE0020) goes, by the result's
+        id(): the example's literal size in the target (found in the parser process), else the target's line."""
+        places = {}
+        for result in log.results:
+            properties = result.properties
+            if result.location is not None or result.rule_id != rules.DIMENSION_SPECIALIZED.id or Prop.INPUT not in properties:
+                continue
+            where = None
+            if all(key in properties for key in (Prop.ARGUMENT, Prop.DIM, Prop.SIZE)):
+                where = await self.discoveries.run(
+                    shape_fixes.example_size_range, request.source or "", request.target,
+                    properties[Prop.ARGUMENT], properties[Prop.DIM], properties[Prop.SIZE],
+                )
+            places[id(result)] = (request.path, where.start.line if where is not None else target.line)
+        return places
+
+    def _show_syntax_error(self, path: str, error: SyntaxProblem | None, version: int | None) -> None:
+        """Publish `error` as the file's problem (None: remove the one published, if any) of the text at `version`."""
         key = target_key(path, "")  # the file's own problems (no target has an empty name)
         if error is None and not getattr(self.states.get(key), "diagnostics", None):
             return
         problems = [sarif_to_lsp.failure(f"SyntaxError: {error.message}", "syntax-error", error.line, self._line_text(path, error.line))] if error else []
         for changed in self.states.replace(key, TargetState(diagnostics={path: problems} if problems else {})):
-            self.publish(changed)
+            self.publish(changed, version)
 
     def _line_text(self, path: str, line: int) -> str | None:
         return documents.line_text(self.ls.workspace, path, line)
 
 
-def _graph_json(onnx_path: str, sarif_path: str | None) -> dict[str, Any]:
+def _graph_json(onnx_path: str, log: sarif_log.SarifLog | None) -> dict[str, Any]:
     from onnxlens_server import graph  # onnx_ir takes most of a second: imported in a thread after the first export that wrote a model
 
-    return graph.graph_json(onnx_path, sarif_path)
+    return graph.graph_json(onnx_path, log)
 
 
-def _select_targets(args: ExportArgs, found: Discovery, path: str) -> list[str]:
+def _select_targets(args: ExportArgs, found: Discovery, path: str) -> list[Target]:
     names = [t.name for t in found.targets]
     if not names:
         raise RequestError(
@@ -202,39 +231,21 @@ def _select_targets(args: ExportArgs, found: Discovery, path: str) -> list[str]:
             f"{os.path.basename(path)} has no function decorated with @exporter.export_target (a quick fix on an nn.Module class creates one).",
         )
     if args.all:
-        return names
+        return list(found.targets)
     if args.target is not None:
         if args.target not in names:
             raise RequestError(ErrorCode.UNKNOWN_TARGET, f"{os.path.basename(path)} has no export target {args.target!r}; targets: {', '.join(names)}")
-        return [args.target]
-    return [target_at(found.targets, args.line).name]
+        return [next(t for t in found.targets if t.name == args.target)]
+    return [target_at(found.targets, args.line)]
 
 
-def _place(result: dict[str, Any], request: ExportRequest) -> tuple[str, int] | None:
-    """Where an input dimension the export fixed without a source line (FXE0020) goes: the example's
-    literal size in the target, else the target's line."""
-    properties = result.get("properties", {})
-    if result.get("ruleId") != sarif_to_lsp.DIMENSION_RULE or "input" not in properties:
-        return None
-    if "argument" in properties and "dim" in properties and "size" in properties:
-        where = shape_fixes.example_size_range(request.source or "", request.target, properties["argument"], properties["dim"], properties["size"])
-        if where is not None:
-            return request.path, where.start.line
-    return request.path, _target_line(request)
-
-
-def _failure_location(result: JobResult) -> tuple[str, int]:
+def _failure_location(result: JobResult, target: Target) -> tuple[str, int]:
     """Where a failure without a located SARIF result (crash, timeout, bad target) goes: the user frame
     it was raised from, else the target's line."""
     frames = result.data.get("frames") or []
     if frames:
         return frames[0]["path"], frames[0]["line"] - 1
-    return result.request.path, _target_line(result.request)
-
-
-def _target_line(request: ExportRequest) -> int:
-    """The 0-based line of the request's target in the text it exported."""
-    return next((t.line for t in discover(request.source or "").targets if t.name == request.target), 0)
+    return result.request.path, target.line
 
 
 def _percent(stage: str) -> int:
@@ -246,7 +257,8 @@ def _percent(stage: str) -> int:
     return 5 + 90 * index // (len(_STAGES) - 1)
 
 
-def _job_json(result: JobResult) -> dict[str, Any]:
+def _job_json(result: JobResult, log: sarif_log.SarifLog | None) -> dict[str, Any]:
+    """The job as the extension sees it: with the results of its SARIF log (for the results view)."""
     return {
         "jobId": result.request.job_id,
         "uri": pathlib.Path(result.request.path).as_uri(),
@@ -258,12 +270,5 @@ def _job_json(result: JobResult) -> dict[str, Any]:
         "sarif": result.data.get("sarif"),
         "summary": result.data.get("summary"),
         "seconds": round(result.seconds, 3),
+        "results": sarif_log.results_json(log) if log is not None else [],
     }
-
-
-def _read_json(path: str) -> dict[str, Any] | None:
-    try:
-        with open(path, encoding="utf-8") as f:
-            return json.load(f)
-    except (OSError, ValueError):
-        return None

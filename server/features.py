@@ -4,21 +4,24 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
+from typing import Any
 
 from lsprotocol import types
 
+from exporter.constants import Prop
+from exporter.diagnostics import rules
 from exporter.options import SETTINGS
 from exporter.targets import TEXT_GENERATION
 from onnxlens_server import fixes, shape_fixes, traces
 from onnxlens_server.job import target_key
 from onnxlens_server.protocol import EXPORT_TARGET, OPEN_SARIF_LOG
-from onnxlens_server.sarif_to_lsp import DIMENSION_RULE
+from onnxlens_server.sarif_to_lsp import LineText
 from onnxlens_server.state import States
 from onnxlens_server.targets import Discovery
 
-LineText = Callable[[str, int], "str | None"]  # (path, 0-based line) -> the line's text
 ReadText = Callable[[str], "str | None"]  # uri -> the document's text (None: unreadable)
+RunParser = Callable[..., Awaitable[Any]]  # (function, *args) -> its result, computed in the parser process
 _OP_LEVEL_DEBUG, _VERIFY = SETTINGS["op_level_debug"].editor_key, SETTINGS["verify"].editor_key
 
 
@@ -61,11 +64,14 @@ def hover(path: str, line: int, states: States) -> types.Hover | None:
     return types.Hover(types.MarkupContent(types.MarkupKind.Markdown, "\n\n".join(traces.hover_markdown(t) for t in found)))
 
 
-def code_actions(uri: str, source: str, found: Discovery, params: types.CodeActionParams, read: ReadText) -> list[types.CodeAction]:
+async def code_actions(
+    uri: str, source: str, found: Discovery, params: types.CodeActionParams, read: ReadText, run: RunParser
+) -> list[types.CodeAction]:
     """For each FXE0011 problem the exporter's generated ONNX function (when it has one) and a stub; for
-    each FXE0020 problem the edits of its export target (`shape_fixes`), each followed by a re-export
-    of the target; an export target for the module class at the cursor. No action while the file does
-    not parse: the last good discovery's lines may be stale, an edit would land wrong."""
+    each FXE0020 problem the edits of its export target (`shape_fixes`, analysed in the parser process:
+    `run`), each followed by a re-export of the target; an export target for the module class at the
+    cursor. No action while the file does not parse: the last good discovery's lines may be stale, an
+    edit would land wrong."""
     if found.syntax_error:
         return []
     end = len(source.splitlines())
@@ -73,12 +79,12 @@ def code_actions(uri: str, source: str, found: Discovery, params: types.CodeActi
     for diagnostic in params.context.diagnostics:
         data = diagnostic.data if isinstance(diagnostic.data, dict) else {}
         properties = data.get("properties") if isinstance(data.get("properties"), dict) else {}
-        if diagnostic.code == DIMENSION_RULE:
-            actions += _shape_fixes(uri, source, diagnostic, data, properties, read)
-        schema = properties.get("schema")
-        if diagnostic.code != "FXE0011" or not schema:
+        if diagnostic.code == rules.DIMENSION_SPECIALIZED.id:
+            actions += await _shape_fixes(uri, source, diagnostic, data, properties, read, run)
+        schema = properties.get(Prop.SCHEMA)
+        if diagnostic.code != rules.NO_SYMBOLIC_FUNCTION.id or not schema:
             continue
-        generated = fixes.register_generated(schema, properties.get("generatedFunction"), source, found, end)
+        generated = fixes.register_generated(schema, properties.get(Prop.GENERATED_FUNCTION), source, found, end)
         if generated:
             actions.append(types.CodeAction(
                 title=f"Insert generated ONNX function for {schema.split('(')[0]} (verified)",
@@ -102,23 +108,22 @@ def code_actions(uri: str, source: str, found: Discovery, params: types.CodeActi
     return actions
 
 
-def _shape_fixes(
-    uri: str, source: str, diagnostic: types.Diagnostic, data: dict, properties: dict, read: ReadText
+async def _shape_fixes(
+    uri: str, source: str, diagnostic: types.Diagnostic, data: dict, properties: dict, read: ReadText, run: RunParser
 ) -> list[types.CodeAction]:
     target, target_uri = data.get("target"), data.get("targetUri")
     if not isinstance(target, str) or not isinstance(target_uri, str):
         return []
     target_source = source if target_uri == uri else read(target_uri)
+    if target_source is None:
+        return []
     actions = []
-    for fix in (shape_fixes.change_example_size, shape_fixes.apply_suggested_fix):
-        made = fix(target_source, target, properties) if target_source is not None else None
-        if made is not None:
-            title, edits = made
-            actions.append(types.CodeAction(
-                title=title, kind=types.CodeActionKind.QuickFix, diagnostics=[diagnostic], is_preferred=True,
-                edit=types.WorkspaceEdit(changes={target_uri: edits}),
-                command=types.Command(title=f"Export {target}", command=EXPORT_TARGET, arguments=[{"uri": target_uri, "target": target}]),
-            ))
+    for title, edits in await run(shape_fixes.fixes, target_source, target, properties):
+        actions.append(types.CodeAction(
+            title=title, kind=types.CodeActionKind.QuickFix, diagnostics=[diagnostic], is_preferred=True,
+            edit=types.WorkspaceEdit(changes={target_uri: edits}),
+            command=types.Command(title=f"Export {target}", command=EXPORT_TARGET, arguments=[{"uri": target_uri, "target": target}]),
+        ))
     return actions
 
 

@@ -25,10 +25,17 @@ from typing import Any
 
 import onnx_ir as ir
 
-from exporter.constants import DOMAIN_MODULES, METADATA_FX_NODE, METADATA_MODULE_PATH, METADATA_MODULE_STACK, METADATA_STACK
+from exporter.constants import (
+    DOMAIN_MODULES,
+    METADATA_FX_NODE,
+    METADATA_MODULE_PATH,
+    METADATA_MODULE_STACK,
+    METADATA_STACK,
+    Prop,
+)
+from onnxlens_server.sarif_log import SarifLog
 
-CHECK_RULES = ("FXE0013", "FXE0021")  # op-level debug, verification: per-line results list their ops
-_CHECK_KEYS = ("ok", "maxAbsError", "maxRelError", "atol", "rtol", "skipped")
+_CHECK_KEYS = (Prop.OK, Prop.MAX_ABS_ERROR, Prop.MAX_REL_ERROR, Prop.ATOL, Prop.RTOL, Prop.SKIPPED)
 _FRAME = re.compile(r'^\s*File "(?P<path>[^"]+)", line (?P<line>\d+), in (?P<function>.+)$')
 _PACKAGE_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 _LIBRARY_ROOTS = tuple(
@@ -43,22 +50,15 @@ _DTYPES = {"FLOAT": "float32", "DOUBLE": "float64"}  # the others' ONNX names re
 _LIST_ITEMS = 16  # longer attribute lists are cut
 
 
-def graph_json(onnx_path: str, sarif_path: str | None) -> dict[str, Any]:
-    """The model at `onnx_path` (without its external data) as a graph, with the checks of the SARIF log
-    at `sarif_path` if there is one. Raises OSError or ValueError for a missing or unreadable model."""
+def graph_json(onnx_path: str, log: SarifLog | None) -> dict[str, Any]:
+    """The model at `onnx_path` (without its external data) as a graph, with the checks of its export's
+    SARIF log `log` if there is one. Raises OSError or ValueError for a missing or unreadable model."""
     if not os.path.isfile(onnx_path):
         raise FileNotFoundError(f"{onnx_path} does not exist (deleted since the export?)")
     try:
         model = ir.load(onnx_path)
     except Exception as e:  # protobuf's DecodeError and friends
         raise ValueError(f"{onnx_path} is not a readable ONNX model ({type(e).__name__}: {e})") from None
-    log = None
-    if sarif_path:
-        try:
-            with open(sarif_path, encoding="utf-8") as f:
-                log = json.load(f)
-        except (OSError, ValueError):
-            log = None  # the graph without numbers
     return {"path": onnx_path, **model_graph(model, node_checks(log) if log else {})}
 
 
@@ -67,18 +67,14 @@ def model_graph(model: ir.Model, checks: dict[str, list[dict[str, Any]]]) -> dic
     return _Builder(model, checks).build()
 
 
-def node_checks(log: dict[str, Any]) -> dict[str, list[dict[str, Any]]]:
+def node_checks(log: SarifLog) -> dict[str, list[dict[str, Any]]]:
     """The op-level debug and verification numbers of each FX node, from the per-line results of a SARIF log."""
     checks: dict[str, list[dict[str, Any]]] = {}
-    for run in log.get("runs", []):
-        for result in run.get("results", []):
-            props = result.get("properties", {})
-            if result.get("ruleId") not in CHECK_RULES or props.get("aggregate") != "sourceLine":
-                continue
-            for op in props.get("ops", []):
-                if "fxNode" in op:
-                    check = {"rule": result["ruleId"], **{k: op[k] for k in _CHECK_KEYS if k in op}}
-                    checks.setdefault(op["fxNode"], []).append(check)
+    for trace in log.traces:
+        for op in trace.ops:
+            if Prop.FX_NODE in op:
+                check = {"rule": trace.rule_id, **{k: op[k] for k in _CHECK_KEYS if k in op}}
+                checks.setdefault(op[Prop.FX_NODE], []).append(check)
     return checks
 
 

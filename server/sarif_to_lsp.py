@@ -1,44 +1,31 @@
-"""SARIF results → LSP diagnostics, by the file each result points into."""
+"""SARIF results (a parsed `sarif_log.SarifLog`) → LSP diagnostics, by the file each result points into."""
 
 from __future__ import annotations
 
+import dataclasses
 import pathlib
-import urllib.parse
+from collections.abc import Callable
 from typing import Any
 
 from lsprotocol import types
 
+from exporter.constants import Prop
+from exporter.diagnostics import rules
+from onnxlens_server.sarif_log import Location, Result, SarifLog
+
 SOURCE = "onnxlens"
-CAPTURE_RULE = "FXE0017"  # graph capture: one error, plus a note per strategy tried
-SUMMARY_RULE, DETAIL_RULE = "FXE0012", "FXE0011"  # unsupported operators: all of them / one each
-DIMENSION_RULE = "FXE0020"  # a dimension asked to be dynamic came out static
+LineText = Callable[[str, int], "str | None"]  # (path, 0-based line) -> the line's text
+Place = Callable[[Result], "tuple[str, int] | None"]  # where a result without a location goes
 
 _SEVERITY = {
     "error": types.DiagnosticSeverity.Error,
     "warning": types.DiagnosticSeverity.Warning,
     "note": types.DiagnosticSeverity.Information,
 }
-
-
-def artifact_path(location: dict[str, Any], run: dict[str, Any]) -> str | None:
-    """The absolute file path of a SARIF location (resolving ``uriBaseId``)."""
-    artifact = location.get("physicalLocation", {}).get("artifactLocation", {})
-    uri = artifact.get("uri")
-    if not uri:
-        return None
-    base_id = artifact.get("uriBaseId")
-    if base_id:
-        base = run.get("originalUriBaseIds", {}).get(base_id, {}).get("uri", "")
-        uri = urllib.parse.urljoin(base, uri)
-    parsed = urllib.parse.urlparse(uri)
-    if parsed.scheme not in ("file", ""):
-        return None
-    return str(pathlib.Path(urllib.parse.unquote(parsed.path)))
-
-
-def line_of(location: dict[str, Any]) -> int:
-    """0-based line of a SARIF location."""
-    return location.get("physicalLocation", {}).get("region", {}).get("startLine", 1) - 1
+_FIX_PROPERTIES = (  # the properties a code action needs (not the large dumps)
+    Prop.FX_TARGET, Prop.FX_NODE, Prop.MODULE_PATH, Prop.ONNX_OP_TYPES, Prop.SCHEMA, Prop.GENERATED_FUNCTION,  # FXE0011
+    Prop.INPUT, Prop.DIM, Prop.SIZE, Prop.ARGUMENT, Prop.DIM_NAME, Prop.SUGGESTED_FIXES, Prop.DYNAMIC_SHAPES,  # FXE0020
+)
 
 
 def to_range(line: int, text_line: str | None = None) -> types.Range:
@@ -50,10 +37,14 @@ def to_range(line: int, text_line: str | None = None) -> types.Range:
 
 def failure(message: str, code: str, line: int, text_line: str | None) -> types.Diagnostic:
     """An error without a SARIF result (a crash, a timeout, a bad target) on a whole source line."""
-    return types.Diagnostic(range=to_range(line, text_line), message=message, severity=types.DiagnosticSeverity.Error, source=SOURCE, code=code)
+    return types.Diagnostic(
+        range=to_range(line, text_line), message=message, severity=types.DiagnosticSeverity.Error, source=SOURCE, code=code
+    )
 
 
-def diagnostics_by_path(log: dict[str, Any], read_line=None, place=None, data: dict[str, Any] | None = None) -> dict[str, list[types.Diagnostic]]:
+def diagnostics_by_path(
+    log: SarifLog, read_line: LineText | None = None, place: Place | None = None, data: dict[str, Any] | None = None
+) -> dict[str, list[types.Diagnostic]]:
     """Problems for every file the log's results point into, one per cause.
 
     Left out (they stay in the log and the results view): results at level none (the DEBUG trail),
@@ -63,61 +54,55 @@ def diagnostics_by_path(log: dict[str, Any], read_line=None, place=None, data: d
     for a precise range; `place(result)` a location for a result without one (None: left out);
     `data` is added to each problem's data (e.g. the target that exported).
     """
+
+    def range_of(where: Location) -> types.Range:
+        return to_range(where.line, read_line(where.path, where.line) if read_line else None)
+
+    results = [_placed(r, place) for r in log.results if r.level in _SEVERITY]
+    results = [r for r in results if r.location is not None]
+    attempts = [r for r in results if r.rule_id == rules.GRAPH_CAPTURE.id and Prop.STRATEGY in r.properties]
+    rule_ids = {r.rule_id for r in results}
     found: dict[str, list[types.Diagnostic]] = {}
-    for run in log.get("runs", []):
-        rules = {r["id"]: r for r in run.get("tool", {}).get("driver", {}).get("rules", [])}
-        results = [r for r in run.get("results", []) if r.get("level", "warning") in _SEVERITY]
-        results = [r for r in (_placed(r, place) for r in results) if r.get("locations")]
-        attempts = [r for r in results if r["ruleId"] == CAPTURE_RULE and "strategy" in r.get("properties", {})]
-        rule_ids = {r["ruleId"] for r in results}
-        for result in results:
-            if result in attempts or result.get("properties", {}).get("aggregate") == "sourceLine":
-                continue
-            if result["ruleId"] == SUMMARY_RULE and DETAIL_RULE in rule_ids:
-                continue
-            path = artifact_path(result["locations"][0], run)
-            if path is None:
-                continue
-            line = line_of(result["locations"][0])
-            rule = rules.get(result["ruleId"], {})
-            related = _related(result, run, read_line)
-            reproducer = result.get("properties", {}).get("reproducer")
-            if reproducer:  # FXE0021: the first divergence's reproducer
-                related = (related or []) + [_reproducer(reproducer)]
-            if result["ruleId"] == CAPTURE_RULE:
-                related = (related or []) + [_attempt(a, run, read_line) for a in attempts if artifact_path(a["locations"][0], run)] or None
-            found.setdefault(path, []).append(
-                types.Diagnostic(
-                    range=to_range(line, read_line(path, line) if read_line else None),
-                    message=result["message"]["text"],
-                    severity=_SEVERITY[result.get("level", "warning")],
-                    code=result["ruleId"],
-                    code_description=types.CodeDescription(href=rule["helpUri"]) if rule.get("helpUri") else None,
-                    source=SOURCE,
-                    related_information=related,
-                    data={"ruleId": result["ruleId"], "properties": _small(result.get("properties", {})), **(data or {})},
-                )
+    for result in results:
+        if result in attempts or result.is_line_summary:
+            continue
+        if result.rule_id == rules.UNSUPPORTED_FX_NODE_ANALYSIS.id and rules.NO_SYMBOLIC_FUNCTION.id in rule_ids:
+            continue
+        related = [types.DiagnosticRelatedInformation(_lsp_location(r, range_of(r)), r.message or "called from here")
+                   for r in result.related]
+        module = result.properties.get(Prop.MODULE_PATH)
+        if module and related:
+            related[0].message += f" — in module {module}"
+        if reproducer := result.properties.get(Prop.REPRODUCER):  # FXE0021: the first divergence's reproducer
+            related.append(_reproducer(reproducer))
+        if result.rule_id == rules.GRAPH_CAPTURE.id:
+            related += [types.DiagnosticRelatedInformation(_lsp_location(a.location, range_of(a.location)), a.message)
+                        for a in attempts]
+        rule = log.rules.get(result.rule_id)
+        found.setdefault(result.location.path, []).append(
+            types.Diagnostic(
+                range=range_of(result.location),
+                message=result.message,
+                severity=_SEVERITY[result.level],
+                code=result.rule_id,
+                code_description=types.CodeDescription(href=rule.help_uri) if rule and rule.help_uri else None,
+                source=SOURCE,
+                related_information=related or None,
+                data={"ruleId": result.rule_id, "properties": _small(result.properties), **(data or {})},
             )
+        )
     return found
 
 
-def _placed(result: dict[str, Any], place) -> dict[str, Any]:
+def _placed(result: Result, place: Place | None) -> Result:
     """`result`, located where `place` says if it has no location."""
-    if result.get("locations") or place is None or (where := place(result)) is None:
+    if result.location is not None or place is None or (where := place(result)) is None:
         return result
-    path, line = where
-    location = {"physicalLocation": {"artifactLocation": {"uri": pathlib.Path(path).as_uri()}, "region": {"startLine": line + 1}}}
-    return {**result, "locations": [location]}
+    return dataclasses.replace(result, location=Location(*where))
 
 
-def _attempt(result: dict[str, Any], run: dict[str, Any], read_line) -> types.DiagnosticRelatedInformation:
-    """A capture strategy's failure, as related information of the capture error."""
-    location = result["locations"][0]
-    path, line = artifact_path(location, run), line_of(location)
-    return types.DiagnosticRelatedInformation(
-        location=types.Location(pathlib.Path(path).as_uri(), to_range(line, read_line(path, line) if read_line else None)),
-        message=result["message"]["text"],
-    )
+def _lsp_location(where: Location, at: types.Range) -> types.Location:
+    return types.Location(pathlib.Path(where.path).as_uri(), at)
 
 
 def _reproducer(directory: str) -> types.DiagnosticRelatedInformation:
@@ -128,31 +113,5 @@ def _reproducer(directory: str) -> types.DiagnosticRelatedInformation:
     )
 
 
-def _related(result: dict[str, Any], run: dict[str, Any], read_line) -> list[types.DiagnosticRelatedInformation] | None:
-    related = []
-    for location in result.get("relatedLocations", []):
-        path = artifact_path(location, run)
-        if path is None:
-            continue
-        line = line_of(location)
-        related.append(
-            types.DiagnosticRelatedInformation(
-                location=types.Location(pathlib.Path(path).as_uri(), to_range(line, read_line(path, line) if read_line else None)),
-                message=location.get("message", {}).get("text", "called from here"),
-            )
-        )
-    module = result.get("properties", {}).get("modulePath")
-    if module and related:
-        related[0].message += f" — in module {module}"
-    return related or None
-
-
 def _small(properties: dict[str, Any]) -> dict[str, Any]:
-    """The properties a code action needs (not the large dumps)."""
     return {k: v for k, v in properties.items() if k in _FIX_PROPERTIES}
-
-
-_FIX_PROPERTIES = (
-    "fxTarget", "fxNode", "modulePath", "onnxOpTypes", "schema", "generatedFunction",  # FXE0011
-    "input", "dim", "size", "argument", "dimName", "suggestedFixes", "dynamicShapes",  # FXE0020
-)

@@ -37,7 +37,7 @@ class OnnxlensServer(LanguageServer):
 
     def text_of(self, uri: str) -> str | None:
         try:
-            return documents.read(self.workspace, uri)[1]
+            return documents.read(self.workspace, uri).source
         except protocol.RequestError:
             return None
 
@@ -97,7 +97,7 @@ def did_change(ls: OnnxlensServer, params: types.DidChangeTextDocumentParams) ->
     path = to_fs_path(params.text_document.uri)
     changes = edit_changes(params)
     if path and changes and ls.states.follow_edits(path, changes):
-        ls.commands.publish(path)
+        ls.commands.publish(path, params.text_document.version)
 
 
 @server.feature(types.TEXT_DOCUMENT_DID_CLOSE)
@@ -108,8 +108,8 @@ def did_close(ls: OnnxlensServer, params: types.DidCloseTextDocumentParams) -> N
 @server.feature(types.TEXT_DOCUMENT_CODE_LENS)
 async def code_lens(ls: OnnxlensServer, params: types.CodeLensParams) -> list[types.CodeLens]:
     uri = params.text_document.uri
-    path, _, found = await ls.commands.discover(uri)
-    return features.code_lenses(uri, path, found, ls.states)
+    text, found = await ls.commands.discover(uri)
+    return features.code_lenses(uri, text.path, found, ls.states)
 
 
 @server.feature(types.TEXT_DOCUMENT_INLAY_HINT)
@@ -126,8 +126,8 @@ def hover(ls: OnnxlensServer, params: types.HoverParams) -> types.Hover | None:
 @server.feature(types.TEXT_DOCUMENT_CODE_ACTION, types.CodeActionOptions(code_action_kinds=[types.CodeActionKind.QuickFix]))
 async def code_actions(ls: OnnxlensServer, params: types.CodeActionParams) -> list[types.CodeAction]:
     uri = params.text_document.uri
-    _, source, found = await ls.commands.discover(uri)
-    actions = features.code_actions(uri, source, found, params, ls.text_of)
+    text, found = await ls.commands.discover(uri)
+    actions = await features.code_actions(uri, text.source, found, params, ls.text_of, ls.commands.discoveries.run)
     if ls.protocol.trace != types.TraceValue.Off:  # the client asked for a trace (VS Code: the log level Trace)
         line = params.range.start.line
         trigger = params.context.trigger_kind.name.lower() if params.context.trigger_kind else "unknown"

@@ -7,7 +7,8 @@ the export target that produced it:
   module-level variable it is bound to, as torch suggests), or as a new ``dynamic_shapes=`` argument of
   the decorator when the spec came from the settings.
 
-The analysis is static: the target's code never runs here.
+The analysis is static: the target's code never runs here. It parses the source, so the server calls
+it in its parser process (`targets.Discoveries.run`), never on its event loop.
 """
 
 from __future__ import annotations
@@ -37,6 +38,13 @@ def example_size_range(source: str, target: str, argument: int | str, dim: int, 
     if not (isinstance(literal, ast.Constant) and type(literal.value) is int and literal.value == size):
         return None
     return _range(source, literal)
+
+
+def fixes(source: str, target: str, properties: dict[str, Any]) -> list[tuple[str, list[types.TextEdit]]]:
+    """(title, edits) of each fix for the FXE0020 result with `properties` (`change_example_size`,
+    `apply_suggested_fix`): parses `source`, so the server runs it in its parser process."""
+    made = [fix(source, target, properties) for fix in (change_example_size, apply_suggested_fix)]
+    return [fix for fix in made if fix is not None]
 
 
 def change_example_size(source: str, target: str, properties: dict[str, Any]) -> tuple[str, list[types.TextEdit]] | None:

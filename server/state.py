@@ -1,4 +1,5 @@
-"""What the last export of each target left: its problems (by file), inline traces and output files."""
+"""What the last export of each target left: its problems (by file), inline traces, output files and
+its parsed SARIF log."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import dataclasses
 from lsprotocol import types
 from pygls.uris import to_fs_path
 
-from onnxlens_server.traces import LineTrace
+from onnxlens_server.sarif_log import LineTrace, SarifLog
 
 
 @dataclasses.dataclass
@@ -16,6 +17,7 @@ class TargetState:
     traces: list[LineTrace] = dataclasses.field(default_factory=list)
     sarif: str | None = None
     onnx: str | None = None
+    log: SarifLog | None = None  # the log at `sarif`, parsed when the export's result arrived
 
 
 class States:

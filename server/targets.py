@@ -17,9 +17,12 @@ import ast
 import asyncio
 import dataclasses
 import multiprocessing
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
+from typing import Any, TypeVar
+
+Result = TypeVar("Result")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -90,7 +93,7 @@ class Discoveries:
     """The discovery of each document's text, computed once per text, in a separate process: parsing a
     long file takes a while and holds the GIL, so in the server's process, even in a thread, it would
     hold up every other request. While a document does not parse, its last good discovery stands,
-    with the syntax error."""
+    with the syntax error. Other analyses of source text run in that process too (`run`)."""
 
     def __init__(self) -> None:
         self._last: dict[str, tuple[str, Discovery]] = {}  # uri -> (text, its discovery)
@@ -101,7 +104,7 @@ class Discoveries:
         last = self._last.get(uri)
         if last is not None and last[0] == source:
             return last[1]
-        found = await self._discover(source)
+        found = await self.run(discover, source)
         if found.syntax_error is None:
             self._good[uri] = found
         elif uri in self._good:
@@ -113,14 +116,15 @@ class Discoveries:
         self._last.pop(uri, None)
         self._good.pop(uri, None)
 
-    async def _discover(self, source: str) -> Discovery:
+    async def run(self, function: Callable[..., Result], *args: Any) -> Result:
+        """`function(*args)` in the parser process (a module-level function, picklable arguments)."""
         if self._parser is None:
             self._parser = ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn"))
         try:
-            return await asyncio.wrap_future(self._parser.submit(discover, source))
+            return await asyncio.wrap_future(self._parser.submit(function, *args))
         except BrokenProcessPool:  # the parser process died (killed?): this once here, a new one next time
             self._parser = None
-            return discover(source)
+            return function(*args)
 
 
 def target_at(targets: list[Target], line: int) -> Target | None:

@@ -1,50 +1,18 @@
 """Op-level debug traces inline: inlay hints at the end of source lines, and hovers with the details.
 
 They come from the FXE0013 (op-level debug) and FXE0021 (a failed verification's bisection) per-line
-summaries of SARIF logs (``properties.aggregate == "sourceLine"``), which list every checked op of
-the line with its numbers. The hover's Markdown
-uses codicons (``$(check)``), which the extension renders (``supportThemeIcons``).
+summaries of SARIF logs (`sarif_log.LineTrace`), which list every checked op of the line with its
+numbers. The hover's Markdown uses codicons (``$(check)``), which the extension renders (``supportThemeIcons``).
 """
 
 from __future__ import annotations
 
-import dataclasses
-from typing import Any
-
 from lsprotocol import types
 
-from onnxlens_server.sarif_to_lsp import artifact_path, line_of
+from exporter.constants import Prop
+from onnxlens_server.sarif_log import LineTrace
 
-
-_TITLES = {"FXE0013": "op-level debug", "FXE0021": "verification in onnxruntime"}  # rules with per-line traces
 HINT_WIDTH = 36  # characters: a hint must not run off the editor or into the next line's reading
-
-
-@dataclasses.dataclass(frozen=True)
-class LineTrace:
-    path: str
-    line: int  # 0-based
-    ops: list[dict[str, Any]]
-    op_types: list[str]
-    max_abs_error: float
-    mismatches: int
-    title: str = "op-level debug"
-
-
-def line_traces(log: dict[str, Any]) -> list[LineTrace]:
-    traces = []
-    for run in log.get("runs", []):
-        for result in run.get("results", []):
-            props = result.get("properties", {})
-            if result.get("ruleId") not in _TITLES or props.get("aggregate") != "sourceLine" or not result.get("locations"):
-                continue
-            path = artifact_path(result["locations"][0], run)
-            if path is not None:
-                traces.append(
-                    LineTrace(path, line_of(result["locations"][0]), props.get("ops", []), props.get("onnxOpTypes", []),
-                              props.get("maxAbsError", 0.0), props.get("mismatches", 0), _TITLES[result["ruleId"]])
-                )
-    return traces
 
 
 def inlay_hint(trace: LineTrace, line_text: str) -> types.InlayHint:
@@ -78,14 +46,14 @@ def hover_markdown(trace: LineTrace) -> str:
     rows = ["| PyTorch op | ONNX | shapes | dtype | max abs err | tolerance | |", "|---|---|---|---|---|---|---|"]
     for op in trace.ops:
         shapes = " → ".join(
-            ", ".join("×".join(s) or "scalar" for s in op.get(key, [])) for key in ("inputShapes", "outputShapes")
+            ", ".join("×".join(s) or "scalar" for s in op.get(key, [])) for key in (Prop.INPUT_SHAPES, Prop.OUTPUT_SHAPES)
         )
-        err = op.get("maxAbsError")
-        tol = f"{op['atol']:g} + {op['rtol']:g}·\\|x\\|" if op.get("atol") is not None else ""
-        verdict = "$(check)" if op.get("ok") else f"$(error) {op.get('skipped', 'mismatch')}"  # codicons, not emoji
+        err = op.get(Prop.MAX_ABS_ERROR)
+        tol = f"{op[Prop.ATOL]:g} + {op[Prop.RTOL]:g}·\\|x\\|" if op.get(Prop.ATOL) is not None else ""
+        verdict = "$(check)" if op.get(Prop.OK) else f"$(error) {op.get(Prop.SKIPPED, 'mismatch')}"  # codicons, not emoji
         rows.append(
-            f"| `{op.get('fxTarget', '?')}` | {', '.join(op.get('onnxOpTypes', []))} | {shapes} | "
-            f"{', '.join(op.get('outputDtypes', []))} | {'' if err is None else f'{err:.3g}'} | {tol} | {verdict} |"
+            f"| `{op.get(Prop.FX_TARGET, '?')}` | {', '.join(op.get(Prop.ONNX_OP_TYPES, []))} | {shapes} | "
+            f"{', '.join(op.get(Prop.OUTPUT_DTYPES, []))} | {'' if err is None else f'{err:.3g}'} | {tol} | {verdict} |"
         )
     title = f"**onnxlens {trace.title}**" + (f" — {trace.mismatches} mismatch(es)" if trace.mismatches else "")
     return "\n".join([title, "", *rows])

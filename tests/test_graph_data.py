@@ -22,6 +22,7 @@ from onnxscript import opset18 as op
 from pygls.exceptions import JsonRpcException
 
 import exporter
+from onnxlens_server import sarif_log
 from onnxlens_server.graph import graph_json, model_graph
 from onnxlens_server.protocol import GRAPH, ErrorCode
 
@@ -70,7 +71,7 @@ def export_net(folder: pathlib.Path, **options) -> tuple[Net, pathlib.Path, dict
         output = e.export_output
     output.save(str(folder / "net.onnx"))
     output.save_diagnostics(str(folder / "net.sarif"))
-    return net, folder / "net.onnx", graph_json(str(folder / "net.onnx"), str(folder / "net.sarif"))
+    return net, folder / "net.onnx", graph_json(str(folder / "net.onnx"), sarif_log.read(str(folder / "net.sarif")))
 
 
 @pytest.fixture(scope="module")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from lsprotocol import types
 
-from onnxlens_server import sarif_to_lsp
+from onnxlens_server import sarif_log, sarif_to_lsp
 
 
 def location(uri: str, line: int, message: str | None = None, base: str | None = None) -> dict:
@@ -34,7 +34,7 @@ LOG = {
 
 def test_results_become_problems_in_the_files_they_point_into():
     lines = {("/work/my models/net.py", 11): "        return b(x)\n", ("/work/my models/net.py", 19): "    y = f(x)\n"}
-    found = sarif_to_lsp.diagnostics_by_path(LOG, lambda path, line: lines.get((path, line)))
+    found = sarif_to_lsp.diagnostics_by_path(sarif_log.parse(LOG), lambda path, line: lines.get((path, line)))
     assert sorted(found) == ["/elsewhere/helpers.py", "/work/my models/net.py"]  # level none and line summaries left out
     (error,) = found["/work/my models/net.py"]
     assert error.range == types.Range(types.Position(11, 8), types.Position(11, 19))
@@ -54,10 +54,3 @@ def test_a_failure_covers_its_line_from_the_first_character():
     problem = sarif_to_lsp.failure("Export of mlp crashed: boom", "export-crashed", 4, "    def mlp():\n")
     assert problem.range == types.Range(types.Position(4, 4), types.Position(4, 14))
     assert (problem.code, problem.severity, problem.source) == ("export-crashed", types.DiagnosticSeverity.Error, "onnxlens")
-
-
-def test_the_folded_rules_are_the_exporters():
-    from exporter.diagnostics import rules
-
-    assert sarif_to_lsp.CAPTURE_RULE == rules.GRAPH_CAPTURE.id
-    assert (sarif_to_lsp.SUMMARY_RULE, sarif_to_lsp.DETAIL_RULE) == (rules.UNSUPPORTED_FX_NODE_ANALYSIS.id, rules.NO_SYMBOLIC_FUNCTION.id)

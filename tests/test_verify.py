@@ -112,15 +112,14 @@ def test_slightly_wrong_translation_is_found_at_its_line(tmp_path):
     assert result["properties"]["reproducer"] == str(tmp_path / "gated_repro")
     assert result["locations"][0]["physicalLocation"]["region"]["startLine"] == line_of("gated-sigmoid")
     # In the editor: a problem at that line whose related information opens the reproducer's run.py.
+    from onnxlens_server.sarif_log import parse
     from onnxlens_server.sarif_to_lsp import diagnostics_by_path
 
-    [problem] = [d for d in diagnostics_by_path(log)[MODEL_FILE] if d.code == "FXE0021"]
+    [problem] = [d for d in diagnostics_by_path(parse(log))[MODEL_FILE] if d.code == "FXE0021"]
     assert problem.range.start.line == line_of("gated-sigmoid") - 1
     assert problem.related_information[-1].location.uri == (tmp_path / "gated_repro" / "run.py").as_uri()
     # Hovers: each line's values in onnxruntime; the error starts at the sigmoid's line.
-    from onnxlens_server.traces import line_traces
-
-    traces = {t.line + 1: t for t in line_traces(log) if t.path == MODEL_FILE}
+    traces = {t.line + 1: t for t in parse(log).traces if t.path == MODEL_FILE}
     assert traces[line_of("gated-relu")].mismatches == 0 and traces[line_of("gated-relu")].max_abs_error < 1e-5
     assert traces[line_of("gated-sigmoid")].mismatches == 1
     assert traces[line_of("gated-sigmoid")].max_abs_error == pytest.approx(expected_error, rel=1e-3)
