@@ -16,6 +16,7 @@ import os
 import pathlib
 import sys
 import uuid
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from lsprotocol import types
@@ -171,7 +172,7 @@ class Commands:
         line_text = self._line_text
         if state.log is not None:
             data = {"target": request.target, "targetUri": pathlib.Path(request.path).as_uri()}
-            places = await self._places(state.log, request, target)
+            places = await fixed_dimension_places(state.log, request, target, self.discoveries.run)
             state.diagnostics = sarif_to_lsp.diagnostics_by_path(state.log, line_text, lambda r: places.get(id(r)), data)
             state.traces = state.log.traces
         if result.status != "ok" and not any(d.severity == types.DiagnosticSeverity.Error for ds in state.diagnostics.values() for d in ds):
@@ -186,23 +187,6 @@ class Commands:
         if getattr(getattr(workspace, "code_lens", None), "refresh_support", False):
             self.ls.workspace_code_lens_refresh(None)
         return state
-
-    async def _places(self, log: sarif_log.SarifLog, request: ExportRequest, target: Target) -> dict[int, tuple[str, int]]:
-        """Where each input dimension the export fixed without a source line (FXE0020) goes, by the result's
-        id(): the example's literal size in the target (found in the parser process), else the target's line."""
-        places = {}
-        for result in log.results:
-            properties = result.properties
-            if result.location is not None or result.rule_id != rules.DIMENSION_SPECIALIZED.id or Prop.INPUT not in properties:
-                continue
-            where = None
-            if all(key in properties for key in (Prop.ARGUMENT, Prop.DIM, Prop.SIZE)):
-                where = await self.discoveries.run(
-                    shape_fixes.example_size_range, request.source or "", request.target,
-                    properties[Prop.ARGUMENT], properties[Prop.DIM], properties[Prop.SIZE],
-                )
-            places[id(result)] = (request.path, where.start.line if where is not None else target.line)
-        return places
 
     def _show_syntax_error(self, path: str, error: SyntaxProblem | None, version: int | None) -> None:
         """Publish `error` as the file's problem (None: remove the one published, if any) of the text at `version`."""
@@ -237,6 +221,27 @@ def _select_targets(args: ExportArgs, found: Discovery, path: str) -> list[Targe
             raise RequestError(ErrorCode.UNKNOWN_TARGET, f"{os.path.basename(path)} has no export target {args.target!r}; targets: {', '.join(names)}")
         return [next(t for t in found.targets if t.name == args.target)]
     return [target_at(found.targets, args.line)]
+
+
+async def fixed_dimension_places(
+    log: sarif_log.SarifLog, request: ExportRequest, target: Target, run: Callable[..., Awaitable[Any]]
+) -> dict[int, tuple[str, int]]:
+    """Where each input dimension the export fixed without a source line (FXE0020) goes, by the result's
+    id(): the example's literal size in the target (found by `run`, in the parser process), else the
+    target's line as discovered."""
+    places = {}
+    for result in log.results:
+        properties = result.properties
+        if result.location is not None or result.rule_id != rules.DIMENSION_SPECIALIZED.id or Prop.INPUT not in properties:
+            continue
+        where = None
+        if all(key in properties for key in (Prop.ARGUMENT, Prop.DIM, Prop.SIZE)):
+            where = await run(
+                shape_fixes.example_size_range, request.source or "", request.target,
+                properties[Prop.ARGUMENT], properties[Prop.DIM], properties[Prop.SIZE],
+            )
+        places[id(result)] = (request.path, where.start.line if where is not None else target.line)
+    return places
 
 
 def _failure_location(result: JobResult, target: Target) -> tuple[str, int]:

@@ -50,13 +50,13 @@ class Result:
 class LineTrace:
     """The ops checked on one source line: a per-line summary of `TRACE_TITLES`' rules."""
 
-    rule_id: str
     path: str
     line: int  # 0-based
     ops: list[dict[str, Any]]
     op_types: list[str]
     max_abs_error: float
     mismatches: int
+    rule_id: str = rules.OP_LEVEL_DEBUGGING.id
 
     @property
     def title(self) -> str:
@@ -80,9 +80,8 @@ class SarifLog:
     def traces(self) -> list[LineTrace]:
         return [
             LineTrace(
-                r.rule_id, r.location.path, r.location.line, r.properties.get(Prop.OPS, []),
-                r.properties.get(Prop.ONNX_OP_TYPES, []), r.properties.get(Prop.MAX_ABS_ERROR, 0.0),
-                r.properties.get(Prop.MISMATCHES, 0),
+                r.location.path, r.location.line, r.properties.get(Prop.OPS, []), r.properties.get(Prop.ONNX_OP_TYPES, []),
+                r.properties.get(Prop.MAX_ABS_ERROR, 0.0), r.properties.get(Prop.MISMATCHES, 0), r.rule_id,
             )
             for r in self.results
             if r.rule_id in TRACE_TITLES and r.is_line_summary and r.location is not None

@@ -76,6 +76,7 @@ async def initialized(ls: OnnxlensServer, params: types.InitializedParams) -> No
 @server.feature(types.SHUTDOWN)
 def shutdown(ls: OnnxlensServer, params: None) -> None:
     ls.pool.close()
+    ls.commands.discoveries.close()
 
 
 @server.feature(types.WORKSPACE_DID_CHANGE_CONFIGURATION)

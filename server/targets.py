@@ -116,6 +116,12 @@ class Discoveries:
         self._last.pop(uri, None)
         self._good.pop(uri, None)
 
+    def close(self) -> None:
+        """Stop the parser process (a later call starts a new one)."""
+        if self._parser is not None:
+            self._parser.shutdown(cancel_futures=True)
+            self._parser = None
+
     async def run(self, function: Callable[..., Result], *args: Any) -> Result:
         """`function(*args)` in the parser process (a module-level function, picklable arguments)."""
         if self._parser is None:

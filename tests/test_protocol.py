@@ -5,9 +5,13 @@ from __future__ import annotations
 import json
 import pathlib
 import re
+import subprocess
+import sys
 
 import attrs
+import pytest
 
+from exporter.diagnostics import rules
 from exporter.options import SETTINGS
 from onnxlens_server import protocol, settings
 
@@ -15,8 +19,11 @@ EXTENSION = pathlib.Path(__file__).resolve().parent.parent / "vscode-extension"
 PROTOCOL_TS = (EXTENSION / "src" / "protocol.ts").read_text()
 
 
+TS_CONSTANTS = dict(re.findall(r"^export const (\w+) = '([^']*)';", PROTOCOL_TS, re.M))
+
+
 def test_names_are_spelled_the_same_on_both_sides():
-    constants = dict(re.findall(r"^export const (\w+) = '([^']*)';", PROTOCOL_TS, re.M))
+    constants = {name: value for name, value in TS_CONSTANTS.items() if not name.startswith("RULE_")}
     names = ["EXPORT", "LIST_TARGETS", "CANCEL", "GRAPH", "OPEN_SARIF_LOG", "EXPORT_TARGET", "EXPORT_PROGRESS", "EXPORT_FINISHED", "CONFIGURATION_SECTION", "OUTPUT_FOLDER_SCOPE"]
     assert constants == {**{name: getattr(protocol, name) for name in names}, "OP_LEVEL_DEBUG_OPTION": SETTINGS["op_level_debug"].editor_key}
 
@@ -45,3 +52,31 @@ def test_the_extension_declares_every_setting_the_server_reads():
     assert declared[f"onnxlens.{settings.TIMEOUT_KEY}"]["default"] == settings.DEFAULT_TIMEOUT
     assert declared[f"onnxlens.{settings.OUTPUT_FOLDER_KEY}"]["default"] == settings.DEFAULT_OUTPUT_FOLDER
     assert declared[f"onnxlens.{settings.MEMORY_LIMIT_KEY}"]["default"] is None  # the server's default: half the machine
+
+
+def test_the_extensions_rule_ids_are_the_exporters():
+    mirrored = {name.removeprefix("RULE_"): value for name, value in TS_CONSTANTS.items() if name.startswith("RULE_")}
+    assert mirrored.keys() == {"NO_SYMBOLIC_FUNCTION", "OP_LEVEL_DEBUGGING", "ACCURACY_DIVERGENCE"}  # what graphPanel.ts uses
+    assert mirrored == {name: getattr(rules, name).id for name in mirrored}
+    assert mirrored == {"NO_SYMBOLIC_FUNCTION": "FXE0011", "OP_LEVEL_DEBUGGING": "FXE0013", "ACCURACY_DIVERGENCE": "FXE0021"}
+
+
+def test_the_results_the_server_sends_have_the_extensions_fields():
+    item = re.search(r"export interface ResultItem \{(.*?)\n\}", PROTOCOL_TS, re.S)[1]
+    from onnxlens_server import sarif_log
+
+    log = sarif_log.parse({"runs": [{"tool": {"driver": {"rules": [{"id": "FXE0011", "name": "n"}]}}, "results": [
+        {"ruleId": "FXE0011", "level": "error", "message": {"text": "m"},
+         "locations": [{"physicalLocation": {"artifactLocation": {"uri": "file:///m/a.py"}, "region": {"startLine": 3}}}]},
+        {"ruleId": "FXE0008", "level": "none", "message": {"text": "trail"}},
+    ]}]})
+    (result,) = sarif_log.results_json(log)  # level none left out
+    assert set(re.findall(r"^  (\w+):", item, re.M)) == set(result)
+    assert result == {"ruleId": "FXE0011", "ruleName": "n", "level": "error", "message": "m", "location": {"path": "/m/a.py", "line": 2}}
+
+
+@pytest.mark.parametrize("module", ["exporter.diagnostics.rules", "exporter.constants", "onnxlens_server.protocol",
+                                    "onnxlens_server.sarif_log", "onnxlens_server.sarif_to_lsp"])
+def test_the_vocabulary_imports_without_torch(module: str):
+    code = f"import sys, {module}; print('torch' in sys.modules)"
+    assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip() == "False"

@@ -35,7 +35,7 @@ def test_inlay_hint_sits_at_the_line_end_and_marks_mismatches():
 
 def test_hints_stay_short_cutting_op_types_first():
     def label(op_types, mismatches=0, error=0.25):
-        return traces.hint_label(sarif_log.LineTrace("FXE0013", "/m/net.py", 0, [], op_types, error, mismatches))
+        return traces.hint_label(sarif_log.LineTrace("/m/net.py", 0, [], op_types, error, mismatches))
 
     many = ["MatMul", "Add", "Reshape", "Transpose", "Softmax"]
     assert label(many) == "Δ 0.25 · MatMul, Add, Reshape +2"

@@ -176,7 +176,7 @@ export class Commands {
   private async remember(job: Job): Promise<void> {
     if (job.sarif) {
       this.lastSarif = job.sarif;
-      await this.sarif.replaced(job.sarif);
+      await this.sarif.replaced(job.sarif, job.results);
     }
     if (exported(job)) {
       this.lastOnnx = job.onnx ?? undefined;

@@ -7,14 +7,17 @@ import * as vscode from 'vscode';
 import { ExecuteCommandRequest } from 'vscode-languageclient/node';
 
 import { ServerConnection } from './client';
-import { ErrorCode, errorCode, EXPORT_TARGET, GRAPH, LIST_TARGETS, ListTargetsResult, TargetArgs } from './protocol';
+import {
+  ErrorCode, errorCode, EXPORT_TARGET, GRAPH, LIST_TARGETS, ListTargetsResult, RULE_ACCURACY_DIVERGENCE, RULE_NO_SYMBOLIC_FUNCTION,
+  RULE_OP_LEVEL_DEBUGGING, TargetArgs,
+} from './protocol';
 import { debounce } from './settings';
 import { targetAt } from './targets';
 
 export const SHOW_GRAPH = 'onnxlens.showGraph';
 export const SHOW_IN_GRAPH = 'onnxlens.showInGraph';
 /** Problems whose lines have graph nodes: untranslatable ops (if the export went on), op-level debug, verification. */
-const GRAPH_RULES = new Set(['FXE0011', 'FXE0013', 'FXE0021']);
+const GRAPH_RULES = new Set([RULE_NO_SYMBOLIC_FUNCTION, RULE_OP_LEVEL_DEBUGGING, RULE_ACCURACY_DIVERGENCE]);
 
 /** Messages from the view (webview/graph/main.ts). */
 type FromView =

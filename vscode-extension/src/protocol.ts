@@ -20,6 +20,11 @@ export const OP_LEVEL_DEBUG_OPTION = 'opLevelDebug';
 /** Added by the extension to the configuration it answers: who chose `outputFolder` (`outputFolderScope()`). */
 export const OUTPUT_FOLDER_SCOPE = 'outputFolderScope';
 
+/** Rule ids of the exporter's results the extension acts on (exporter/diagnostics/rules.py: RULE_<its name>). */
+export const RULE_NO_SYMBOLIC_FUNCTION = 'FXE0011'; // an operator without ONNX translation
+export const RULE_OP_LEVEL_DEBUGGING = 'FXE0013';
+export const RULE_ACCURACY_DIVERGENCE = 'FXE0021'; // verification in onnxruntime
+
 /** JSON-RPC error codes of requests the server refuses. */
 export enum ErrorCode {
   InvalidOptions = -32602, // JSON-RPC's InvalidParams: a wrong command argument, export option or setting
@@ -50,6 +55,20 @@ export interface TargetArgs {
   target: string;
 }
 
+/** A result of an export's SARIF log, as the server parsed it (level none left out). */
+export interface ResultItem {
+  ruleId: string;
+  ruleName: string;
+  level: string; // error, warning, note
+  message: string;
+  location: ResultLocation | null;
+}
+
+export interface ResultLocation {
+  path: string;
+  line: number; // 0-based
+}
+
 export interface Job {
   jobId: string;
   target: string;
@@ -59,6 +78,7 @@ export interface Job {
   sarif: string | null;
   summary: { nodes: number; warnings: number; generation?: string } | null;  // generation: the check of an export for generation
   seconds: number;
+  results: ResultItem[]; // the results of the log at `sarif`, in its order
 }
 
 export interface ExportResult {

@@ -1,16 +1,8 @@
-// SARIF logs → a tree of runs → rules → results (no vscode import: unit-testable).
+// An export's results (as the server parsed its SARIF log) → a tree of rules → results (no vscode import:
+// unit-testable).
+import { ResultItem } from './protocol';
 
-export interface ResultLocation {
-  path: string;
-  line: number; // 0-based
-}
-
-export interface ResultItem {
-  ruleId: string;
-  level: string;
-  message: string;
-  location?: ResultLocation;
-}
+export { ResultItem, ResultLocation } from './protocol';
 
 export interface RuleGroup {
   ruleId: string;
@@ -25,23 +17,16 @@ export interface RunGroup {
 
 const LEVEL_ORDER = ['error', 'warning', 'note', 'none'];
 
-/** Runs with their results grouped by rule; errors first, rules in id order; level-none results left out. */
-export function groupResults(log: any): RunGroup[] {
-  return (log?.runs ?? []).map((run: any) => {
-    const names = new Map<string, string>((run.tool?.driver?.rules ?? []).map((r: any) => [r.id, r.name]));
-    const groups = new Map<string, RuleGroup>();
-    for (const result of run.results ?? []) {
-      const level = result.level ?? 'warning';
-      if (level === 'none') {
-        continue;
-      }
-      const group: RuleGroup = groups.get(result.ruleId) ?? { ruleId: result.ruleId, ruleName: names.get(result.ruleId) ?? '', results: [] };
-      group.results.push({ ruleId: result.ruleId, level, message: result.message?.text ?? '', location: resultLocation(result, run) });
-      groups.set(result.ruleId, group);
-    }
-    const rules = [...groups.values()].sort((a, b) => worst(a) - worst(b) || a.ruleId.localeCompare(b.ruleId));
-    return { tool: run.tool?.driver?.name ?? 'SARIF', rules };
-  });
+/** The results grouped by rule; errors first, rules in id order. */
+export function groupResults(results: ResultItem[], tool = 'onnxlens'): RunGroup[] {
+  const groups = new Map<string, RuleGroup>();
+  for (const result of results) {
+    const group: RuleGroup = groups.get(result.ruleId) ?? { ruleId: result.ruleId, ruleName: result.ruleName, results: [] };
+    group.results.push(result);
+    groups.set(result.ruleId, group);
+  }
+  const rules = [...groups.values()].sort((a, b) => worst(a) - worst(b) || a.ruleId.localeCompare(b.ruleId));
+  return [{ tool, rules }];
 }
 
 /** "2 errors, 1 warning" (errors, warnings, notes), or "no problems". */
@@ -58,37 +43,7 @@ function worst(group: RuleGroup): number {
   return Math.min(...group.results.map((r) => LEVEL_ORDER.indexOf(r.level)));
 }
 
-/** The file path and 0-based line of a result's primary location (resolving uriBaseId). */
-export function resultLocation(result: any, run: any): ResultLocation | undefined {
-  const physical = result.locations?.[0]?.physicalLocation;
-  const artifact = physical?.artifactLocation;
-  if (!artifact?.uri) {
-    return undefined;
-  }
-  let uri: string = artifact.uri;
-  if (artifact.uriBaseId) {
-    const base = run.originalUriBaseIds?.[artifact.uriBaseId]?.uri;
-    if (base) {
-      uri = new URL(uri, base).toString();
-    }
-  }
-  if (!uri.startsWith('file:')) {
-    return undefined;
-  }
-  return { path: decodeURIComponent(new URL(uri).pathname), line: (physical.region?.startLine ?? 1) - 1 };
-}
-
-/** Every file a log's results point into (to avoid showing their problems twice). */
-export function filesOf(log: any): Set<string> {
-  const files = new Set<string>();
-  for (const run of groupResults(log)) {
-    for (const rule of run.rules) {
-      for (const result of rule.results) {
-        if (result.location) {
-          files.add(result.location.path);
-        }
-      }
-    }
-  }
-  return files;
+/** Every file the results point into (to avoid showing their problems twice). */
+export function filesOf(results: ResultItem[]): Set<string> {
+  return new Set(results.flatMap((result) => (result.location ? [result.location.path] : [])));
 }

@@ -1,5 +1,6 @@
 // The built-in results view (when the SARIF Viewer is not installed): logs → rules → results. It shows the
-// logs opened in it, one per target, each as the target's latest export left it.
+// logs opened in it, one per target, each as the target's latest export left it (the results the server
+// parsed from it, `Job.results`).
 import * as path from 'node:path';
 import * as vscode from 'vscode';
 
@@ -16,9 +17,9 @@ export class ResultsView implements vscode.TreeDataProvider<Node> {
   readonly onDidChangeTreeData = this.changed.event;
 
   /** Shows the log first (the one read from the same path before goes). */
-  show(sarifPath: string, log: unknown): void {
+  show(sarifPath: string, results: ResultItem[]): void {
     this.logs.delete(sarifPath);
-    this.logs = new Map([[sarifPath, logNode(sarifPath, log)], ...this.logs]);
+    this.logs = new Map([[sarifPath, logNode(sarifPath, results)], ...this.logs]);
     void vscode.commands.executeCommand('setContext', 'onnxlens.hasResults', true);
     this.changed.fire();
   }
@@ -28,8 +29,8 @@ export class ResultsView implements vscode.TreeDataProvider<Node> {
   }
 
   /** Replaces a log shown with its new content, in its place. */
-  update(sarifPath: string, log: unknown): void {
-    this.logs.set(sarifPath, logNode(sarifPath, log));
+  update(sarifPath: string, results: ResultItem[]): void {
+    this.logs.set(sarifPath, logNode(sarifPath, results));
     this.changed.fire();
   }
 
@@ -70,6 +71,6 @@ export class ResultsView implements vscode.TreeDataProvider<Node> {
   }
 }
 
-function logNode(sarifPath: string, log: unknown): Node {
-  return { kind: 'log', label: path.basename(sarifPath), runs: groupResults(log) };
+function logNode(sarifPath: string, results: ResultItem[]): Node {
+  return { kind: 'log', label: path.basename(sarifPath), runs: groupResults(results) };
 }

@@ -1,7 +1,8 @@
-// SARIF logs: through the SARIF Viewer extension's API when installed, else the built-in results view.
-import { readFileSync } from 'node:fs';
+// SARIF logs: through the SARIF Viewer extension's API when installed, else the built-in results view. The
+// extension does not read the logs itself: the server parsed each one when its export finished (`Job.results`).
 import * as vscode from 'vscode';
 
+import { ResultItem } from './protocol';
 import { filesOf } from './results';
 import { ResultsView } from './resultsView';
 
@@ -15,21 +16,24 @@ interface SarifViewerApi {
 export class SarifLogs {
   /** Files whose problems the viewer shows for an open log (ours are hidden there, not shown twice). */
   private readonly openInViewer = new Map<string, Set<string>>();
+  /** The results of each log an export wrote, by its path. */
+  private readonly results = new Map<string, ResultItem[]>();
   private offeredViewer = false;
 
   constructor(private readonly view: ResultsView, private readonly log: vscode.LogOutputChannel) {}
 
   async open(sarifPath: string): Promise<void> {
     const uri = vscode.Uri.file(sarifPath);
+    const results = this.results.get(uri.fsPath) ?? [];
     const api = await viewerApi();
     if (api) {
       await api.closeLogs([uri]); // the viewer does not de-duplicate logs opened twice
       await api.openLogs([uri]);
-      this.openInViewer.set(uri.fsPath, filesOf(readJson(sarifPath)));
+      this.openInViewer.set(uri.fsPath, filesOf(results));
       this.log.info(`Opened ${sarifPath} in the SARIF Viewer`);
       return;
     }
-    this.view.show(sarifPath, readJson(sarifPath));
+    this.view.show(sarifPath, results);
     await vscode.commands.executeCommand('onnxlens.results.focus');
     if (!this.offeredViewer && !vscode.extensions.getExtension(VIEWER_ID)) {
       this.offeredViewer = true;
@@ -40,18 +44,16 @@ export class SarifLogs {
     }
   }
 
-  /** A new export replaced its log: close the old one in the viewer so its problems go away too; the
-   * results view shows the new one. */
-  async replaced(sarifPath: string): Promise<void> {
-    if (this.openInViewer.delete(vscode.Uri.file(sarifPath).fsPath)) {
+  /** A new export replaced its log (`results`): close the old one in the viewer so its problems go away
+   * too; the results view shows the new one. */
+  async replaced(sarifPath: string, results: ResultItem[]): Promise<void> {
+    const file = vscode.Uri.file(sarifPath).fsPath;
+    this.results.set(file, results);
+    if (this.openInViewer.delete(file)) {
       await (await viewerApi())?.closeLogs([vscode.Uri.file(sarifPath)]);
     }
     if (this.view.shows(sarifPath)) {
-      try {
-        this.view.update(sarifPath, readJson(sarifPath));
-      } catch (error) {
-        this.log.warn(`Reading ${sarifPath}: ${error}`);
-      }
+      this.view.update(sarifPath, results);
     }
   }
 
@@ -72,8 +74,4 @@ async function viewerApi(): Promise<SarifViewerApi | undefined> {
     return undefined;
   }
   return (extension.isActive ? extension.exports : await extension.activate()) as SarifViewerApi;
-}
-
-function readJson(path: string): unknown {
-  return JSON.parse(readFileSync(path, 'utf8'));
 }

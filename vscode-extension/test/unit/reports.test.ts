@@ -9,7 +9,7 @@ function job(target: string, status: Job['status'], extra: Partial<Job> = {}): J
   return {
     jobId: target, target, status, message: ok ? '' : 'Unsupported: a::b.', seconds: 0.44,
     onnx: ok ? `/ws/onnxlens-out/net.${target}.onnx` : null, sarif: `/ws/onnxlens-out/net.${target}.sarif`,
-    summary: ok ? { nodes: 12, warnings: 0 } : null, ...extra,
+    summary: ok ? { nodes: 12, warnings: 0 } : null, results: [], ...extra,
   };
 }
 
