@@ -8,13 +8,9 @@ None of them exports anything: every request here is refused (or answered) befor
 from __future__ import annotations
 
 import asyncio
-import json
 import pathlib
-import queue
-import subprocess
 import sys
 import textwrap
-import threading
 import time
 
 import pytest
@@ -23,50 +19,13 @@ from lsprotocol import types
 from pygls.exceptions import JsonRpcException
 from pytest_lsp import ClientServerConfig, LanguageClient
 
+from lsp_client import StdioClient, framed
 from onnxlens_server.framing import STALL_SECONDS
 from onnxlens_server.protocol import CANCEL, EXPORT, GRAPH, LIST_TARGETS, ErrorCode
 
 INVALID_PARAMS = -32602
 
-# --- message framing: a raw server process -------------------------------------------------------
-
-
-class RawServer:
-    """The server over raw pipes: bytes in, parsed messages and stderr out (each read by a thread)."""
-
-    def __init__(self) -> None:
-        self.process = subprocess.Popen([sys.executable, "-m", "onnxlens_server"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-        self.messages: queue.Queue[dict] = queue.Queue()
-        self.stderr: list[bytes] = []
-        threading.Thread(target=self._read_messages, daemon=True).start()
-        threading.Thread(target=lambda: self.stderr.extend(self.process.stderr), daemon=True).start()
-
-    def _read_messages(self) -> None:
-        stream = self.process.stdout
-        while True:
-            length = None
-            while (line := stream.readline()) not in (b"\r\n", b""):
-                if line.startswith(b"Content-Length:"):
-                    length = int(line.split(b":")[1])
-            if length is None:
-                return
-            self.messages.put(json.loads(stream.read(length)))
-
-    def write(self, data: bytes) -> None:
-        self.process.stdin.write(data)
-        self.process.stdin.flush()
-
-    def answer(self, request_id: int, timeout: float = 30) -> dict:
-        deadline = time.monotonic() + timeout
-        while (message := self.messages.get(timeout=max(deadline - time.monotonic(), 0.01))).get("id") != request_id:
-            pass
-        return message
-
-
-def framed(message: dict, length: int | None = None) -> bytes:
-    body = json.dumps({"jsonrpc": "2.0", **message}).encode()
-    return b"Content-Length: %d\r\n\r\n%s" % (len(body) if length is None else length, body)
-
+# --- message framing: a raw server process (tests/lsp_client.py) -------------------------------------
 
 HOVER = {"id": 2, "method": "textDocument/hover", "params": {"textDocument": {"uri": "file:///x.py"}, "position": {"line": 0, "character": 0}}}
 HOVER_BODY = len(framed(HOVER).partition(b"\r\n\r\n")[2])
@@ -84,32 +43,31 @@ HOVER_BODY = len(framed(HOVER).partition(b"\r\n\r\n")[2])
 ], ids=["non-numeric", "negative", "zero", "missing", "malformed-header", "too-small", "too-large-swallows-next", "too-large-stalls"])
 def test_bad_framing_makes_the_server_exit_saying_why(bad: bytes, reason: str):
     """Before, the server stayed alive and never answered again; now it exits, the client restarts it."""
-    server = RawServer()
+    server = StdioClient()
     try:
-        server.write(framed({"id": 1, "method": "initialize", "params": {"processId": None, "rootUri": None, "capabilities": {}}}))
-        assert "result" in server.answer(1)
+        assert "capabilities" in server.initialize(None).result
         server.write(bad + framed(HOVER))  # a valid request follows: it must not be answered as if nothing happened
         assert server.process.wait(timeout=STALL_SECONDS + 20) == 1
+        server.wait_closed(timeout=10)
     finally:
-        server.process.kill()
-    server.process.wait()
-    time.sleep(0.2)  # the stderr thread reads to the end
-    assert f"onnxlens-server: bad message from the client: {reason}; exiting".encode() in b"".join(server.stderr)
-    assert server.messages.empty()  # the hover was not answered
+        server.close()
+    assert f"onnxlens-server: bad message from the client: {reason}; exiting" in server.stderr_text()
+    assert [r.message.get("id") for r in server.received] == [1]  # the hover was not answered
 
 
 def test_well_framed_messages_in_any_chunks_are_answered():
-    server = RawServer()
+    server = StdioClient()
     try:
         data = framed({"id": 1, "method": "initialize", "params": {"processId": None, "rootUri": None, "capabilities": {}}}) + framed(HOVER)
         for i in range(0, len(data), 7):  # split anywhere, headers included
             server.write(data[i : i + 7])
             time.sleep(0.001)
-        assert "result" in server.answer(1) and server.answer(2) == {"jsonrpc": "2.0", "id": 2, "result": None}
+        assert "capabilities" in server.wait_for(lambda m: m.get("id") == 1, timeout=60).message["result"]
+        assert server.wait_for(lambda m: m.get("id") == 2, timeout=60).message == {"jsonrpc": "2.0", "id": 2, "result": None}
         server.write(framed({"id": 3, "method": "shutdown"}) + framed({"method": "exit"}))
         assert server.process.wait(timeout=20) == 0
     finally:
-        server.process.kill()
+        server.close()
 
 
 # --- the rest: pytest-lsp -----------------------------------------------------------------------
@@ -269,7 +227,7 @@ async def test_a_bad_setting_is_reported_when_it_is_set(client: LanguageClient):
     try:
         shown = client.protocol.wait_for_notification_async(types.WINDOW_SHOW_MESSAGE)
         client.workspace_did_change_configuration(types.DidChangeConfigurationParams(settings=None))
-        shown = await asyncio.wait_for(shown, timeout=10)
+        shown = await asyncio.wait_for(shown, timeout=60)
     finally:
         client.set_configuration({}, section="onnxlens")
     assert (shown.type, shown.message) == (
@@ -312,7 +270,7 @@ async def test_a_syntax_error_keeps_the_lenses_and_an_export_reports_its_line(cl
     assert await code_actions(client, uri, untargeted) == []  # their lines may be stale: no edit is offered
     published = client.protocol.wait_for_notification_async(types.TEXT_DOCUMENT_PUBLISH_DIAGNOSTICS)
     assert await refused(client, EXPORT, {"uri": uri, "target": "first"}) == (ErrorCode.SYNTAX_ERROR, "syntax.py:27: SyntaxError: invalid syntax", None)
-    published = await asyncio.wait_for(published, timeout=10)
+    published = await asyncio.wait_for(published, timeout=60)
     (problem,) = published.diagnostics
     assert (published.uri, problem.code, problem.message, problem.severity) == (uri, "syntax-error", "SyntaxError: invalid syntax", types.DiagnosticSeverity.Error)
     assert problem.range == types.Range(types.Position(26, 8), types.Position(26, len(broken.splitlines()[26])))
@@ -320,7 +278,7 @@ async def test_a_syntax_error_keeps_the_lenses_and_an_export_reports_its_line(cl
     published = client.protocol.wait_for_notification_async(types.TEXT_DOCUMENT_PUBLISH_DIAGNOSTICS)
     change_document(client, uri, 3, TARGETS)
     assert await lenses_by_target(client, uri) == good
-    published = await asyncio.wait_for(published, timeout=10)  # the file parses again: its syntax problem goes
+    published = await asyncio.wait_for(published, timeout=60)  # the file parses again: its syntax problem goes
     assert (published.uri, list(published.diagnostics)) == (uri, [])
 
 
@@ -350,20 +308,17 @@ def long_source(lines: int) -> str:
 
 @on_module_loop
 async def test_hovers_do_not_wait_for_the_lenses_of_a_long_file(client: LanguageClient, workspace: pathlib.Path):
-    """Each edit makes the editor ask for lenses again; a hover asked meanwhile is answered first, and quickly."""
+    """Each edit makes the editor ask for lenses again; a hover asked meanwhile is answered first.
+    (benchmarks/long_file_hovers.py measures how quickly.)"""
     text = long_source(10_000)
     uri = open_document(client, workspace / "long.py", text)
-    loop = asyncio.get_running_loop()
     hover = types.HoverParams(types.TextDocumentIdentifier(uri), types.Position(5, 0))
-    latencies, order = [], []
+    order = []
     for version in range(2, 8):
         change_document(client, uri, version, f"{text}# edit {version}\n")
-        start = loop.time()
         lenses = asyncio.wrap_future(client.text_document_code_lens(types.CodeLensParams(types.TextDocumentIdentifier(uri))))  # sent now
         lenses.add_done_callback(lambda _: order.append("lenses"))
         await client.text_document_hover_async(hover)
-        latencies.append(loop.time() - start)
         order.append("hover")
         assert len(await lenses) == 3 * text.count("@exporter.export_target")  # export, with op-level debug, verified
     assert order == ["hover", "lenses"] * 6
-    assert max(latencies) < 0.25, latencies

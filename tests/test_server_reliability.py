@@ -1,6 +1,7 @@
 """The language server under hostile model code: each test starts its own server over stdio (as the
 editor does, with the workspace as its working directory) and checks that it stays up, answers, and
-keeps what the model starts or writes where it belongs."""
+keeps what the model starts or writes where it belongs. How fast it answers is measured by
+benchmarks/server_reliability.py, not asserted here."""
 
 from __future__ import annotations
 
@@ -9,7 +10,6 @@ import contextlib
 import os
 import pathlib
 import signal
-import statistics
 import sys
 import textwrap
 import time
@@ -99,20 +99,15 @@ async def until(condition, what: str) -> None:
         await asyncio.sleep(0.01)
 
 
-async def hover_seconds(client: LanguageClient, path: pathlib.Path) -> float:
-    start = time.perf_counter()
-    await asyncio.wait_for(client.text_document_hover_async(
-        types.HoverParams(types.TextDocumentIdentifier(path.as_uri()), types.Position(0, 0))), ANSWER_TIMEOUT)
-    return time.perf_counter() - start
-
-
-async def hovers_while(client: LanguageClient, path: pathlib.Path, task: asyncio.Future) -> list[float]:
-    """Hover latencies, one hover every 20 ms until `task` is done."""
-    latencies = []
+async def hovers_while(client: LanguageClient, path: pathlib.Path, task: asyncio.Future) -> int:
+    """How many hovers were answered before `task` was done, one hover asked 20 ms after each answer."""
+    answered = 0
     while not task.done():
-        latencies.append(await hover_seconds(client, path))
+        await asyncio.wait_for(client.text_document_hover_async(
+            types.HoverParams(types.TextDocumentIdentifier(path.as_uri()), types.Position(0, 0))), ANSWER_TIMEOUT)
+        answered += 1
         await asyncio.sleep(0.02)
-    return latencies
+    return answered
 
 
 def processes_with(argument: str) -> list[int]:
@@ -194,9 +189,9 @@ async def test_model_code_cannot_read_the_editors_messages(tmp_path: pathlib.Pat
                                'assert not got, got'))
     async with server(tmp_path) as client:
         job = asyncio.ensure_future(export(client, path))
-        latencies = await hovers_while(client, path, job)  # the messages the model would have stolen
+        hovers = await hovers_while(client, path, job)  # the messages the model would have stolen
         assert job.result()["status"] == "ok", job.result()
-        assert len(latencies) > 3 and max(latencies) < 2
+        assert hovers > 3  # answered while the export ran
         assert (await export(client, path))["status"] == "ok"  # and the server still answers
 
 
@@ -257,28 +252,22 @@ async def test_hovers_never_wait_for_the_fork_server(tmp_path: pathlib.Path):
         again = asyncio.ensure_future(export(client, path))
         at_restart = await hovers_while(client, path, again)
         assert again.result()["status"] == "ok"
-    for latencies in (at_start, at_restart):
-        assert len(latencies) > 10  # the export takes seconds: the fork server warms up meanwhile
-        assert max(latencies) < 0.5, (statistics.median(latencies), max(latencies))
+    # The export takes seconds (the fork server warms up meanwhile): hovers waiting for it would be answered
+    # once or twice, after it.
+    assert at_start > 10 and at_restart > 10, (at_start, at_restart)
 
 
 async def test_a_new_request_cancels_every_earlier_one_of_its_target(tmp_path: pathlib.Path):
     path = tmp_path / "m.py"
     path.write_text(model(body="time.sleep(0.5)"))
     async with server(tmp_path) as client:
-        assert (await export(client, path))["status"] == "ok"  # warm
-        start = time.perf_counter()
-        single = await export(client, path)
-        one = time.perf_counter() - start
+        for _ in range(2):  # warm: the second export runs as every later one does
+            assert (await export(client, path))["status"] == "ok"
         client.stages.clear()
-        start = time.perf_counter()
         jobs = await asyncio.gather(*(export(client, path, jobId=f"burst-{i}") for i in range(20)))
-        burst = time.perf_counter() - start
-    assert single["status"] == "ok"
     assert [job["status"] for job in jobs] == ["cancelled"] * 19 + ["ok"]
     built = {job_id for job_id, stage in client.stages if stage == "build target"}
     assert len(built) <= 2, sorted(built)  # the newest, and at most the one running when the burst began
-    assert burst < 3 * one + 1, (burst, one)
 
 
 @pytest.mark.parametrize("folder", ["../outside", "{outside}", "~/onnxlens-out", "link/out"])
