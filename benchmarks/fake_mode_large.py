@@ -66,7 +66,7 @@ def generation_7b(_: argparse.Namespace) -> None:
     start = time.perf_counter()
     with exporter.enable_fake_mode() as ctx:
         model = LlamaForCausalLM(LlamaConfig(**LLAMA_7B)).eval()
-    export_output = export_graph(model, fake_context=ctx)
+    export_output = export_graph(model, exporter.ExportOptions(fake_context=ctx))
     inputs = [v.name for v in export_output.model.graph.inputs]
     print(json.dumps({"step": "generation-7b", "graph_inputs": inputs[:4] + ["…"], "seconds": round(time.perf_counter() - start, 1),
                       "peak_rss_gib": round(peak_rss_gib(), 2)}))

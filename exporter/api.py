@@ -6,7 +6,6 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-import onnx
 import torch
 
 from exporter.capture import adapters
@@ -25,7 +24,7 @@ from exporter.options import ExportOptions
 from exporter.output.program import ExportOutput
 from exporter.onnx_passes import finalize
 from exporter.passes import decompose, inline_grad_regions, type_promotion
-from exporter.constants import DEFAULT_OPSET_VERSION, Stage
+from exporter.constants import Stage
 from exporter.translate.registry import default_registry
 from exporter.translate.fx_to_onnx import GraphTranslator, TranslationError
 
@@ -50,7 +49,7 @@ class Exporter:
         self.model_args = model_args
         self.model_kwargs = model_kwargs
         self.registry = options.onnx_registry or default_registry()
-        self.opset_version = options.opset_version or self.registry.opset_version
+        self.opset_version = options.target_opset  # the one the model gets (`finalize` ensures it)
         self.ctx = DiagnosticContext(options.diagnostic_options)
         self.progress = progress or (lambda stage, info: None)
         self.timings: dict[str, float] = {}
@@ -68,7 +67,6 @@ class Exporter:
 
     def _export(self) -> ExportOutput:
         try:
-            _check_opset(self.opset_version)
             program = self._stage(Stage.CAPTURE, self._capture)
             self._check_outputs(program)
             program = self._stage(Stage.PASSES, self._run_passes, program)
@@ -291,12 +289,6 @@ def _errors_message(ctx: DiagnosticContext) -> str:
     if any(e.properties.get("warningAsError") for e in errors):
         message += " Warnings were turned into errors by DiagnosticOptions(warnings_as_errors=True)."
     return message
-
-
-def _check_opset(version: int) -> None:
-    newest = onnx.defs.onnx_opset_version()
-    if not DEFAULT_OPSET_VERSION <= version <= newest:
-        raise ValueError(f"opset_version must be between {DEFAULT_OPSET_VERSION} and {newest}, got {version}.")
 
 
 def dynamo_export(

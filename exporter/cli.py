@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import atexit
 import gc
-import json
 import os
 import sys
 import time
@@ -19,40 +18,28 @@ DESCRIPTION = """Export PyTorch models to ONNX. A target is a function decorated
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    """The command line; the export options' flags come from `exporter.options.SETTINGS`, each read
+    and checked by its setting's kind (a bad value is a usage error, exit code 2)."""
     from exporter.options import SETTINGS
 
     parser = argparse.ArgumentParser(prog="onnxlens-export", description=DESCRIPTION)
     parser.add_argument("target", help="FILE.py or FILE.py:TARGET (default: every target in the file)")
-    parser.add_argument("-o", "--output", help="output .onnx path, or folder for --task text-generation (one target only; default: <file>.<target>.onnx, <file>.<target>/ beside FILE)")
-    parser.add_argument("--task", choices=["text-generation"], help="export the target's causal LM for generation (KV cache, genai_config.json, checked by generating); default: the target's task")
+    parser.add_argument(
+        "-o", "--output",
+        help="output .onnx path, or folder for --task text-generation (one target only; "
+        "default: <file>.<target>.onnx, <file>.<target>/ beside FILE)",
+    )
+    parser.add_argument(
+        "--task", choices=["text-generation"],
+        help="export the target's causal LM for generation (KV cache, genai_config.json, checked by generating); "
+        "default: the target's task",
+    )
     parser.add_argument("--sarif", help="write the SARIF diagnostics log here (.sarif; one target only)")
     options = parser.add_argument_group("export options (override the target's @export_target options)")
     for setting in SETTINGS.values():
-        if setting.name == "dynamic_shapes":  # alone: every dimension; with a JSON spec: those dims
-            options.add_argument(
-                setting.flag, dest=setting.name, nargs="?", const=True, default=None, type=_json_spec, metavar="SPEC",
-                help=f"{setting.help}; or only those of a JSON spec, e.g. '{{\"x\": {{\"0\": \"batch\"}}}}' (a name, auto, dynamic or static per dim)",
-            )
-        elif setting.kind is bool:
-            negated = setting.default is True
-            options.add_argument(
-                setting.flag, dest=setting.name, action="store_false" if negated else "store_true", default=None,
-                help=f"do not {setting.help}" if negated else setting.help,
-            )
-        else:
-            options.add_argument(setting.flag, dest=setting.name, type=setting.kind, choices=setting.choices or None, help=setting.help)
+        options.add_argument(setting.flag, dest=setting.name, default=None, **setting.kind.cli(setting))
     parser.add_argument("-v", "--verbose", action="store_true", help="also print torch's log output and the warnings raised during export")
     return parser.parse_args(argv)
-
-
-def _json_spec(text: str) -> Any:
-    try:
-        spec = json.loads(text)
-    except ValueError as e:
-        raise argparse.ArgumentTypeError(f"not JSON: {e}") from None
-    if not isinstance(spec, (dict, list)):
-        raise argparse.ArgumentTypeError("a dynamic shapes spec is a JSON object (by argument name) or list")
-    return spec
 
 
 def main(argv: list[str] | None = None) -> NoReturn:
@@ -85,8 +72,7 @@ def run(argv: list[str] | None = None) -> int:
     path, _, name = args.target.partition(":")
     progress = _Progress(sys.stderr)
     progress(Stage.LOAD.value, {})
-    import exporter
-    from exporter.targets import TEXT_GENERATION, TargetError, find_targets, load_module, target_options, target_task
+    from exporter.targets import TEXT_GENERATION, TargetError, find_targets, load_module, target_task
 
     try:
         if args.sarif:
@@ -116,19 +102,25 @@ def run(argv: list[str] | None = None) -> int:
         return 2
 
     from exporter.options import SETTINGS
+    from exporter.runner import export_target
 
     _import_pipeline()
     gc.freeze()
     gc.enable()
-    cli_settings = {name: value for name, value in vars(args).items() if name in SETTINGS and value is not None}
+    flags = {name: value for name, value in vars(args).items() if name in SETTINGS and value is not None}
     failures = 0
     for target_name, fn in targets.items():
         stem = os.path.join(os.path.dirname(os.path.abspath(path)), f"{os.path.splitext(os.path.basename(path))[0]}.{target_name}")
-        settings = {**target_options(fn), **cli_settings}
-        if (args.task or target_task(fn)) == TEXT_GENERATION:
-            failures += not export_generation_one(target_name, fn, settings, args.output or stem, args.sarif, progress, args.verbose)
-        else:
-            failures += not export_one(exporter, target_name, fn, settings, args.output or f"{stem}.onnx", args.sarif, progress, args.verbose)
+        generation = (args.task or target_task(fn)) == TEXT_GENERATION
+        output = args.output or (stem if generation else f"{stem}.onnx")
+        start = time.perf_counter()
+        result = export_target(
+            fn, {}, flags, output, args.sarif, task=args.task,
+            progress=lambda stage, info, name=target_name: progress(f"{name}: {stage}", info),
+        )
+        progress.done()
+        _print_result(target_name, fn, result, generation, time.perf_counter() - start, args.verbose)
+        failures += not result.ok
     return 1 if failures else 0
 
 
@@ -174,108 +166,40 @@ def check_output_folder(path: str) -> None:
         raise TargetError(f"{path}: permission denied")
 
 
-def export_generation_one(name: str, fn, settings: dict[str, Any], output: str, sarif: str | None, progress, verbose: bool) -> bool:
-    """Export one target's causal LM for generation into the folder `output`; True on success."""
-    import exporter
+def _print_result(name: str, fn, result, generation: bool, seconds: float, verbose: bool) -> None:
+    """The export's diagnostics (and logs with `verbose`) on stderr, then its summary or failure."""
     from exporter.diagnostics.report import format_results
-    from exporter.targets import GENERATION_SETTINGS, build_generation_target
 
-    start = time.perf_counter()
-    try:
-        progress(f"{name}: {Stage.BUILD_TARGET}", {})
-        unused = sorted(set(settings) - set(GENERATION_SETTINGS))
-        if unused:
-            raise ValueError(f"--task text-generation does not take {', '.join(unused)} (its shapes and checks are fixed)")
-        options = exporter.ExportOptions.from_settings(settings)
-        model, check_inputs = build_generation_target(fn)
-    except Exception as e:
-        progress.done()
-        print(f"{_where(e, fn.__code__.co_filename)}error: target {name}: {type(e).__name__}: {_first_line(e)}", file=sys.stderr)
-        return False
-    progress(f"{name}: export for generation", {})
-    try:
-        result = exporter.export_for_generation(
-            model, output, opset_version=options.opset_version, optimize=options.optimize, modularize=options.modularize,
-            diagnostic_options=options.diagnostic_options, **check_inputs,
-        )
-    except exporter.OnnxExporterError as e:
-        progress.done()
-        _print_logs(e.export_output.diagnostic_context, verbose)
-        print("\n".join(format_results(e.export_output.diagnostic_context)), file=sys.stderr)
-        if sarif:
-            e.export_output.save_diagnostics(sarif)
-        print(f"FAILED {name}: {_first_line(e)}", file=sys.stderr)
-        return False
-    progress.done()
-    if sarif:
-        result.export_output.save_diagnostics(sarif)
-    ctx = result.export_output.diagnostic_context
-    _print_logs(ctx, verbose)
-    for line in format_results(ctx):
-        print(line, file=sys.stderr)
-    print(
-        f"exported {name} for generation -> {output}\n  {', '.join(result.files)}\n  {result.parity.summary()}\n"
-        f"  {time.perf_counter() - start:.2f}s (export {result.export_seconds:.2f}s, generation check {result.verify_seconds:.2f}s)"
-    )
-    return True
-
-
-def export_one(exporter, name: str, fn, settings: dict[str, Any], output: str, sarif: str | None, progress, verbose: bool) -> bool:
-    """Export one target, print its summary and diagnostics; True on success."""
-    from exporter.diagnostics.report import format_results
-    from exporter.output.program import count_nodes
-    from exporter.targets import build_target
-
-    start = time.perf_counter()
-    try:
-        progress(f"{name}: {Stage.BUILD_TARGET}", {})
-        model, model_args, model_kwargs = build_target(fn)
-        options = exporter.ExportOptions.from_settings(settings)
-    except Exception as e:
-        progress.done()
-        print(f"{_where(e, fn.__code__.co_filename)}error: target {name}: {type(e).__name__}: {_first_line(e)}", file=sys.stderr)
-        return False
-    job = exporter.Exporter(options, model, model_args, model_kwargs, progress=lambda stage, info: progress(f"{name}: {stage}", info))
-    try:
-        result = job.export()
-    except exporter.OnnxExporterError as e:
-        progress.done()
-        _print_logs(job.ctx, verbose)
-        if e.export_output.model is not None:  # only the verification failed: keep the model and its reproducer
-            e.export_output.save(output)
-        print("\n".join(format_results(job.ctx)), file=sys.stderr)
-        if sarif:
-            e.export_output.save_diagnostics(sarif)
-        print(f"FAILED {name}: {_first_line(e)}", file=sys.stderr)
-        return False
-    progress(f"{name}: {Stage.SAVE}", {})
-    try:
-        result.save(output)
-        if sarif:
-            result.save_diagnostics(sarif)
-    except OSError as e:
-        progress.done()
-        print(f"onnxlens-export: error: cannot write {e.filename or output}: {e.strerror or e}", file=sys.stderr)
-        return False
-    progress.done()
-    _print_logs(job.ctx, verbose)
-    for line in format_results(job.ctx):
-        print(line, file=sys.stderr)
-    graph = result.model.graph
-    stages = ", ".join(f"{stage} {seconds:.2f}s" for stage, seconds in job.timings.items())
-    print(
-        f"exported {name} -> {output}\n"
-        f"  {len(graph.inputs)} inputs, {len(graph.outputs)} outputs, {count_nodes(result.model)} ONNX nodes, "
-        f"{len(result.model.functions)} local functions, opset {graph.opset_imports.get('', '?')}\n"
-        f"  {time.perf_counter() - start:.2f}s ({stages})"
-    )
-    return True
-
-
-def _print_logs(ctx, verbose: bool) -> None:
+    if result.context is None:  # it failed before exporting: in user code, or a bad target or option
+        where = result.frames[0] if result.frames else None
+        place = f"{where['path']}:{where['line']}: " if where else f"{fn.__code__.co_filename}: "
+        print(f"{place}error: target {name}: {_first_line_of(result.message)}", file=sys.stderr)
+        return
     if verbose:
-        for record in ctx.logs:
+        for record in result.context.logs:
             print(f"[{record.source}] {record.message}", file=sys.stderr)
+    for line in format_results(result.context):
+        print(line, file=sys.stderr)
+    if not result.ok:
+        print(f"FAILED {name}: {_first_line_of(result.message)}", file=sys.stderr)
+        return
+    stages = ", ".join(f"{stage} {seconds:.2f}s" for stage, seconds in result.stages.items())
+    summary = result.summary
+    if generation:
+        print(f"exported {name} for generation -> {os.path.dirname(result.onnx)}\n  {', '.join(result.files)}\n"
+              f"  {summary['generation']}\n  {seconds:.2f}s ({stages})")
+        return
+    print(
+        f"exported {name} -> {result.onnx}\n"
+        f"  {summary['inputs']} inputs, {summary['outputs']} outputs, {summary['nodes']} ONNX nodes, "
+        f"{summary['functions']} local functions, opset {summary['opset']}\n"
+        f"  {seconds:.2f}s ({stages})"
+    )
+
+
+def _first_line_of(message: str) -> str:
+    lines = message.strip().splitlines()
+    return lines[0] if lines else message
 
 
 def _where(error: BaseException, path: str) -> str:

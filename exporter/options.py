@@ -1,25 +1,150 @@
 """`ExportOptions` and `DiagnosticOptions`, and the plain settings that configure them.
 
 The settings (``dynamic_shapes``, ``opset_version``, ``verbosity`` …) are the option fields a CLI
-flag, an ``@export_target(...)`` decorator or an editor setting can give; they are declared once,
-here, in the fields' metadata, and validated once, by `ExportOptions.from_settings`. A leaf module
-(no torch), so the language server validates requests with it.
+flag, an ``@export_target(...)`` decorator or an editor setting can give. Each is declared once,
+here, in its field's metadata: its kind (`Flag`, `Integer`, `Choice`, `DynamicShapesSpec`: how a value
+is checked, read from CLI text and described in JSON), default and help. `parse_settings` checks plain
+values once; the parsed values then travel (`exporter.runner.merge_settings`,
+`ExportOptions.from_parsed`). A leaf module (no torch), so the language server validates requests with it.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import json
 import logging
 import re
 from collections.abc import Mapping
 from typing import Any
 
+from exporter.constants import DEFAULT_OPSET_VERSION
+
 VERBOSITIES = ("debug", "info", "warning", "error")
 OPTIMIZE_ONNXRUNTIME = "onnxruntime"  # ExportOptions.optimize: also onnxruntime's fusions (contrib ops)
 VERIFY_DTYPES = ("float64", "float32", "float16", "bfloat16")  # the keys of ExportOptions.verify_tolerances
+# The opsets a model can get: torchlib's functions are written in opset 18 and onnxscript's version
+# converter takes them to 18 … 25 (its SUPPORTED_MIN/MAX_ONNX_OPSET; tests/test_options.py checks them).
+OPSET_VERSIONS = range(DEFAULT_OPSET_VERSION, 26)
 
 
-def _setting(default: Any, kind: type, help: str, **extra: Any) -> Any:
+def check_opset(version: int) -> int:
+    """`version` if a model can be exported at it; else a `ValueError` naming the valid range."""
+    if isinstance(version, bool) or not isinstance(version, int) or version not in OPSET_VERSIONS:
+        raise ValueError(f"opset_version must be an integer from {OPSET_VERSIONS[0]} to {OPSET_VERSIONS[-1]}, got {version!r}")
+    return version
+
+
+class SettingError(ValueError):
+    """A plain setting with a value its kind does not take."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Flag:
+    """True or false; on the CLI a ``--name`` flag (``--no-name`` when on by default)."""
+
+    json_type = "boolean"
+
+    def parse(self, value: Any) -> bool:
+        if not isinstance(value, bool):
+            raise SettingError(f"must be true or false, got {value!r}")
+        return value
+
+    def cli(self, setting: Setting) -> dict[str, Any]:
+        negated = setting.default is True
+        return {"action": "store_false" if negated else "store_true", "help": f"do not {setting.help}" if negated else setting.help}
+
+
+@dataclasses.dataclass(frozen=True)
+class Integer:
+    """An integer in ``minimum`` … ``maximum``."""
+
+    minimum: int
+    maximum: int
+    json_type = "integer"
+
+    def parse(self, value: Any) -> int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise SettingError(f"must be an integer, got {value!r}")
+        if not self.minimum <= value <= self.maximum:
+            raise SettingError(f"must be from {self.minimum} to {self.maximum}, got {value!r}")
+        return value
+
+    def from_text(self, text: str) -> int:
+        try:
+            return self.parse(int(text))
+        except ValueError as e:
+            raise SettingError(str(e) if isinstance(e, SettingError) else f"must be an integer, got {text!r}") from None
+
+    def cli(self, setting: Setting) -> dict[str, Any]:
+        return {"type": _cli_type(self), "metavar": "N", "help": f"{setting.help}; {self.minimum} … {self.maximum}"}
+
+
+@dataclasses.dataclass(frozen=True)
+class Choice:
+    """One of ``choices`` (any case)."""
+
+    choices: tuple[str, ...]
+    json_type = "string"
+
+    def parse(self, value: Any) -> str:
+        if not isinstance(value, str) or value.lower() not in self.choices:
+            raise SettingError(f"must be one of {', '.join(self.choices)}, got {value!r}")
+        return value.lower()
+
+    def from_text(self, text: str) -> str:
+        return self.parse(text)
+
+    def cli(self, setting: Setting) -> dict[str, Any]:
+        return {"type": _cli_type(self), "metavar": "{" + ",".join(self.choices) + "}", "help": setting.help}
+
+
+@dataclasses.dataclass(frozen=True)
+class DynamicShapesSpec:
+    """True/false (every input dimension symbolic), or a spec by argument name (dict) or position
+    (list), a string per dimension (a name, ``auto``, ``dynamic`` or ``static``); JSON text on the CLI,
+    where the flag alone means true."""
+
+    json_type = ("boolean", "object")
+
+    def parse(self, value: Any) -> bool | dict | list:
+        if not isinstance(value, (bool, dict, list, tuple)):
+            raise SettingError(f"must be true or false or a dynamic shapes spec, got {value!r}")
+        return list(value) if isinstance(value, tuple) else value
+
+    def from_text(self, text: str) -> dict | list:
+        try:
+            spec = json.loads(text)
+        except ValueError as e:
+            raise SettingError(f"not JSON: {e}") from None
+        if not isinstance(spec, (dict, list)):
+            raise SettingError("a dynamic shapes spec is a JSON object (by argument name) or list")
+        return spec
+
+    def cli(self, setting: Setting) -> dict[str, Any]:
+        example = '{"x": {"0": "batch"}}'
+        return {
+            "type": _cli_type(self), "nargs": "?", "const": True, "metavar": "SPEC",
+            "help": f"{setting.help}; or only those of a JSON spec, e.g. '{example}' (a name, auto, dynamic or static per dim)",
+        }
+
+
+def _cli_type(kind: Integer | Choice | DynamicShapesSpec) -> Any:
+    """An argparse ``type`` reading a flag's text with `kind` (its error becomes argparse's usage error)."""
+    import argparse
+
+    def read(text: str) -> Any:
+        try:
+            return kind.from_text(text)
+        except SettingError as e:
+            raise argparse.ArgumentTypeError(str(e)) from None
+
+    return read
+
+
+Kind = Flag | Integer | Choice | DynamicShapesSpec
+
+
+def _setting(default: Any, kind: Kind, help: str, **extra: Any) -> Any:
     return dataclasses.field(default=default, metadata={"setting": kind, "help": help, **extra})
 
 
@@ -33,7 +158,7 @@ class DiagnosticOptions:
     """
 
     verbosity_level: int = logging.INFO
-    warnings_as_errors: bool = _setting(False, bool, "fail the export on any warning")
+    warnings_as_errors: bool = _setting(False, Flag(), "fail the export on any warning")
 
 
 @dataclasses.dataclass
@@ -48,7 +173,8 @@ class ExportOptions:
     fake_context: the `ONNXFakeContext` from `enable_fake_mode()`; exports without weight memory.
     onnx_registry: the `OnnxRegistry` (custom ONNX functions); a shared default otherwise.
     diagnostic_options: verbosity and warnings-as-errors.
-    opset_version: the ONNX opset to target (default: the registry's, 18).
+    opset_version: the ONNX opset the model gets (`OPSET_VERSIONS`: 18 … 25), whatever the registry's;
+        None: the registry's (`OnnxRegistry(opset_version=...)`), 18 by default. See `target_opset`.
     optimize: True (default): fold constants and remove dead code with onnxscript's optimizer, and
         rewrite to the standard ops of the target opset (``LayerNormalization``; ``Gelu`` from opset 20)
         and the patterns onnxruntime fuses; the model stays portable. ``"onnxruntime"``: that, plus
@@ -63,29 +189,52 @@ class ExportOptions:
         (``{"float32": (1e-3, 1e-2)}``; defaults in `exporter.verify.numerics.TOLERANCES`).
     """
 
-    dynamic_shapes: Any = _setting(None, bool, "make every input dimension symbolic")
-    op_level_debug: bool | None = _setting(None, bool, "compare every op with PyTorch (FXE0013)")
+    dynamic_shapes: Any = _setting(None, DynamicShapesSpec(), "make every input dimension symbolic")
+    op_level_debug: bool | None = _setting(None, Flag(), "compare every op with PyTorch (FXE0013)")
     fake_context: Any = None
     onnx_registry: Any = None  # OnnxRegistry
     diagnostic_options: DiagnosticOptions | None = None
-    opset_version: int | None = _setting(None, int, "ONNX opset version (default 18)", flag="--opset", editor="opset")
-    optimize: bool | str = _setting(True, bool, "run onnxscript's optimizer")  # or OPTIMIZE_ONNXRUNTIME (Python only)
-    modularize: bool = _setting(True, bool, "wrap nn.Modules in ONNX functions")
-    second_size_check: bool = _setting(True, bool, "check a dynamic export in onnxruntime at other sizes")
-    verify: bool = _setting(False, bool, "verify the final model in onnxruntime against eager PyTorch (FXE0021)")
+    opset_version: int | None = _setting(
+        None, Integer(OPSET_VERSIONS[0], OPSET_VERSIONS[-1]), f"ONNX opset version (default {DEFAULT_OPSET_VERSION})",
+        flag="--opset", editor="opset",
+    )
+    optimize: bool | str = _setting(True, Flag(), "run onnxscript's optimizer")  # or OPTIMIZE_ONNXRUNTIME (Python only)
+    modularize: bool = _setting(True, Flag(), "wrap nn.Modules in ONNX functions")
+    second_size_check: bool = _setting(True, Flag(), "check a dynamic export in onnxruntime at other sizes")
+    verify: bool = _setting(False, Flag(), "verify the final model in onnxruntime against eager PyTorch (FXE0021)")
     verify_tolerances: dict[str, tuple[float, float]] | None = None
 
     def __post_init__(self) -> None:
+        if self.opset_version is not None:
+            check_opset(self.opset_version)
         if not isinstance(self.optimize, bool) and self.optimize != OPTIMIZE_ONNXRUNTIME:
-            raise ValueError(f"ExportOptions.optimize must be True, False or {OPTIMIZE_ONNXRUNTIME!r}, got {self.optimize!r}")
+            raise ValueError(
+                f"ExportOptions.optimize must be True, False or {OPTIMIZE_ONNXRUNTIME!r}, got {self.optimize!r}"
+            )
         unknown = sorted(set(self.verify_tolerances or ()) - set(VERIFY_DTYPES))
         if unknown:
-            raise ValueError(f"ExportOptions.verify_tolerances: unknown dtypes {unknown}; known: {', '.join(VERIFY_DTYPES)}")
+            raise ValueError(
+                f"ExportOptions.verify_tolerances: unknown dtypes {unknown}; known: {', '.join(VERIFY_DTYPES)}"
+            )
+
+    @property
+    def target_opset(self) -> int:
+        """The opset the model gets: `opset_version` when given (whatever the registry says), else the
+        registry's, else the default (18)."""
+        if self.opset_version is not None:
+            return self.opset_version
+        registry_opset = getattr(self.onnx_registry, "opset_version", None)
+        return registry_opset if registry_opset is not None else DEFAULT_OPSET_VERSION
 
     @classmethod
     def from_settings(cls, settings: Mapping[str, Any]) -> ExportOptions:
         """Options from plain settings (see `SETTINGS`); raises `ValueError` with a one-line reason."""
-        values = validate_settings(settings)
+        return cls.from_parsed(parse_settings(settings))
+
+    @classmethod
+    def from_parsed(cls, values: Mapping[str, Any]) -> ExportOptions:
+        """Options from settings `parse_settings` returned (not checked again)."""
+        values = dict(values)
         verbosity = getattr(logging, values.pop("verbosity", "info").upper())
         diagnostic_options = DiagnosticOptions(verbosity, values.pop("warnings_as_errors", False))
         return cls(diagnostic_options=diagnostic_options, **values)
@@ -93,15 +242,21 @@ class ExportOptions:
 
 @dataclasses.dataclass(frozen=True)
 class Setting:
-    """One plain setting: its name (an option field, a decorator keyword), type and help."""
+    """One plain setting: its name (an option field, a decorator keyword), kind, default and help."""
 
     name: str
-    kind: type  # bool, int or str
+    kind: Kind
     default: Any
     help: str  # what the setting does when true (a --no- flag's help says "do not …")
     flag: str  # the CLI flag
     editor_key: str  # the key in the editor's "onnxlens" configuration and in request options
-    choices: tuple[str, ...] = ()
+
+    def parse(self, value: Any) -> Any:
+        """`value` checked by the setting's kind; `SettingError` naming the setting otherwise."""
+        try:
+            return self.kind.parse(value)
+        except SettingError as e:
+            raise SettingError(f"export option {self.name!r} {e}") from None
 
 
 def _settings() -> dict[str, Setting]:
@@ -110,10 +265,10 @@ def _settings() -> dict[str, Setting]:
     for f in fields:
         if "setting" not in f.metadata:
             continue
-        kind = f.metadata["setting"]
         flag = f.metadata.get("flag") or ("--no-" if f.default is True else "--") + f.name.replace("_", "-")
-        found[f.name] = Setting(f.name, kind, f.default, f.metadata["help"], flag, f.metadata.get("editor") or _camel(f.name))
-    found["verbosity"] = Setting("verbosity", str, "info", "diagnostics detail", "--verbosity", "verbosity", VERBOSITIES)
+        editor_key = f.metadata.get("editor") or _camel(f.name)
+        found[f.name] = Setting(f.name, f.metadata["setting"], f.default, f.metadata["help"], flag, editor_key)
+    found["verbosity"] = Setting("verbosity", Choice(VERBOSITIES), "info", "diagnostics detail", "--verbosity", "verbosity")
     return found
 
 
@@ -124,23 +279,10 @@ def _camel(name: str) -> str:
 SETTINGS: dict[str, Setting] = _settings()
 
 
-def validate_settings(settings: Mapping[str, Any]) -> dict[str, Any]:
-    """Check names, types and choices of plain settings; None means "not set" and is dropped."""
+def parse_settings(settings: Mapping[str, Any]) -> dict[str, Any]:
+    """Check the names and values of plain settings, once; the parsed values (None means "not set"
+    and is dropped). Raises `SettingError` (a `ValueError`) with a one-line reason."""
     unknown = sorted(set(settings) - set(SETTINGS))
     if unknown:
-        raise ValueError(f"unknown export options {unknown}; known: {sorted(SETTINGS)}")
-    values = {}
-    for name, value in settings.items():
-        if value is None:
-            continue
-        setting = SETTINGS[name]
-        if setting.kind is int and (isinstance(value, bool) or not isinstance(value, int)):
-            raise ValueError(f"export option {name!r} must be an integer, got {value!r}")
-        if setting.kind is bool and not isinstance(value, bool) and not (name == "dynamic_shapes" and isinstance(value, (dict, list, tuple))):
-            raise ValueError(f"export option {name!r} must be true or false" + (" or a dynamic shapes spec" if name == "dynamic_shapes" else "") + f", got {value!r}")
-        if setting.kind is str:
-            if not isinstance(value, str) or (setting.choices and value.lower() not in setting.choices):
-                raise ValueError(f"export option {name!r} must be one of {', '.join(setting.choices)}, got {value!r}")
-            value = value.lower()
-        values[name] = value
-    return values
+        raise SettingError(f"unknown export options {unknown}; known: {sorted(SETTINGS)}")
+    return {name: SETTINGS[name].parse(value) for name, value in settings.items() if value is not None}

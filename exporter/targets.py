@@ -13,21 +13,25 @@ TARGET_ATTRIBUTE = "__onnxlens_target__"
 TASK_ATTRIBUTE = "__onnxlens_task__"
 TEXT_GENERATION = "text-generation"  # `exporter.export_for_generation`
 TASKS = (TEXT_GENERATION,)
-GENERATION_SETTINGS = ("opset_version", "optimize", "modularize", "verbosity", "warnings_as_errors")  # those a generation export takes
+# The settings a text-generation export cannot take (its dynamic shapes are its own, its check is
+# generating): refused when set (true or a spec). second_size_check is moot (the generation check runs
+# the graph at many sizes); the other settings apply as to any export.
+GENERATION_FIXED = ("dynamic_shapes", "op_level_debug", "verify")
 
 
 def export_target(fn: Callable[..., Any] | None = None, /, *, task: str | None = None, **options: Any) -> Any:
     """Mark a function as an export target; ``@export_target(dynamic_shapes=True)`` adds options
-    (the settings of `exporter.options.SETTINGS`, checked here). ``task="text-generation"`` exports
-    the causal LM it returns for generation (`exporter.export_for_generation`)."""
-    from exporter.options import validate_settings
+    (the settings of `exporter.options.SETTINGS`, checked here: a bad one raises `ValueError` at the
+    decorator). ``task="text-generation"`` exports the causal LM it returns for generation
+    (`exporter.export_for_generation`)."""
+    from exporter.options import parse_settings
 
-    validate_settings(options)
+    parsed = parse_settings(options)
     if task is not None and task not in TASKS:
         raise ValueError(f"unknown export task {task!r}; known: {', '.join(TASKS)}")
 
     def mark(f: Callable[..., Any]) -> Callable[..., Any]:
-        setattr(f, TARGET_ATTRIBUTE, dict(options))
+        setattr(f, TARGET_ATTRIBUTE, parsed)
         if task is not None:
             setattr(f, TASK_ATTRIBUTE, task)
         return f
@@ -60,6 +64,7 @@ def build_target(fn: Callable[..., Any]) -> tuple[Any, tuple[Any, ...], dict[str
 
 
 def target_options(fn: Callable[..., Any]) -> dict[str, Any]:
+    """The target's own ``@export_target(...)`` options, parsed."""
     return dict(getattr(fn, TARGET_ATTRIBUTE, {}))
 
 
@@ -88,8 +93,6 @@ def _returning(result: Any, name: str) -> Callable[[], Any]:
 
     target.__qualname__ = name
     return target
-
-
 
 
 def load_module(path: str, source: str | None = None) -> types.ModuleType:

@@ -26,7 +26,7 @@ from pygls.uris import to_fs_path
 from exporter.constants import Prop, Stage, progress_text
 from exporter.diagnostics import rules
 from onnxlens_server import documents, outputs, sarif_log, sarif_to_lsp, shape_fixes
-from onnxlens_server.job import ExportRequest, target_key
+from onnxlens_server.request import ExportRequest, target_key
 from onnxlens_server.protocol import (
     EXPORT_FINISHED,
     EXPORT_PROGRESS,

@@ -14,7 +14,7 @@ from exporter.diagnostics import rules
 from exporter.options import SETTINGS
 from exporter.targets import TEXT_GENERATION
 from onnxlens_server import fixes, shape_fixes, traces
-from onnxlens_server.job import target_key
+from onnxlens_server.request import target_key
 from onnxlens_server.protocol import EXPORT_TARGET, OPEN_SARIF_LOG
 from onnxlens_server.sarif_to_lsp import LineText
 from onnxlens_server.state import States

@@ -5,7 +5,7 @@ stdout and stderr to a pipe the server logs from, and a neutral working director
 workspace's modules can reach it. It imports torch, torchlib and the registry and does one tiny
 export (`onnxlens_server.warm`), then serves: for each socket the server passes over the control
 socket FD, it reads an `ExportRequest` and forks; the child runs the export in a session of its
-own (`job.run`). When an export process exits, its whole process group is killed (what the model
+own (`child.run`). When an export process exits, its whole process group is killed (what the model
 started dies with it) and ``("exit", code)`` is the last message on its socket.
 
 It exits when the server closes the control socket or is gone, killing the exports still running.
@@ -21,7 +21,7 @@ import socket
 import sys
 import time
 
-from onnxlens_server import job, wire
+from onnxlens_server import child, wire
 
 logger = logging.getLogger("onnxlens_server.forkserver")
 
@@ -77,7 +77,7 @@ def _fork_next(control: socket.socket, jobs: dict[int, socket.socket]) -> bool:
             for other in jobs.values():
                 other.close()
             os.setsid()
-            job.run(request, conn)
+            child.run(request, conn)
             code = 0
         finally:
             for stream in (sys.stdout, sys.stderr):  # os._exit does not flush

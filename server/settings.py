@@ -18,7 +18,7 @@ from typing import Any
 from lsprotocol import types
 from pygls.lsp.server import LanguageServer
 
-from exporter.options import SETTINGS, validate_settings
+from exporter.options import SETTINGS, parse_settings
 from onnxlens_server.protocol import CONFIGURATION_SECTION, OUTPUT_FOLDER_SCOPE, ErrorCode, RequestError
 
 logger = logging.getLogger(__name__)
@@ -35,7 +35,7 @@ _SERVER_KEYS = {  # the server's own keys: what a value must be (None: the defau
 
 @dataclasses.dataclass(frozen=True)
 class ExportSettings:
-    settings: dict[str, Any]  # the configuration's, as `ExportOptions.from_settings` keys, validated
+    settings: dict[str, Any]  # the configuration's, parsed by `exporter.options.parse_settings` (once)
     overrides: dict[str, Any]  # the request's (e.g. the op-level debug lens), the same way
     timeout: float
     output_folder: str  # relative to the model's workspace folder (`outputs.output_stem`)
@@ -44,15 +44,15 @@ class ExportSettings:
 
 
 def export_settings(configuration: Mapping[str, Any], overrides: Mapping[str, Any]) -> ExportSettings:
-    """The configuration's export settings and a request's `overrides` (editor keys both); an export
-    applies the configuration, then its target's own options, then the overrides (`job`).
+    """The configuration's export settings and a request's `overrides` (editor keys both), parsed by
+    their declarations; an export applies them by `exporter.runner.merge_settings`.
     Raises `RequestError` (INVALID_OPTIONS) for bad values."""
     unknown = sorted(set(overrides) - set(_NAMES))
     if unknown:
         raise RequestError(ErrorCode.INVALID_OPTIONS, f"Unknown export option {unknown[0]!r}; known: {', '.join(_NAMES)}")
     try:
-        settings = validate_settings({_NAMES[k]: v for k, v in configuration.items() if k in _NAMES})
-        overrides = validate_settings({_NAMES[k]: v for k, v in overrides.items()})
+        settings = parse_settings({_NAMES[k]: v for k, v in configuration.items() if k in _NAMES})
+        overrides = parse_settings({_NAMES[k]: v for k, v in overrides.items()})
     except ValueError as e:
         raise RequestError(ErrorCode.INVALID_OPTIONS, f"Invalid onnxlens settings: {e}") from None
     for key, (valid, expected) in _SERVER_KEYS.items():

@@ -22,7 +22,7 @@ from typing import Any
 
 from exporter.output.files import remove_stale_temporaries
 from onnxlens_server import wire
-from onnxlens_server.job import ExportRequest
+from onnxlens_server.request import ExportRequest
 
 logger = logging.getLogger(__name__)
 worker_logger = logging.getLogger("onnxlens_server.workers")  # what export processes write

@@ -159,7 +159,7 @@ def test_wrong_rotary_translation_is_a_divergence_at_its_step(tmp_path):
     registry = exporter.OnnxRegistry()
     registry.register_op(cos_wrong_from_10, "aten", "cos")
     with pytest.raises(exporter.OnnxExporterError, match="FXE0022 Generation diverges at step") as info:
-        exporter.export_for_generation(model, tmp_path, onnx_registry=registry)
+        exporter.export_for_generation(model, tmp_path, export_options=exporter.ExportOptions(onnx_registry=registry))
     (error,) = info.value.export_output.diagnostic_context.errors()
     step, row = error.properties["step"], error.properties["row"]
     # The default prompt's first row has 7 tokens (positions 0-6): step k runs position 6 + k, and
@@ -248,7 +248,7 @@ def test_fake_mode_export_writes_the_checkpoint_and_generates(tmp_path):
     weights = {**real.state_dict(), **dict(real.named_buffers())}  # rotary inv_freq is not in the state dict
     with exporter.enable_fake_mode() as ctx:
         fake = AutoModelForCausalLM.from_config(CONFIGS["llama"]()).eval()
-    result = exporter.export_for_generation(fake, tmp_path, fake_context=ctx, model_state_dict=weights)
+    result = exporter.export_for_generation(fake, tmp_path, export_options=exporter.ExportOptions(fake_context=ctx), model_state_dict=weights)
     assert result.parity is None and "model_initializers" in result.files
     (skipped,) = [d for d in result.export_output.diagnostic_context.diagnostics if d.rule.id == "FXE0022"]
     assert skipped.properties["generationCheck"] == "skipped"
@@ -265,7 +265,7 @@ def test_fake_mode_needs_weights(tmp_path):
     with exporter.enable_fake_mode() as ctx:
         fake = AutoModelForCausalLM.from_config(CONFIGS["gpt2"]()).eval()
     with pytest.raises(ValueError, match="pass model_state_dict"):
-        exporter.export_for_generation(fake, tmp_path, fake_context=ctx)
+        exporter.export_for_generation(fake, tmp_path, export_options=exporter.ExportOptions(fake_context=ctx))
 
 
 @pytest.mark.parametrize("dtype, onnx_type", [(torch.float16, onnx.TensorProto.FLOAT16), (torch.bfloat16, onnx.TensorProto.BFLOAT16)])

@@ -41,12 +41,12 @@ def test_export_arguments_have_the_same_fields():
 
 def test_the_extension_declares_every_setting_the_server_reads():
     declared = json.loads((EXTENSION / "package.json").read_text())["contributes"]["configuration"]["properties"]
-    types = {bool: "boolean", int: "integer", str: "string"}
     for setting in SETTINGS.values():
         entry = declared[f"onnxlens.{setting.editor_key}"]
-        spec = setting.name == "dynamic_shapes"  # true, or a spec as JSON (`exporter.options.validate_settings`)
-        assert entry["type"] == (["boolean", "object"] if spec else types[setting.kind]), setting.name
-        assert tuple(entry.get("enum", ())) == setting.choices, setting.name
+        json_type = setting.kind.json_type
+        assert entry["type"] == (list(json_type) if isinstance(json_type, tuple) else json_type), setting.name
+        assert tuple(entry.get("enum", ())) == getattr(setting.kind, "choices", ()), setting.name
+        assert (entry.get("minimum"), entry.get("maximum")) == (getattr(setting.kind, "minimum", None), getattr(setting.kind, "maximum", None))
         if setting.default is not None:
             assert entry["default"] == setting.default, setting.name
     assert declared[f"onnxlens.{settings.TIMEOUT_KEY}"]["default"] == settings.DEFAULT_TIMEOUT

@@ -29,8 +29,7 @@ from exporter.generation import genai_config
 from exporter.api import Exporter
 from exporter.diagnostics import Level, rules
 from exporter.errors import OnnxExporterError
-from exporter.capture.fake import ONNXFakeContext
-from exporter.options import DiagnosticOptions, ExportOptions
+from exporter.options import ExportOptions
 from exporter.output.program import ExportOutput
 from exporter.generation.check import Parity, check_generation
 
@@ -123,12 +122,7 @@ def export_for_generation(
     prompt: torch.Tensor | None = None,
     attention_mask: torch.Tensor | None = None,
     tokenizer: Any = None,
-    opset_version: int | None = None,
-    optimize: bool | str = True,
-    modularize: bool = True,
-    onnx_registry: Any = None,
-    diagnostic_options: DiagnosticOptions | None = None,
-    fake_context: ONNXFakeContext | None = None,
+    export_options: ExportOptions | None = None,
     model_state_dict: dict[str, Any] | str | os.PathLike | None = None,
     sarif: bool = True,
 ) -> GenerationExport:
@@ -143,22 +137,28 @@ def export_for_generation(
     (rule FXE0022). A divergence raises `OnnxExporterError` after the folder is written; its
     ``export_output`` holds the diagnostics.
 
+    `export_options` as for `dynamo_export`, except that the graph's dynamic shapes are its own and
+    its checks are the generation check (`dynamic_shapes`, `op_level_debug`, `verify` must be unset;
+    `second_size_check` is moot).
+
     Fake mode: build the model inside ``with exporter.enable_fake_mode() as ctx:`` and pass
-    ``fake_context=ctx``; the weights come from `model_state_dict` (a dict, or a ``.safetensors`` /
+    ``ExportOptions(fake_context=ctx)``; the weights come from `model_state_dict` (a dict, or a ``.safetensors`` /
     ``torch.save`` checkpoint; by default the checkpoints loaded under fake mode) and are written as
     external data in ``model_initializers/``. Without real weights there is nothing to generate with:
     the generation check is skipped (a note says so).
     """
     if getattr(model.config, "is_encoder_decoder", False):
         raise ValueError(f"{type(model).__name__} is an encoder-decoder model: export_for_generation exports decoder-only causal LMs (AutoModelForCausalLM).")
+    export_options = export_options or ExportOptions()
+    fixed = [name for name in ("dynamic_shapes", "op_level_debug", "verify") if getattr(export_options, name)]
+    if fixed:
+        raise ValueError(f"export_for_generation does not take {', '.join(fixed)} (its shapes and checks are fixed: it is checked by generating)")
+    fake_context = export_options.fake_context
     if fake_context is not None and model_state_dict is None and not fake_context.state_dict_paths:
         raise ValueError("Under fake mode the weights must come from somewhere: pass model_state_dict (a state dict or checkpoint path).")
     output_dir = os.fspath(output_dir)
     start = time.perf_counter()
-    export_output = export_graph(
-        model, opset_version=opset_version, optimize=optimize, modularize=modularize, onnx_registry=onnx_registry,
-        diagnostic_options=diagnostic_options, fake_context=fake_context,
-    )
+    export_output = export_graph(model, export_options)
     export_seconds = time.perf_counter() - start
     uses_positions = "position_ids" in [v.name for v in export_output.model.graph.inputs]
 
@@ -184,17 +184,17 @@ def export_for_generation(
     return result
 
 
-def export_graph(model: torch.nn.Module, **options: Any) -> ExportOutput:
+def export_graph(model: torch.nn.Module, options: ExportOptions | None = None) -> ExportOutput:
     """The generation graph of `model` with its standard names, in memory (`export_for_generation`
-    without the folder and the check); `options` are `ExportOptions` fields (`opset_version`,
-    `optimize`, `modularize`, `onnx_registry`, `diagnostic_options`, `fake_context`)."""
+    without the folder and the check); `options` with its own dynamic shapes."""
+    options = options or ExportOptions()
     wrapper = CausalLMWithCache(model).eval()
     uses_positions = "position_ids" in inspect.signature(model.forward).parameters
-    fake_context = options.get("fake_context")
+    fake_context = options.fake_context
     with fake_context.fake_mode if fake_context is not None else contextlib.nullcontext():
         args, shapes = _example(model, uses_positions)
     # no second-size check: the generation check runs prefill and decode at many sizes
-    export_options = ExportOptions(dynamic_shapes=shapes, second_size_check=False, **options)
+    export_options = dataclasses.replace(options, dynamic_shapes=shapes, second_size_check=False)
     with torch.no_grad(), _transformers_export_patches():
         export_output = Exporter(export_options, wrapper, args, {}).export()
     _name_interface(export_output.model, len(args[-1]), uses_positions)

@@ -1,5 +1,5 @@
 """Passes on the translated ONNX model, as onnx_ir passes: inline torchlib, optimize, convert the
-opset, fuse (`optimize`), modularize, fix names; then onnx.checker."""
+opset, fuse (`optimize`), modularize, fix names, set the IR version; then onnx.checker."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import onnx
 import onnx_ir as ir
 import onnx_ir.passes.common as common_passes
 
-from exporter.constants import DEFAULT_OPSET_VERSION, METADATA_STACK
+from exporter.constants import METADATA_STACK
 from exporter.diagnostics import DiagnosticContext, Level
 from exporter.diagnostics import rules
 from exporter.diagnostics.locations import Frame, parse_stack_trace
@@ -17,6 +17,7 @@ from exporter.passes.modularize import ModularizePass
 from exporter.onnx_passes.optimize import FusePass, OptimizePass
 
 _CHECKABLE_BYTES = 2**31 - 2**26  # onnx.checker needs the model as one protobuf (< 2 GiB)
+MIN_IR_VERSION = 10  # node and function metadata_props (the source links) and function overloads: IR 10
 
 
 class PassFailed(RuntimeError):
@@ -24,17 +25,43 @@ class PassFailed(RuntimeError):
 
 
 class ConvertOpsetPass(ir.passes.InPlacePass):
-    """onnxscript's version converter, to the requested default-domain opset."""
+    """onnxscript's version converter, to the requested default-domain opset (none to do when the
+    model has it already); ensures the model then imports that opset."""
 
     def __init__(self, opset_version: int) -> None:
         super().__init__()
         self.opset_version = opset_version
 
     def call(self, model: ir.Model) -> ir.passes.PassResult:
+        if model.opset_imports.get("") == self.opset_version:
+            return ir.passes.PassResult(model, modified=False)
         from onnxscript import version_converter
 
         version_converter.convert_version(model, self.opset_version, fallback=True)
         return ir.passes.PassResult(model, modified=True)
+
+    def ensures(self, model: ir.Model) -> None:
+        found = model.opset_imports.get("")
+        if found != self.opset_version:
+            raise ir.passes.PostconditionError(f"the model imports opset {found}, not the requested {self.opset_version}")
+
+
+class IrVersionPass(ir.passes.InPlacePass):
+    """The model's IR version: the lowest onnx's table allows for the opsets it imports
+    (`onnx.helper.find_min_ir_version_for`; domains it does not know, such as ``com.microsoft``, add
+    nothing), and at least `MIN_IR_VERSION`."""
+
+    def call(self, model: ir.Model) -> ir.passes.PassResult:
+        version = max(MIN_IR_VERSION, min_ir_version(model))
+        modified = model.ir_version != version
+        model.ir_version = version
+        return ir.passes.PassResult(model, modified=modified)
+
+
+def min_ir_version(model: ir.Model) -> int:
+    """The lowest IR version onnx allows for the opsets `model` and its functions import."""
+    imports = {(d, v) for owner in (model, *model.functions.values()) for d, v in owner.opset_imports.items()}
+    return onnx.helper.find_min_ir_version_for([onnx.helper.make_opsetid(d, v) for d, v in imports], ignore_unknown=True)
 
 
 def onnx_passes(opset_version: int, *, optimize: bool | str = True, modularize: bool = True) -> ir.passes.Sequential:
@@ -42,14 +69,12 @@ def onnx_passes(opset_version: int, *, optimize: bool | str = True, modularize: 
     passes: list[ir.passes.PassBase] = [common_passes.InlinePass()]
     if optimize:
         passes.append(OptimizePass())
-    passes.append(common_passes.RemoveUnusedNodesPass())
-    if opset_version != DEFAULT_OPSET_VERSION:
-        passes.append(ConvertOpsetPass(opset_version))
+    passes += [common_passes.RemoveUnusedNodesPass(), ConvertOpsetPass(opset_version)]
     if optimize:
         passes.append(FusePass(opset_version, optimize))
     if modularize:
         passes.append(ModularizePass())
-    passes += [common_passes.NameFixPass(), common_passes.RemoveUnusedOpsetsPass()]
+    passes += [common_passes.NameFixPass(), common_passes.RemoveUnusedOpsetsPass(), IrVersionPass()]
     return ir.passes.Sequential(*passes)
 
 

@@ -15,7 +15,10 @@ from typing import Any
 import torch
 
 from exporter.constants import DEFAULT_OPSET_VERSION
+from exporter.options import check_opset
 from exporter.translate.opname import OpName
+
+TORCHLIB_OPSET = 18  # the opset torchlib's functions are written in: the translator builds in it, finalize converts
 
 @dataclasses.dataclass(frozen=True)
 class ONNXFunction:
@@ -73,7 +76,7 @@ class OnnxRegistry:
     """
 
     def __init__(self, opset_version: int = DEFAULT_OPSET_VERSION) -> None:
-        self._opset_version = opset_version
+        self._opset_version = check_opset(opset_version)
         self._registry: dict[OpName, list[ONNXFunction]] = {
             name: list(fns) for name, fns in _torchlib_table().items()
         }
@@ -81,12 +84,13 @@ class OnnxRegistry:
 
     @property
     def opset_version(self) -> int:
-        """The ONNX default-domain opset the exported model targets."""
+        """The ONNX default-domain opset of an export whose `ExportOptions.opset_version` is None
+        (`ExportOptions.target_opset`)."""
         return self._opset_version
 
     @opset_version.setter
     def opset_version(self, value: int) -> None:
-        self._opset_version = value
+        self._opset_version = check_opset(value)
 
     def register_op(
         self,
