@@ -487,3 +487,31 @@ async def test_text_generation_target_exports_for_generation(client: LanguageCli
     assert os.path.basename(job["onnx"]) == "model.onnx" and os.path.isfile(os.path.join(folder, "genai_config.json"))
     assert job["summary"]["generation"] == "16 greedy tokens for 2 prompts identical to generate()"
     assert json.load(open(job["sarif"]))["runs"][0]["results"]  # the log beside it, as for every export
+
+
+async def test_problems_carry_the_document_version_the_export_started_from(client: LanguageClient, workspace: pathlib.Path):
+    """An edit while the export runs makes a newer version; the problems are those of the version exported."""
+    path = workspace / "versioned.py"
+    shutil.copy(workspace / "models.py", path)
+    uri, text = path.as_uri(), path.read_text()
+    client.text_document_did_open(types.DidOpenTextDocumentParams(types.TextDocumentItem(uri, "python", 7, text)))
+
+    def edit(version: int, line: int, new_text: str) -> None:
+        at = types.Range(types.Position(line, 0), types.Position(line, 0))
+        client.text_document_did_change(types.DidChangeTextDocumentParams(
+            types.VersionedTextDocumentIdentifier(uri=uri, version=version), [types.TextDocumentContentChangePartial(range=at, text=new_text)]))
+
+    edit(8, 0, "# edited\n")  # unsaved: the export sees the editor's text
+    started = expect_notification(client, lambda method, p: method == EXPORT_PROGRESS and p["jobId"] == "versioned")
+    exported = asyncio.ensure_future(export(client, uri=uri, target="broken", jobId="versioned"))
+    await started
+    edit(9, len(text.splitlines()) + 1, "# more\n")  # while the export runs, below every line it reports
+    params = await client.wait_for_notification(types.TEXT_DOCUMENT_PUBLISH_DIAGNOSTICS)
+    while params.uri != uri:
+        params = await client.wait_for_notification(types.TEXT_DOCUMENT_PUBLISH_DIAGNOSTICS)
+    (job,) = (await exported)["jobs"]
+    assert job["status"] == "failed" and "must return (model, args)" in job["message"]
+    assert params.version == 8
+    (problem,) = params.diagnostics
+    assert problem.message.startswith("Export of broken")
+    assert problem.range.start.line == text.splitlines().index("def broken():") + 1  # the target's line in version 8
