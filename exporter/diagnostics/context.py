@@ -9,6 +9,7 @@ from typing import Any
 
 import torch
 
+from exporter.constants import Prop
 from exporter.diagnostics.locations import Frame, stack_of
 from exporter.diagnostics.rules import ALL_RULES, Level, Rule
 from exporter.diagnostics.torch_logs import LogRecord
@@ -87,12 +88,12 @@ class DiagnosticContext:
 
 def node_properties(node: torch.fx.Node) -> dict[str, Any]:
     """Names that identify an FX node: its name, target and nn.Module path."""
-    props: dict[str, Any] = {"fxNode": node.name, "fxTarget": str(node.target), **io_properties(node)}
+    props: dict[str, Any] = {Prop.FX_NODE: node.name, Prop.FX_TARGET: str(node.target), **io_properties(node)}
     module_stack = node.meta.get("nn_module_stack")
     if module_stack:
         path, cls = list(module_stack.values())[-1]
-        props["modulePath"] = path
-        props["moduleClass"] = cls if isinstance(cls, str) else getattr(cls, "__qualname__", str(cls))
+        props[Prop.MODULE_PATH] = path
+        props[Prop.MODULE_CLASS] = cls if isinstance(cls, str) else getattr(cls, "__qualname__", str(cls))
     return props
 
 
@@ -108,8 +109,8 @@ def io_properties(node: torch.fx.Node) -> dict[str, Any]:
     val = node.meta.get("val")
     outs = [describe(v) for v in (val if isinstance(val, (list, tuple)) else [val])]
     return {
-        "inputShapes": [d[0] for d in ins if d],
-        "inputDtypes": [d[1] for d in ins if d],
-        "outputShapes": [d[0] for d in outs if d],
-        "outputDtypes": [d[1] for d in outs if d],
+        Prop.INPUT_SHAPES: [d[0] for d in ins if d],
+        Prop.INPUT_DTYPES: [d[1] for d in ins if d],
+        Prop.OUTPUT_SHAPES: [d[0] for d in outs if d],
+        Prop.OUTPUT_DTYPES: [d[1] for d in outs if d],
     }

@@ -12,6 +12,7 @@ import torch
 from torch.export.dynamic_shapes import _Dim
 
 from exporter.capture import dynamic
+from exporter.constants import Prop
 from exporter.diagnostics import DiagnosticContext, Level, rules
 from exporter.diagnostics.locations import Frame
 
@@ -49,9 +50,7 @@ def report_specialized(
             Level.NOTE if dim.spec is True else Level.WARNING,
             message,
             stack=stack,
-            input=dim.input,
-            dim=dim.dim,
-            size=size,
+            **{Prop.INPUT: dim.input, Prop.DIM: dim.dim, Prop.SIZE: size},
             requested="dynamic_shapes=True" if dim.spec is True else _spelled(dim.spec),
             **_argument(arguments, dim.input),
         )
@@ -99,13 +98,14 @@ def constraint_violation(
                     f"{_code(stack)} fixes dimension {dim} of input '{input_name}'{value}, but it is declared dynamic as "
                     f"Dim({dim_spec.__name__!r}). torch.export suggests: {'; '.join(fixes) or 'make the dimension static'}."
                 )
-                properties = {"input": input_name, "dim": dim, "dimName": dim_spec.__name__, "suggestedFixes": fixes}
-                return message, stack, properties | _argument(arguments, input_name) | {"dynamicShapes": dynamic.as_settings(option)}
+                properties = {Prop.INPUT: input_name, Prop.DIM: dim, Prop.DIM_NAME: dim_spec.__name__, Prop.SUGGESTED_FIXES: fixes}
+                dynamic_shapes = {Prop.DYNAMIC_SHAPES: dynamic.as_settings(option)}
+                return message, stack, properties | _argument(arguments, input_name) | dynamic_shapes
     return None
 
 
 def _argument(arguments: dict[str, int | str], name: str) -> dict[str, Any]:
-    return {"argument": arguments[name]} if name in arguments else {}
+    return {Prop.ARGUMENT: arguments[name]} if name in arguments else {}
 
 
 def _code(stack: list[Frame]) -> str:

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 import attr
 import sarif_om as sarif
 
+from exporter.constants import Prop
 from exporter.diagnostics.locations import Frame
 from exporter.diagnostics.rules import Level, Rule
 from exporter.output.files import atomic_path
@@ -136,7 +137,7 @@ def _result(d: Diagnostic, rule_index: int, root: str) -> sarif.Result:
             result.related_locations = [_location(f, root, message=True, id=i) for i, f in enumerate(d.stack[1:], 1)]
     properties = dict(d.properties)
     if d.exception:
-        properties["exception"] = d.exception
+        properties[Prop.EXCEPTION] = d.exception
     if properties:
         result.properties = _bag(**properties)
     return result

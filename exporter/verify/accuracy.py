@@ -24,7 +24,7 @@ from exporter.verify import divergence
 from exporter.verify import numerics
 from exporter.verify import ort_session
 from exporter.capture.adapters import InputAdapter, OutputAdapter
-from exporter.constants import ir_version
+from exporter.constants import SOURCE_LINE, Prop, ir_version
 from exporter.diagnostics import DiagnosticContext, Level, rules
 from exporter.diagnostics.context import Diagnostic, io_properties
 from exporter.diagnostics.locations import stack_of
@@ -190,8 +190,8 @@ class Verifier:
             return None
         directory = os.path.abspath(directory_for(model_path))
         self.last.reproducer.write(directory)
-        if self.last.diagnostic is not None and "reproducer" not in self.last.diagnostic.properties:
-            self.last.diagnostic.properties["reproducer"] = directory
+        if self.last.diagnostic is not None and Prop.REPRODUCER not in self.last.diagnostic.properties:
+            self.last.diagnostic.properties[Prop.REPRODUCER] = directory
             self.last.diagnostic.message += f" Reproducer: {directory}/run.py"
         return directory
 
@@ -226,7 +226,8 @@ def _report_per_line(ctx: DiagnosticContext, bisection: divergence.Bisection) ->
             rules.ACCURACY_DIVERGENCE, Level.NOTE,
             f"{len(ops)} values in onnxruntime → {', '.join(op_types)}; max abs error {worst:.3g}"
             + (f"; {failed} out of tolerance" if failed else ""),
-            stack=stacks[key], aggregate="sourceLine", checkedOps=len(ops), mismatches=failed, maxAbsError=worst, onnxOpTypes=op_types, ops=ops,
+            stack=stacks[key], checkedOps=len(ops),
+            **{Prop.AGGREGATE: SOURCE_LINE, Prop.MISMATCHES: failed, Prop.MAX_ABS_ERROR: worst, Prop.ONNX_OP_TYPES: op_types, Prop.OPS: ops},
         )
 
 

@@ -23,7 +23,7 @@ from torch.export import graph_signature as gs
 
 from exporter.verify import numerics
 from exporter.capture.adapters import FlattenInputStep
-from exporter.constants import DEFAULT_OPSET_VERSION, ir_version
+from exporter.constants import DEFAULT_OPSET_VERSION, SOURCE_LINE, Prop, ir_version
 from exporter.diagnostics import Level
 from exporter.diagnostics import rules
 from exporter.diagnostics.context import io_properties
@@ -292,12 +292,14 @@ def _report_per_line(ctx: DiagnosticContext, checks: list[OpCheck]) -> None:
             Level.NOTE,
             message,
             stack=entries[0][1] if key else [],
-            aggregate="sourceLine",
             checkedOps=len(entries),
-            mismatches=len(failed),
-            maxAbsError=worst,
-            onnxOpTypes=op_types,
-            ops=[c.properties() for c, _ in entries],
+            **{
+                Prop.AGGREGATE: SOURCE_LINE,
+                Prop.MISMATCHES: len(failed),
+                Prop.MAX_ABS_ERROR: worst,
+                Prop.ONNX_OP_TYPES: op_types,
+                Prop.OPS: [c.properties() for c, _ in entries],
+            },
         )
 
 
