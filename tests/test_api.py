@@ -239,3 +239,36 @@ def test_cli_exports_a_target_and_reports_a_broken_one(tmp_path):
 
     missing = subprocess.run([sys.executable, "-m", "exporter.cli", f"{source}:nope"], capture_output=True, text=True, timeout=300)
     assert missing.returncode == 2 and "no export target 'nope'" in missing.stderr
+
+
+class _LayerNormGelu(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc, self.norm = torch.nn.Linear(4, 4), torch.nn.LayerNorm(4)
+
+    def forward(self, x):
+        return torch.nn.functional.gelu(self.norm(self.fc(x)))
+
+
+@pytest.mark.parametrize("options, opset", [
+    (dict(opset_version=18, onnx_registry=exporter.OnnxRegistry(opset_version=20)), 18),  # the option wins
+    (dict(opset_version=21, onnx_registry=exporter.OnnxRegistry(opset_version=18)), 21),
+    (dict(onnx_registry=exporter.OnnxRegistry(opset_version=20)), 20),  # no option: the registry's
+    (dict(), 18),
+])
+def test_the_requested_opset_is_the_models_whatever_the_registry(options, opset):
+    model, x = _LayerNormGelu().eval(), torch.randn(2, 4)
+    output = exporter.dynamo_export(model, x, export_options=exporter.ExportOptions(**options))
+    proto = output.model_proto
+    assert {o.domain: o.version for o in proto.opset_import}[""] == opset
+    assert_matches_eager(output, model, (x,))
+
+
+@pytest.mark.parametrize("opset, ir_version", [(18, 10), (21, 10), (23, 11), (25, 13)])
+def test_ir_version_follows_onnx_table_for_the_imported_opsets(opset, ir_version):
+    model, x = _LayerNormGelu().eval(), torch.randn(2, 4)
+    proto = exporter.dynamo_export(model, x, export_options=exporter.ExportOptions(opset_version=opset)).model_proto
+    assert proto.ir_version == max(10, onnx.helper.find_min_ir_version_for(list(proto.opset_import), ignore_unknown=True))
+    assert proto.ir_version == ir_version  # onnx's table: opset 23 needs IR 11, 25 IR 13; 10 at least (node metadata)
+    onnx.checker.check_model(proto, full_check=True)
+    assert_matches_eager(exporter.dynamo_export(model, x, export_options=exporter.ExportOptions(opset_version=opset)), model, (x,))

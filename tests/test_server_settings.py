@@ -29,6 +29,8 @@ def test_configuration_and_request_overrides_are_kept_apart():
 @pytest.mark.parametrize("configuration, overrides, message", [
     ({}, {"dynamic": True}, "Unknown export option 'dynamic'; known: dynamicShapes, opLevelDebug, opset"),
     ({"opset": "18"}, {}, "export option 'opset_version' must be an integer, got '18'"),
+    ({"opset": 99}, {}, "export option 'opset_version' must be from 18 to 25, got 99"),
+    ({}, {"dynamicShapes": 3}, "export option 'dynamic_shapes' must be true or false or a dynamic shapes spec, got 3"),
     ({}, {"verbosity": "loud"}, "export option 'verbosity' must be one of debug, info, warning, error"),
     ({"memoryLimitMB": -1}, {}, "memoryLimitMB must be a whole number of MiB >= 0"),
     ({"memoryLimitMB": "2G"}, {}, "memoryLimitMB must be a whole number of MiB >= 0"),
