@@ -25,7 +25,6 @@ import pathlib
 import shutil
 import signal
 import statistics
-import subprocess
 import sys
 import tempfile
 import threading
@@ -34,6 +33,10 @@ from collections import Counter
 from typing import Any
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "tests"))
+
+from lsp_client import Response, StdioClient  # noqa: E402
+
 EXECUTE = "workspace/executeCommand"
 EXPORT = "onnxlens.server.export"  # onnxlens_server.protocol.EXPORT (not imported: it would import pygls here)
 FORK_SERVER_MARKERS = ("multiprocessing.forkserver", "onnxlens_server.forkserver")
@@ -60,107 +63,11 @@ FULL = Sizes(exports=100, burst_targets=40, burst_one=20, idle_seconds=3.0)
 QUICK = Sizes(exports=10, burst_targets=12, burst_one=6, idle_seconds=1.0)
 
 
-@dataclasses.dataclass(frozen=True)
-class Answer:
-    sent: float  # perf_counter when the request was written
-    arrived: float  # ... when its answer was read
-    result: Any
-
-    @property
-    def seconds(self) -> float:
-        return self.arrived - self.sent
-
-
-class Client:
-    """A minimal LSP client over the server's stdio. Requests may overlap: answers are matched by id
-    and timestamped on arrival; notifications are ignored."""
-
-    def __init__(self, root: pathlib.Path, log: pathlib.Path) -> None:
-        # Its own session, so that the server, its fork server and the workers can be killed together.
-        with log.open("wb") as stderr:
-            self.process = subprocess.Popen(
-                [sys.executable, "-m", "onnxlens_server"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=stderr,
-                cwd=REPO, start_new_session=True,
-            )
-        self._ids = itertools.count(1)
-        self._write = threading.Lock()
-        self._arrived = threading.Condition()
-        self._sent: dict[int, float] = {}
-        self._answers: dict[int, tuple[float, dict]] = {}
-        self._eof = False
-        threading.Thread(target=self._read, daemon=True).start()
-        self.request("initialize", {"processId": os.getpid(), "rootUri": root.as_uri(), "capabilities": {}}, timeout=60)
-        self.notify("initialized", {})
-
-    def _read(self) -> None:
-        stream = self.process.stdout
-        while True:
-            length = None
-            while (line := stream.readline()) not in (b"\r\n", b""):
-                if line.startswith(b"Content-Length:"):
-                    length = int(line.split(b":")[1])
-            if length is None:
-                break
-            message = json.loads(stream.read(length))
-            if "id" in message and "method" not in message:
-                with self._arrived:
-                    self._answers[message["id"]] = (time.perf_counter(), message)
-                    self._arrived.notify_all()
-        with self._arrived:
-            self._eof = True
-            self._arrived.notify_all()
-
-    def _send(self, message: dict) -> None:
-        body = json.dumps({"jsonrpc": "2.0", **message}).encode()
-        with self._write:
-            self.process.stdin.write(b"Content-Length: %d\r\n\r\n%s" % (len(body), body))
-            self.process.stdin.flush()
-
-    def notify(self, method: str, params: dict) -> None:
-        self._send({"method": method, "params": params})
-
-    def send_request(self, method: str, params: dict) -> int:
-        """Send a request without waiting; its id (for `wait`)."""
-        request_id = next(self._ids)
-        self._sent[request_id] = time.perf_counter()
-        self._send({"id": request_id, "method": method, "params": params})
-        return request_id
-
-    def wait(self, request_id: int, timeout: float = TIMEOUT) -> Answer:
-        """The answer to request `request_id`; raises if it is an error, or none comes within `timeout` s."""
-        with self._arrived:
-            if not self._arrived.wait_for(lambda: request_id in self._answers or self._eof, timeout):
-                raise TimeoutError(f"no answer to request {request_id} within {timeout:g} s")
-            if request_id not in self._answers:
-                raise RuntimeError(f"the server exited (code {self.process.poll()}) before answering request {request_id}")
-            arrived, message = self._answers.pop(request_id)
-        if "error" in message:
-            raise RuntimeError(f"request {request_id} failed: {message['error']}")
-        return Answer(self._sent.pop(request_id), arrived, message.get("result"))
-
-    def request(self, method: str, params: dict, timeout: float = TIMEOUT) -> Answer:
-        return self.wait(self.send_request(method, params), timeout)
-
-    def close(self) -> None:
-        """Shut the server down politely if it answers, then kill whatever is left of its session."""
-        try:
-            if self.process.poll() is None:
-                self.request("shutdown", {}, timeout=10)
-                self.notify("exit", {})
-                self.process.wait(timeout=10)
-        except (OSError, RuntimeError, TimeoutError, subprocess.TimeoutExpired):
-            pass
-        finally:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(self.process.pid, signal.SIGKILL)
-            self.process.wait()
-
-
 class Hovers:
     """Hover requests sent every `HOVER_INTERVAL` s from a thread, not waiting for answers (like a
     mouse moving over the editor), until `stop`."""
 
-    def __init__(self, client: Client, params: dict) -> None:
+    def __init__(self, client: StdioClient, params: dict) -> None:
         self.client, self.params = client, params
         self.ids: list[int] = []
         self._stop = threading.Event()
@@ -177,7 +84,7 @@ class Hovers:
         """Stop sending; the latency (s) of every hover sent. Raises if one came back empty."""
         self._stop.set()
         self._thread.join(TIMEOUT)
-        answers = [self.client.wait(i) for i in self.ids]
+        answers = [self.client.wait(i, TIMEOUT) for i in self.ids]
         if any(not a.result for a in answers):
             raise RuntimeError("a hover came back empty: the hovered line has no traces")
         return [a.seconds for a in answers]
@@ -187,7 +94,7 @@ def export_params(uri: str, target: str, options: dict | None = None) -> dict:
     return {"command": EXPORT, "arguments": [{"uri": uri, "target": target, "options": options or {}}]}
 
 
-def statuses(answers: list[Answer]) -> dict[str, int]:
+def statuses(answers: list[Response]) -> dict[str, int]:
     """How many jobs of these export answers ended with each status (ok, cancelled, ...)."""
     return dict(Counter(job["status"] for a in answers for job in a.result["jobs"]))
 
@@ -252,7 +159,7 @@ def wait_dead(pid: int, timeout: float = 10.0) -> None:
     raise TimeoutError(f"process {pid} still alive {timeout:g} s after SIGKILL")
 
 
-def measure(client: Client, uri: str, hover_line: int, sizes: Sizes) -> dict[str, Any]:
+def measure(client: StdioClient, uri: str, hover_line: int, sizes: Sizes) -> dict[str, Any]:
     """Every figure, one phase after the other (each waits for all its answers)."""
     server = client.process.pid
     client.request(EXECUTE, export_params(uri, "mlp", {"opLevelDebug": True}))  # traces for the hovered line
@@ -274,14 +181,14 @@ def measure(client: Client, uri: str, hover_line: int, sizes: Sizes) -> dict[str
 
     # 3. A burst for one target, sent back to back.
     ids = [client.send_request(EXECUTE, export_params(uri, "mlp_1")) for _ in range(sizes.burst_one)]
-    one = [client.wait(i) for i in ids]
+    one = [client.wait(i, TIMEOUT) for i in ids]
     one_seconds = max(a.arrived for a in one) - min(a.sent for a in one)
 
     # 1b. Hovers during a burst for several targets.
     hovers = Hovers(client, hover)
     targets = itertools.islice(itertools.cycle(BURST_TARGETS), sizes.burst_targets)
     ids = [client.send_request(EXECUTE, export_params(uri, target)) for target in targets]
-    burst = [client.wait(i) for i in ids]
+    burst = [client.wait(i, TIMEOUT) for i in ids]
     burst_hovers = hovers.stop()
 
     # 1c. Hovers while the fork server restarts: SIGKILL it, then ask for an export.
@@ -349,8 +256,9 @@ def main() -> None:
     hover_line = next(i for i, line in enumerate(source.splitlines()) if "self.fc0(tensor_x)" in line)
 
     log = root / "server.log"
-    client = Client(root, log)
+    client = StdioClient(cwd=REPO, log=log)  # its own session: close() kills the server, fork server and workers
     try:
+        client.initialize(root)
         client.notify("textDocument/didOpen", {"textDocument": {"uri": uri, "languageId": "python", "version": 1, "text": source}})
         results = measure(client, uri, hover_line, sizes)
     except BaseException:

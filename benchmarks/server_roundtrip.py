@@ -13,76 +13,37 @@
 from __future__ import annotations
 
 import argparse
-import json
 import pathlib
-import queue
 import statistics
-import subprocess
 import sys
 import tempfile
-import threading
 import time
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "tests"))
+
+from lsp_client import StdioClient  # noqa: E402
 
 
-class Client:
-    """A minimal LSP client over the server's stdio (timestamps every message it receives)."""
+def round_trip(client: StdioClient, method: str, params: dict, notification: str) -> float:
+    """Seconds from sending a request to the first `notification` after it (or to its answer, if none came)."""
+    start = len(client.received)
+    request_id = client.send_request(method, params)
+    answer = client.wait(request_id, timeout=600)
+    first = client.wait_for(lambda m: m.get("method") == notification or m.get("id") == request_id, 600, start)
+    return first.arrived - answer.sent
 
-    def __init__(self, root: pathlib.Path) -> None:
-        self.process = subprocess.Popen([sys.executable, "-m", "onnxlens_server"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, cwd=REPO)
-        self.messages: queue.Queue = queue.Queue()
-        self.next_id = 0
-        threading.Thread(target=self._read, daemon=True).start()
-        self.request("initialize", {"processId": None, "rootUri": root.as_uri(), "capabilities": {}})
-        self.notify("initialized", {})
 
-    def _read(self) -> None:
-        stream = self.process.stdout
-        while True:
-            length = None
-            while (line := stream.readline()) not in (b"\r\n", b""):
-                if line.startswith(b"Content-Length:"):
-                    length = int(line.split(b":")[1])
-            if length is None:
-                return
-            self.messages.put((time.perf_counter(), json.loads(stream.read(length))))
-
-    def send(self, message: dict) -> None:
-        body = json.dumps({"jsonrpc": "2.0", **message}).encode()
-        self.process.stdin.write(b"Content-Length: %d\r\n\r\n%s" % (len(body), body))
-        self.process.stdin.flush()
-
-    def notify(self, method: str, params: dict) -> None:
-        self.send({"method": method, "params": params})
-
-    def request(self, method: str, params: dict, wait_for: str | None = None) -> tuple[float, dict]:
-        """Send a request; wait for its response (or first for notification `wait_for`). Returns (seconds, message)."""
-        self.next_id += 1
-        request_id = self.next_id
-        start = time.perf_counter()
-        self.send({"id": request_id, "method": method, "params": params})
-        first = None
-        while True:
-            at, message = self.messages.get(timeout=600)
-            if wait_for and first is None and message.get("method") == wait_for:
-                first = (at - start, message)
-            if message.get("id") == request_id and "method" not in message:
-                return first or (at - start, message)
-
-    def rss_mib(self) -> dict[str, float]:
-        pids = {"server": self.process.pid}
-        tasks = pathlib.Path(f"/proc/{self.process.pid}/task").iterdir()  # children of any of its threads
-        children = [pid for task in tasks for pid in (task / "children").read_text().split()]
-        for pid in children:  # the fork server (the resource tracker is the other child)
-            if "forkserver" in pathlib.Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace"):
-                pids["fork server"] = int(pid)
-        return {name: _rss(pid) for name, pid in pids.items()}
-
-    def close(self) -> None:
-        self.request("shutdown", {})
-        self.notify("exit", {})
-        self.process.wait(timeout=30)
+def rss_mib(client: StdioClient) -> dict[str, float]:
+    """The RSS of the server and of its worker fork server."""
+    pid = client.process.pid
+    pids = {"server": pid}
+    tasks = pathlib.Path(f"/proc/{pid}/task").iterdir()  # children of any of its threads
+    children = [child for task in tasks for child in (task / "children").read_text().split()]
+    for child in children:  # the fork server (the resource tracker is the other child)
+        if "forkserver" in pathlib.Path(f"/proc/{child}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace"):
+            pids["fork server"] = int(child)
+    return {name: _rss(pid) for name, pid in pids.items()}
 
 
 def _rss(pid: int) -> float:
@@ -118,36 +79,26 @@ def main() -> None:
     uri = model_file.as_uri()
     export = {"command": "onnxlens.server.export", "arguments": [{"uri": uri, "target": "mlp"}]}
 
-    client = Client(root)
-    client.request("workspace/executeCommand", export)  # warm-up (starts the fork server)
-    round_trips = [client.request("workspace/executeCommand", export, wait_for="textDocument/publishDiagnostics")[0] for _ in range(10)]
+    client = StdioClient(cwd=REPO)
+    client.initialize(root)
+    execute = "workspace/executeCommand"
+    client.request(execute, export, timeout=600)  # warm-up (starts the fork server)
+    round_trips = [round_trip(client, execute, export, "textDocument/publishDiagnostics") for _ in range(10)]
     for _ in range(5 - 1 - 10 % 5):
-        client.request("workspace/executeCommand", export)
-    memory_5 = client.rss_mib()
+        client.request(execute, export, timeout=600)
+    memory_5 = rss_mib(client)
     for _ in range(args.exports - 15):
-        client.request("workspace/executeCommand", export)
-    memory_n = client.rss_mib()
+        client.request(execute, export, timeout=600)
+    memory_n = rss_mib(client)
 
     # Hover latency while an op-level-debug export runs.
     debug = {"command": "onnxlens.server.export", "arguments": [{"uri": uri, "target": "mlp", "options": {"opLevelDebug": True}}]}
-    client.request("workspace/executeCommand", debug)
-    client.next_id += 1
-    export_id = client.next_id
-    client.send({"id": export_id, "method": "workspace/executeCommand", "params": debug})
-    hovers, done = [], False
+    client.request(execute, debug, timeout=600)
+    export_id = client.send_request(execute, debug)
+    hovers = []
     hover_params = {"textDocument": {"uri": uri}, "position": {"line": 17, "character": 10}}
-    while not done:
-        client.next_id += 1
-        hover_id = client.next_id
-        start = time.perf_counter()
-        client.send({"id": hover_id, "method": "textDocument/hover", "params": hover_params})
-        while True:
-            at, message = client.messages.get(timeout=60)
-            if message.get("id") == export_id and "method" not in message:
-                done = True
-            if message.get("id") == hover_id:
-                hovers.append(at - start)
-                break
+    while not client.answered(export_id):
+        hovers.append(client.request("textDocument/hover", hover_params, timeout=60).seconds)
         time.sleep(0.02)
     client.close()
 

@@ -188,6 +188,11 @@ class StdioClient:
         received = self._until(lambda: self._responses.get(request_id), timeout, f"answer to request {request_id}")
         return Response(self._sent[request_id], received.arrived, received.message)
 
+    def answered(self, request_id: int) -> bool:
+        """Whether the answer to request `request_id` has arrived."""
+        with self._arrived:
+            return request_id in self._responses
+
     def request(self, method: str, params: dict | None = None, timeout: float = 300) -> Response:
         return self.wait(self.send_request(method, params), timeout)
 
