@@ -15,11 +15,11 @@ import time
 
 import pytest
 import pytest_lsp
+from lsp_client import StdioClient, framed
 from lsprotocol import types
 from pygls.exceptions import JsonRpcException
 from pytest_lsp import ClientServerConfig, LanguageClient
 
-from lsp_client import StdioClient, framed
 from onnxlens_server.framing import STALL_SECONDS
 from onnxlens_server.protocol import CANCEL, EXPORT, GRAPH, LIST_TARGETS, ErrorCode
 
