@@ -26,7 +26,6 @@ from pygls.uris import to_fs_path
 from exporter.constants import Prop, Stage, progress_text
 from exporter.diagnostics import rules
 from onnxlens_server import documents, outputs, sarif_log, sarif_to_lsp, shape_fixes
-from onnxlens_server.request import ExportRequest, target_key
 from onnxlens_server.protocol import (
     EXPORT_FINISHED,
     EXPORT_PROGRESS,
@@ -37,6 +36,7 @@ from onnxlens_server.protocol import (
     RequestError,
     TargetArgs,
 )
+from onnxlens_server.request import ExportRequest, target_key
 from onnxlens_server.settings import export_settings, read_configuration
 from onnxlens_server.state import States, TargetState
 from onnxlens_server.targets import Discoveries, Discovery, SyntaxProblem, Target, target_at
@@ -72,7 +72,9 @@ class Commands:
                 target=target.name,
                 settings=chosen.settings,
                 overrides=chosen.overrides,
-                output_stem=outputs.output_stem(path, target.name, root, chosen.output_folder, chosen.output_folder_chosen_by_user),
+                output_stem=outputs.output_stem(
+                    path, target.name, root, chosen.output_folder, chosen.output_folder_chosen_by_user
+                ),
                 cwd=root,
                 memory_limit_mb=chosen.memory_limit_mb,
                 source=source,
@@ -134,7 +136,9 @@ class Commands:
         uri = pathlib.Path(path).as_uri()
         self.ls.text_document_publish_diagnostics(types.PublishDiagnosticsParams(uri, diagnostics, version))
 
-    async def _run(self, request: ExportRequest, timeout: float, target: Target, versions: dict[str, int | None]) -> dict[str, Any]:
+    async def _run(
+        self, request: ExportRequest, timeout: float, target: Target, versions: dict[str, int | None]
+    ) -> dict[str, Any]:
         """Export `request` (its `target` as discovered when the export started), apply and announce its result."""
         logger.info("Export of %s (job %s) with %s, overrides %s", request.target, request.job_id, request.settings, request.overrides)
         progress = self.ls.work_done_progress
@@ -173,7 +177,9 @@ class Commands:
         if state.log is not None:
             data = {"target": request.target, "targetUri": pathlib.Path(request.path).as_uri()}
             places = await fixed_dimension_places(state.log, request, target, self.discoveries.run)
-            state.diagnostics = sarif_to_lsp.diagnostics_by_path(state.log, line_text, lambda r: places.get(id(r)), data)
+            state.diagnostics = sarif_to_lsp.diagnostics_by_path(
+                state.log, line_text, lambda result: places.get(id(result)), data
+            )
             state.traces = state.log.traces
         if result.status != "ok" and not any(d.severity == types.DiagnosticSeverity.Error for ds in state.diagnostics.values() for d in ds):
             path, line = _failure_location(result, target)
@@ -202,7 +208,8 @@ class Commands:
 
 
 def _graph_json(onnx_path: str, log: sarif_log.SarifLog | None) -> dict[str, Any]:
-    from onnxlens_server import graph  # onnx_ir takes most of a second: imported in a thread after the first export that wrote a model
+    # onnx_ir takes most of a second: imported in a thread after the first export that wrote a model
+    from onnxlens_server import graph
 
     return graph.graph_json(onnx_path, log)
 
@@ -232,7 +239,9 @@ async def fixed_dimension_places(
     places = {}
     for result in log.results:
         properties = result.properties
-        if result.location is not None or result.rule_id != rules.DIMENSION_SPECIALIZED.id or Prop.INPUT not in properties:
+        if result.rule_id != rules.DIMENSION_SPECIALIZED.id or result.location is not None:
+            continue
+        if Prop.INPUT not in properties:
             continue
         where = None
         if all(key in properties for key in (Prop.ARGUMENT, Prop.DIM, Prop.SIZE)):

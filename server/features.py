@@ -14,8 +14,8 @@ from exporter.diagnostics import rules
 from exporter.options import SETTINGS
 from exporter.targets import TEXT_GENERATION
 from onnxlens_server import fixes, shape_fixes, traces
-from onnxlens_server.request import target_key
 from onnxlens_server.protocol import EXPORT_TARGET, OPEN_SARIF_LOG
+from onnxlens_server.request import target_key
 from onnxlens_server.sarif_to_lsp import LineText
 from onnxlens_server.state import States
 from onnxlens_server.targets import Discovery
@@ -122,7 +122,9 @@ async def _shape_fixes(
         actions.append(types.CodeAction(
             title=title, kind=types.CodeActionKind.QuickFix, diagnostics=[diagnostic], is_preferred=True,
             edit=types.WorkspaceEdit(changes={target_uri: edits}),
-            command=types.Command(title=f"Export {target}", command=EXPORT_TARGET, arguments=[{"uri": target_uri, "target": target}]),
+            command=types.Command(
+                title=f"Export {target}", command=EXPORT_TARGET, arguments=[{"uri": target_uri, "target": target}]
+            ),
         ))
     return actions
 

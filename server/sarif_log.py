@@ -80,8 +80,13 @@ class SarifLog:
     def traces(self) -> list[LineTrace]:
         return [
             LineTrace(
-                r.location.path, r.location.line, r.properties.get(Prop.OPS, []), r.properties.get(Prop.ONNX_OP_TYPES, []),
-                r.properties.get(Prop.MAX_ABS_ERROR, 0.0), r.properties.get(Prop.MISMATCHES, 0), r.rule_id,
+                r.location.path,
+                r.location.line,
+                r.properties.get(Prop.OPS, []),
+                r.properties.get(Prop.ONNX_OP_TYPES, []),
+                r.properties.get(Prop.MAX_ABS_ERROR, 0.0),
+                r.properties.get(Prop.MISMATCHES, 0),
+                r.rule_id,
             )
             for r in self.results
             if r.rule_id in TRACE_TITLES and r.is_line_summary and r.location is not None

@@ -38,7 +38,11 @@ def to_range(line: int, text_line: str | None = None) -> types.Range:
 def failure(message: str, code: str, line: int, text_line: str | None) -> types.Diagnostic:
     """An error without a SARIF result (a crash, a timeout, a bad target) on a whole source line."""
     return types.Diagnostic(
-        range=to_range(line, text_line), message=message, severity=types.DiagnosticSeverity.Error, source=SOURCE, code=code
+        range=to_range(line, text_line),
+        message=message,
+        severity=types.DiagnosticSeverity.Error,
+        source=SOURCE,
+        code=code,
     )
 
 

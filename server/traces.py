@@ -46,11 +46,12 @@ def hover_markdown(trace: LineTrace) -> str:
     rows = ["| PyTorch op | ONNX | shapes | dtype | max abs err | tolerance | |", "|---|---|---|---|---|---|---|"]
     for op in trace.ops:
         shapes = " → ".join(
-            ", ".join("×".join(s) or "scalar" for s in op.get(key, [])) for key in (Prop.INPUT_SHAPES, Prop.OUTPUT_SHAPES)
+            ", ".join("×".join(s) or "scalar" for s in op.get(key, []))
+            for key in (Prop.INPUT_SHAPES, Prop.OUTPUT_SHAPES)
         )
         err = op.get(Prop.MAX_ABS_ERROR)
         tol = f"{op[Prop.ATOL]:g} + {op[Prop.RTOL]:g}·\\|x\\|" if op.get(Prop.ATOL) is not None else ""
-        verdict = "$(check)" if op.get(Prop.OK) else f"$(error) {op.get(Prop.SKIPPED, 'mismatch')}"  # codicons, not emoji
+        verdict = "$(check)" if op.get(Prop.OK) else f"$(error) {op.get(Prop.SKIPPED, 'mismatch')}"  # codicons
         rows.append(
             f"| `{op.get(Prop.FX_TARGET, '?')}` | {', '.join(op.get(Prop.ONNX_OP_TYPES, []))} | {shapes} | "
             f"{', '.join(op.get(Prop.OUTPUT_DTYPES, []))} | {'' if err is None else f'{err:.3g}'} | {tol} | {verdict} |"

@@ -487,7 +487,7 @@ async def test_text_generation_target_exports_for_generation(client: LanguageCli
     assert json.load(open(job["sarif"]))["runs"][0]["results"]  # the log beside it, as for every export
 
 
-async def test_problems_carry_the_document_version_the_export_started_from(client: LanguageClient, workspace: pathlib.Path):
+async def test_problems_carry_the_document_version_the_export_started_from(client: LanguageClient, workspace):
     """An edit while the export runs makes a newer version; the problems are those of the version exported."""
     path = workspace / "versioned.py"
     shutil.copy(workspace / "models.py", path)
@@ -496,8 +496,9 @@ async def test_problems_carry_the_document_version_the_export_started_from(clien
 
     def edit(version: int, line: int, new_text: str) -> None:
         at = types.Range(types.Position(line, 0), types.Position(line, 0))
-        client.text_document_did_change(types.DidChangeTextDocumentParams(
-            types.VersionedTextDocumentIdentifier(uri=uri, version=version), [types.TextDocumentContentChangePartial(range=at, text=new_text)]))
+        document = types.VersionedTextDocumentIdentifier(uri=uri, version=version)
+        change = types.TextDocumentContentChangePartial(range=at, text=new_text)
+        client.text_document_did_change(types.DidChangeTextDocumentParams(document, [change]))
 
     edit(8, 0, "# edited\n")  # unsaved: the export sees the editor's text
     started = expect_notification(client, lambda method, p: method == EXPORT_PROGRESS and p["jobId"] == "versioned")

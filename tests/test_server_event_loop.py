@@ -57,13 +57,38 @@ def parses_in(run) -> tuple[object, list[str]]:
 
 
 def test_a_fixed_dimension_is_placed_without_parsing_on_the_event_loop():
-    log = sarif_log.parse({"runs": [{"results": [
-        {"ruleId": rules.DIMENSION_SPECIALIZED.id, "level": "warning", "message": {"text": "x dim 0 fixed"}, "properties": FIXED},
-        {"ruleId": rules.DIMENSION_SPECIALIZED.id, "level": "warning", "message": {"text": "y dim 1 fixed"},
-         "properties": {"input": "y", "dim": 1}},  # no example to point at: the target's line
-    ]}]})
-    request = commands.ExportRequest(job_id="j", path=PATH, target="t", settings={}, overrides={}, output_stem="/m/out/net.t",
-                                     cwd="/m", source=SOURCE)
+    log = sarif_log.parse(
+        {
+            "runs": [
+                {
+                    "results": [
+                        {
+                            "ruleId": rules.DIMENSION_SPECIALIZED.id,
+                            "level": "warning",
+                            "message": {"text": "x dim 0 fixed"},
+                            "properties": FIXED,
+                        },
+                        {
+                            "ruleId": rules.DIMENSION_SPECIALIZED.id,
+                            "level": "warning",
+                            "message": {"text": "y dim 1 fixed"},
+                            "properties": {"input": "y", "dim": 1},
+                        },  # no example to point at: the target's line
+                    ]
+                }
+            ]
+        }
+    )
+    request = commands.ExportRequest(
+        job_id="j",
+        path=PATH,
+        target="t",
+        settings={},
+        overrides={},
+        output_stem="/m/out/net.t",
+        cwd="/m",
+        source=SOURCE,
+    )
 
     async def run(discoveries: Discoveries):
         (target,) = (await discoveries.get(URI, SOURCE)).targets
@@ -76,9 +101,15 @@ def test_a_fixed_dimension_is_placed_without_parsing_on_the_event_loop():
 
 def test_shape_quick_fixes_are_computed_without_parsing_on_the_event_loop():
     at = types.Range(types.Position(EXAMPLE_LINE, 4), types.Position(EXAMPLE_LINE, 38))
-    diagnostic = types.Diagnostic(at, "x dim 0 fixed", code=rules.DIMENSION_SPECIALIZED.id,
-                                  data={"ruleId": rules.DIMENSION_SPECIALIZED.id, "properties": FIXED, "target": "t", "targetUri": URI})
-    params = types.CodeActionParams(types.TextDocumentIdentifier(URI), at, types.CodeActionContext(diagnostics=[diagnostic]))
+    diagnostic = types.Diagnostic(
+        at,
+        "x dim 0 fixed",
+        code=rules.DIMENSION_SPECIALIZED.id,
+        data={"ruleId": rules.DIMENSION_SPECIALIZED.id, "properties": FIXED, "target": "t", "targetUri": URI},
+    )
+    params = types.CodeActionParams(
+        types.TextDocumentIdentifier(URI), at, types.CodeActionContext(diagnostics=[diagnostic])
+    )
 
     async def run(discoveries: Discoveries):
         found = await discoveries.get(URI, SOURCE)
@@ -88,6 +119,11 @@ def test_shape_quick_fixes_are_computed_without_parsing_on_the_event_loop():
     assert parsed == []
     (action,) = actions
     column = SOURCE.splitlines()[EXAMPLE_LINE].index("randn(1") + len("randn(")
-    assert action.edit.changes == {URI: [types.TextEdit(types.Range(types.Position(EXAMPLE_LINE, column),
-                                                                    types.Position(EXAMPLE_LINE, column + 1)), "2")]}
+    assert action.edit.changes == {
+        URI: [
+            types.TextEdit(
+                types.Range(types.Position(EXAMPLE_LINE, column), types.Position(EXAMPLE_LINE, column + 1)), "2"
+            )
+        ]
+    }
     assert action.command.arguments == [{"uri": URI, "target": "t"}]

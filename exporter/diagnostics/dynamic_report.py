@@ -98,7 +98,9 @@ def constraint_violation(
                     f"{_code(stack)} fixes dimension {dim} of input '{input_name}'{value}, but it is declared dynamic as "
                     f"Dim({dim_spec.__name__!r}). torch.export suggests: {'; '.join(fixes) or 'make the dimension static'}."
                 )
-                properties = {Prop.INPUT: input_name, Prop.DIM: dim, Prop.DIM_NAME: dim_spec.__name__, Prop.SUGGESTED_FIXES: fixes}
+                properties = {
+                    Prop.INPUT: input_name, Prop.DIM: dim, Prop.DIM_NAME: dim_spec.__name__, Prop.SUGGESTED_FIXES: fixes
+                }
                 dynamic_shapes = {Prop.DYNAMIC_SHAPES: dynamic.as_settings(option)}
                 return message, stack, properties | _argument(arguments, input_name) | dynamic_shapes
     return None

@@ -227,7 +227,10 @@ def _report_per_line(ctx: DiagnosticContext, bisection: divergence.Bisection) ->
             f"{len(ops)} values in onnxruntime → {', '.join(op_types)}; max abs error {worst:.3g}"
             + (f"; {failed} out of tolerance" if failed else ""),
             stack=stacks[key], checkedOps=len(ops),
-            **{Prop.AGGREGATE: SOURCE_LINE, Prop.MISMATCHES: failed, Prop.MAX_ABS_ERROR: worst, Prop.ONNX_OP_TYPES: op_types, Prop.OPS: ops},
+            **{
+                Prop.AGGREGATE: SOURCE_LINE, Prop.MISMATCHES: failed, Prop.MAX_ABS_ERROR: worst,
+                Prop.ONNX_OP_TYPES: op_types, Prop.OPS: ops,
+            },
         )
 
 
