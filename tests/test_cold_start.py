@@ -8,6 +8,8 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 COLLECTIONS = """
@@ -42,16 +44,23 @@ def test_the_cli_collects_garbage_only_after_freezing_the_imported_modules(tmp_p
     assert (tmp_path / "mlp.onnx").stat().st_size > 0
 
 
-def test_the_fork_server_preloads_the_sarif_writer_every_editor_export_uses():
-    code = "import sys, onnxlens_server.warm; print('sarif_om' in sys.modules)"
-    assert _python(code).splitlines()[-1] == "True"
-
-
-def test_the_fork_server_has_decomposed_a_node_before_the_first_export():
-    """PyTorch's decomposition table is collected (a cached call) and make_fx has traced once."""
+@pytest.fixture(scope="module")
+def warm_fork_server() -> list[str]:
+    """What a fresh interpreter has after the fork server's warm-up: whether the SARIF writer is imported,
+    and how many decomposition tables were collected (one interpreter for the tests below)."""
     code = (
-        "import onnxlens_server.warm\n"
+        "import sys, onnxlens_server.warm\n"
+        "print('sarif_om' in sys.modules)\n"
         "from exporter.passes import decompose\n"
         "print(decompose._all_decompositions.cache_info().currsize)"
     )
-    assert _python(code).splitlines()[-1] == "1"
+    return _python(code).splitlines()[-2:]
+
+
+def test_the_fork_server_preloads_the_sarif_writer_every_editor_export_uses(warm_fork_server):
+    assert warm_fork_server[0] == "True"
+
+
+def test_the_fork_server_has_decomposed_a_node_before_the_first_export(warm_fork_server):
+    """PyTorch's decomposition table is collected (a cached call) and make_fx has traced once."""
+    assert warm_fork_server[1] == "1"
