@@ -102,10 +102,16 @@ class Commands:
         """The model the target's last export wrote, as a graph with its SARIF log's numbers."""
         path = to_fs_path(args.uri) or args.uri
         state = self.states.get(target_key(path, args.target))
-        if state is None or state.onnx is None:
+        name = f"{args.target} ({os.path.basename(path)})"
+        if state is None:
+            raise RequestError(ErrorCode.NOT_EXPORTED, f"{name} has not been exported in this session: export it first.")
+        if state.onnx is None:
+            log = f"only its SARIF log {os.path.basename(state.sarif)}" if state.sarif else "not even a SARIF log"
             raise RequestError(
-                ErrorCode.NOT_EXPORTED,
-                f"{args.target} ({os.path.basename(path)}) has no exported model yet: export it first (a failed export leaves none).",
+                ErrorCode.NO_MODEL,
+                f"The last export of {name} failed before writing a model: there is no model to show, {log}. "
+                "Its problems say what stopped it.",
+                {"sarif": state.sarif},
             )
         try:
             return await asyncio.to_thread(_graph_json, state.onnx, state.log)

@@ -49,15 +49,16 @@ class ErrorCode(enum.IntEnum):
     UNREADABLE_FILE = 1006  # not UTF-8 text, or not readable
     SYNTAX_ERROR = 1007  # the model file does not parse (the message says file:line)
     OUTSIDE_WORKSPACE = 1008  # the model file, or the output folder, is outside the workspace folders
-    NOT_EXPORTED = 1009  # the target has no exported model in this session (never exported, or its export failed)
+    NOT_EXPORTED = 1009  # the target has not been exported in this session
     UNREADABLE_MODEL = 1010  # the exported .onnx file is gone or is not a readable ONNX model
+    NO_MODEL = 1011  # the target's last export wrote no model (it failed before); data: {sarif} (its log, or null)
 
 
 class RequestError(JsonRpcException):
-    """A refused request, answered with its `ErrorCode`."""
+    """A refused request, answered with its `ErrorCode` (and `data`, if the code's comment names some)."""
 
-    def __init__(self, code: ErrorCode, message: str) -> None:
-        super().__init__(message, code=int(code))
+    def __init__(self, code: ErrorCode, message: str, data: Any = None) -> None:
+        super().__init__(message, code=int(code), data=data)
 
 
 _JSON_TYPES = {str: "a string", int: "an integer", bool: "a boolean", dict: "an object", type(None): "null"}

@@ -265,5 +265,5 @@ async def test_server_gives_the_last_exports_graph(tmp_path: pathlib.Path):
     assert {n["source"]["line"] for n in graph["nodes"]} == {line} and {n["source"]["path"] for n in graph["nodes"]} == {str(path)}
     assert {n["op"] for n in graph["nodes"]} >= {"Relu"}
     assert not_yet.value.code == never.value.code == ErrorCode.NOT_EXPORTED
-    assert "never (small.py) has no exported model yet: export it first" in never.value.message
+    assert never.value.message == "never (small.py) has not been exported in this session: export it first."
     assert gone.value.code == ErrorCode.UNREADABLE_MODEL and "does not exist" in gone.value.message

@@ -33,3 +33,21 @@ def test_stdout_is_pure_json_rpc_while_user_code_prints(tmp_path):
     assert (3, "user code printing to stdout") in logged, logged
     assert "user code printing to stdout" not in client.stderr_text()
     assert not [text for kind, text in logged if kind <= 2 and "Warning" in text]  # library warnings are not warnings of the user's
+
+
+def test_a_refused_request_is_one_line_of_the_log_not_an_error_with_a_traceback(tmp_path):
+    (tmp_path / "m.py").write_text("import exporter\n\n\n@exporter.export_target\ndef t():\n    pass\n")
+    client = StdioClient()
+    try:
+        client.initialize(tmp_path)
+        answer = client.request("workspace/executeCommand",
+                                {"command": "onnxlens.server.graph", "arguments": [{"uri": (tmp_path / "m.py").as_uri(), "target": "t"}]})
+        assert client.close(timeout=20) == 0
+        client.wait_closed(timeout=10)
+    finally:
+        client.close()
+    assert answer.message["error"]["code"] == 1009  # NOT_EXPORTED
+    logged = [(r.message["params"]["type"], r.message["params"]["message"])
+              for r in client.received if r.message.get("method") == "window/logMessage"]
+    assert (3, f"Refused (1009): {answer.message['error']['message']}") in logged, logged  # 3: info
+    assert "Traceback" not in client.stderr_text() and "Traceback" not in str(logged)

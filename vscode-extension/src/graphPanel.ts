@@ -8,14 +8,16 @@ import { ExecuteCommandRequest } from 'vscode-languageclient/node';
 
 import { ServerConnection } from './client';
 import {
-  ErrorCode, errorCode, EXPORT_TARGET, GRAPH, LIST_TARGETS, ListTargetsResult, RULE_ACCURACY_DIVERGENCE, RULE_NO_SYMBOLIC_FUNCTION,
-  RULE_OP_LEVEL_DEBUGGING, TargetArgs,
+  ErrorCode, errorCode, EXPORT_TARGET, GRAPH, LIST_TARGETS, ListTargetsResult, NoModelData, OPEN_SARIF_LOG, RULE_ACCURACY_DIVERGENCE,
+  RULE_NO_SYMBOLIC_FUNCTION, RULE_OP_LEVEL_DEBUGGING, TargetArgs,
 } from './protocol';
+import { openLogsAction, SHOW_PROBLEMS } from './reports';
 import { debounce } from './settings';
 import { targetAt } from './targets';
 
 export const SHOW_GRAPH = 'onnxlens.showGraph';
 export const SHOW_IN_GRAPH = 'onnxlens.showInGraph';
+const OPEN_SARIF_LOG_ACTION = openLogsAction(1);
 /** Problems whose lines have graph nodes: untranslatable ops (if the export went on), op-level debug, verification. */
 const GRAPH_RULES = new Set([RULE_NO_SYMBOLIC_FUNCTION, RULE_OP_LEVEL_DEBUGGING, RULE_ACCURACY_DIVERGENCE]);
 
@@ -59,24 +61,24 @@ export class GraphPanel implements vscode.Disposable {
     );
   }
 
-  /** Shows `target` of `uri` (default: the target at the cursor, or one picked from the file's). */
-  async showGraph(uri?: string, target?: string): Promise<void> {
+  /** Shows `target` of `uri` (default: the target at the cursor, or one picked from the file's); false if it could not. */
+  async showGraph(uri?: string, target?: string): Promise<boolean> {
     const requested = Date.now();
     const editor = vscode.window.activeTextEditor;
     uri ??= editor?.document.uri.toString();
     const client = await this.server.ready();
     if (!uri || !client) {
       void vscode.window.showWarningMessage(client ? 'Open a Python file with an exported target to show its graph.' : 'The onnxlens server is not running: see onnxlens: Show Log.');
-      return;
+      return false;
     }
     target ??= await this.pickTarget(uri, editor?.document.uri.toString() === uri ? editor.selection.active.line : undefined);
     if (!target) {
-      return;
+      return false;
     }
     const args: TargetArgs = { uri, target };
     const title = `Graph: ${target}`;
     const opened = !this.panel;
-    const view = this.open(title); // the view loads while the server reads the model
+    const view = this.open(title); // the view loads while the server reads the model; an open one keeps its title
     let graph: any;
     try {
       graph = await client.sendRequest(ExecuteCommandRequest.type, { command: GRAPH, arguments: [args] });
@@ -84,24 +86,44 @@ export class GraphPanel implements vscode.Disposable {
       if (opened) {
         this.panel?.dispose();
       }
-      if (errorCode(error) === ErrorCode.NotExported) {
-        const choice = await vscode.window.showWarningMessage(`${target} has not been exported in this session: export it first.`, 'Export to ONNX');
-        if (choice) {
-          await vscode.commands.executeCommand(EXPORT_TARGET, { uri, target });
-        }
-      } else {
-        void vscode.window.showErrorMessage(`onnxlens: ${(error as Error)?.message ?? String(error)}`);
-      }
-      return;
+      await this.noGraph(error, uri, target);
+      return false;
     }
     const serverMs = Date.now() - requested;
     await view;
+    if (this.panel) {
+      this.panel.title = title; // only now: the title names what is drawn
+    }
     const files = new Set<string>(graph.nodes.flatMap((n: any) => (n.source ? [n.source.path] : [])));
     for (const node of graph.nodes) {
       delete node.stack; // a third of the JSON, which the view does not show: the message to it is that much shorter
     }
     this.shown = { target: args, files, requested, serverMs, viewMs: Date.now() - requested, nodes: graph.nodes.length };
     await this.panel?.webview.postMessage({ type: 'graph', graph, title });
+    return true;
+  }
+
+  /** Why there is no graph to show, with the action that helps: an export for a target never exported in this
+   * session; the log and the problems of one whose export wrote no model (a new export would replace what it found). */
+  private async noGraph(error: unknown, uri: string, target: string): Promise<void> {
+    const message = (error as Error)?.message ?? String(error);
+    const code = errorCode(error);
+    if (code === ErrorCode.NotExported) {
+      const choice = await vscode.window.showWarningMessage(message, 'Export to ONNX');
+      if (choice) {
+        await vscode.commands.executeCommand(EXPORT_TARGET, { uri, target });
+      }
+    } else if (code === ErrorCode.NoModel) {
+      const sarif = (error as { data?: NoModelData }).data?.sarif;
+      const choice = await vscode.window.showErrorMessage(message, SHOW_PROBLEMS, ...(sarif ? [OPEN_SARIF_LOG_ACTION] : []));
+      if (choice === SHOW_PROBLEMS) {
+        await vscode.commands.executeCommand('workbench.actions.view.problems');
+      } else if (choice === OPEN_SARIF_LOG_ACTION) {
+        await vscode.commands.executeCommand(OPEN_SARIF_LOG, sarif);
+      }
+    } else {
+      void vscode.window.showErrorMessage(`onnxlens: ${message}`);
+    }
   }
 
   /** The target at the cursor line (as Export to ONNX picks it); a quick pick when the cursor is above every target of several. */
@@ -121,7 +143,6 @@ export class GraphPanel implements vscode.Disposable {
   /** The panel (created once, beside the editor), with the view loaded. */
   private async open(title: string): Promise<void> {
     if (this.panel) {
-      this.panel.title = title;
       this.panel.reveal(vscode.ViewColumn.Beside, true);
       return this.ready;
     }
@@ -181,8 +202,8 @@ export class GraphPanel implements vscode.Disposable {
       return;
     }
     const shown = this.shown?.target;
-    if (!this.panel || shown?.uri !== targetUri || shown.target !== target) {
-      await this.showGraph(targetUri, target);
+    if ((!this.panel || shown?.uri !== targetUri || shown.target !== target) && !(await this.showGraph(targetUri, target))) {
+      return; // no graph of that target: the graph shown (another's) is not highlighted
     }
     this.panel?.reveal(undefined, true);
     this.postCursor(vscode.Uri.parse(uri), line);

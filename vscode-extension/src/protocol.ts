@@ -35,8 +35,9 @@ export enum ErrorCode {
   UnreadableFile = 1006, // not UTF-8 text, or not readable
   SyntaxError = 1007, // the model file does not parse (the message says file:line)
   OutsideWorkspace = 1008, // the model file, or the output folder, is outside the workspace folders
-  NotExported = 1009, // the target has no exported model in this session (never exported, or its export failed)
+  NotExported = 1009, // the target has not been exported in this session
   UnreadableModel = 1010, // the exported .onnx file is gone or is not a readable ONNX model
+  NoModel = 1011, // the target's last export wrote no model (it failed before); data: `NoModelData`
 }
 
 /** `EXPORT`'s argument: a target by name, all targets of the file, or the one at `line` (0-based). */
@@ -47,6 +48,11 @@ export interface ExportArgs {
   all?: boolean;
   options?: Record<string, unknown>; // per-request overrides of the onnxlens settings (their keys)
   jobId?: string;
+}
+
+/** The data of `ErrorCode.NoModel`: the log of the export that wrote no model. */
+export interface NoModelData {
+  sarif: string | null;
 }
 
 /** `GRAPH`'s argument. */
