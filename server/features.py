@@ -14,7 +14,7 @@ from exporter.diagnostics import rules
 from exporter.options import SETTINGS
 from exporter.targets import TEXT_GENERATION
 from onnxlens_server import fixes, shape_fixes, traces
-from onnxlens_server.protocol import EXPORT_TARGET, OPEN_SARIF_LOG
+from onnxlens_server.protocol import EXPORT_AFTER_FIX, EXPORT_TARGET, OPEN_SARIF_LOG
 from onnxlens_server.request import target_key
 from onnxlens_server.sarif_to_lsp import LineText
 from onnxlens_server.state import States
@@ -123,7 +123,7 @@ async def _shape_fixes(
             title=title, kind=types.CodeActionKind.QuickFix, diagnostics=[diagnostic], is_preferred=True,
             edit=types.WorkspaceEdit(changes={target_uri: edits}),
             command=types.Command(
-                title=f"Export {target}", command=EXPORT_TARGET, arguments=[{"uri": target_uri, "target": target}]
+                title=f"Save and export {target}", command=EXPORT_AFTER_FIX, arguments=[{"uri": target_uri, "target": target}]
             ),
         ))
     return actions

@@ -71,6 +71,8 @@ def apply_suggested_fix(source: str, target: str, properties: dict[str, Any]) ->
     edits = _edit_spec(source, spec, name, fix) if spec is not None else _add_spec(source, decorator, properties, fix)
     if not edits:
         return None
+    if isinstance(fix, ast.Constant):  # the model then takes this size only: the title says so
+        return f"Apply torch.export's suggested fix: makes {name} static ({fix.value})", edits
     return f"Apply torch.export's suggested fix: {name} = {ast.unparse(fix)}", edits
 
 

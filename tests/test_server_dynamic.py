@@ -113,7 +113,7 @@ async def quick_fix(client, path: pathlib.Path, diagnostic: types.Diagnostic) ->
         types.CodeActionContext(diagnostics=[diagnostic], trigger_kind=types.CodeActionTriggerKind.Invoked))
     actions = await asyncio.wait_for(client.text_document_code_action_async(params), ANSWER_TIMEOUT)
     (action,) = [a for a in actions if a.is_preferred]
-    assert action.command.command == "onnxlens.exportTarget" and list(action.command.arguments) == [{"uri": path.as_uri(), "target": "t"}]
+    assert action.command.command == "onnxlens.exportAfterFix" and list(action.command.arguments) == [{"uri": path.as_uri(), "target": "t"}]
     (edits,) = action.edit.changes.values()
     path.write_text(applied(path.read_text(), edits))
     return action
@@ -157,7 +157,7 @@ async def test_torchs_suggested_fix_is_applied_to_the_targets_spec(tmp_path: pat
         again = await export(client, path)
         left = [d for d in client.diagnostics[path.as_uri()] if d.code == "FXE0020" and d.severity != types.DiagnosticSeverity.Information]
     assert first["status"] == "failed" and error.code == "FXE0020" and error.message.endswith("torch.export suggests: width = 6.")
-    assert action.title == "Apply torch.export's suggested fix: width = 6"
+    assert action.title == "Apply torch.export's suggested fix: makes width static (6)"
     assert path.read_text() == WIDTH_6.format(options=expected).replace("import exporter\n", "import exporter\nfrom torch.export import Dim\n")
     assert again["status"] == "ok" and graph_inputs(again) == [["batch", 6]] and left == []
 

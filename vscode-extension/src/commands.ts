@@ -11,6 +11,7 @@ import {
   CANCEL,
   CONFIGURATION_SECTION,
   EXPORT,
+  EXPORT_AFTER_FIX,
   EXPORT_PROGRESS,
   EXPORT_TARGET,
   ErrorCode,
@@ -41,6 +42,7 @@ export class Commands {
       'onnxlens.exportWithOpLevelDebug': () => this.exportAtCursor(true),
       'onnxlens.exportFile': (uri?: vscode.Uri) => this.exportFile(uri),
       [EXPORT_TARGET]: (args: ExportArgs) => this.export(args), // the code lenses' (the server checks the arguments)
+      [EXPORT_AFTER_FIX]: (args: ExportArgs) => this.exportAfterFix(args),
       [OPEN_SARIF_LOG]: (sarifPath?: string) => this.openSarif(sarifPath),
       'onnxlens.openInNetron': (onnxPath?: string) => this.openInNetron(onnxPath),
       'onnxlens.cancelExport': () => this.cancelAll(),
@@ -84,6 +86,15 @@ export class Commands {
     if (uri) {
       await this.export({ uri: uri.toString(), all: true });
     }
+  }
+
+  /** A quick fix's export: its edit saved first (the file on disk is the model the export describes). */
+  private async exportAfterFix(args: ExportArgs): Promise<void> {
+    const document = vscode.workspace.textDocuments.find((d) => d.uri.toString() === vscode.Uri.parse(args.uri).toString());
+    if (document?.isDirty && !(await document.save())) {
+      void vscode.window.showWarningMessage(`${path.basename(document.uri.fsPath)} was not saved: the export uses its unsaved text.`);
+    }
+    await this.export(args);
   }
 
   /** Exports with the `onnxlens` settings (the server reads them) and `args.options` over them; shows the
