@@ -11,6 +11,7 @@ from lsprotocol import types
 
 from exporter.constants import Prop
 from exporter.diagnostics import rules
+from exporter.diagnostics.code import code_of
 from onnxlens_server.sarif_log import Location, Result, SarifLog
 
 SOURCE = "onnxlens"
@@ -29,9 +30,10 @@ _FIX_PROPERTIES = (  # the properties a code action needs (not the large dumps)
 
 
 def to_range(line: int, text_line: str | None = None) -> types.Range:
-    """The range of a whole source line (from its first non-blank character)."""
+    """The range of a source line's code: from its first non-blank character to the end of its code
+    (its comment left out)."""
     start = len(text_line) - len(text_line.lstrip()) if text_line else 0
-    end = len(text_line.rstrip("\r\n")) if text_line else 0
+    end = len(code_of(text_line)) if text_line else 0
     return types.Range(types.Position(line, start), types.Position(line, max(end, start)))
 
 

@@ -97,7 +97,7 @@ def test_a_dimension_the_code_fixes_is_a_warning_at_that_line():
     assert input_dims(out) == {"x": ["batch", 6]}
     (warning,) = fxe0020(out)
     assert warning.level.name == "WARNING"
-    assert warning.message == ("`if x.shape[1] == 6:  # fixes dim 1` fixes dimension 1 of input 'x' to 6: the exported graph "
+    assert warning.message == ("`if x.shape[1] == 6:` fixes dimension 1 of input 'x' to 6: the exported graph "
                                "accepts only that size there, though the dimension was asked to be dynamic.")
     assert (warning.stack[0].path, warning.stack[0].line) == (HERE, line_of("if x.shape[1] == 6:"))
     assert warning.properties["requested"] == "DimHint(AUTO)"
@@ -119,7 +119,7 @@ def test_a_size_1_the_code_fixes_is_static_and_located_not_kept_symbolic():
     (note,) = fxe0020(out)
     assert note.properties == {"input": "x", "dim": 0, "size": 1, "requested": "dynamic_shapes=True", "argument": 0}
     assert (note.stack[0].path, note.stack[0].line) == (HERE, line_of("if x.shape[0] == 1:"))
-    assert note.message.startswith("`if x.shape[0] == 1:  # true only at the example's size` fixes dimension 0 of input 'x' to 1, the example's size")
+    assert note.message.startswith("`if x.shape[0] == 1:` fixes dimension 0 of input 'x' to 1, the example's size")
     x = torch.randn(1, 9)
     (actual,) = run_onnx_feeds(out.model_proto, {"x": x.numpy()})
     np.testing.assert_allclose(actual, SqueezesOne()(x).numpy(), rtol=1e-5, atol=1e-6)
@@ -170,7 +170,7 @@ def test_a_named_dim_the_code_fixes_is_a_located_error_with_the_suggested_fix():
     with pytest.raises(exporter.OnnxExporterError) as info:
         export(FixesWidth(), torch.randn(2, 6), spec={"x": {0: Dim("batch"), 1: Dim("seq")}})
     (error,) = [d for d in info.value.export_output.diagnostic_context.errors() if d.rule.id == "FXE0020"]
-    assert error.message == ("`if x.shape[1] == 6:  # fixes dim 1` fixes dimension 1 of input 'x' to 6, but it is declared "
+    assert error.message == ("`if x.shape[1] == 6:` fixes dimension 1 of input 'x' to 6, but it is declared "
                              "dynamic as Dim('seq'). torch.export suggests: seq = 6.")
     assert error.properties["suggestedFixes"] == ["seq = 6"]
     assert error.properties["dynamicShapes"] == {"x": {"0": "batch", "1": "seq"}} and error.properties["argument"] == 0

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import pytest
 from lsprotocol import types
 
 from onnxlens_server import sarif_log, sarif_to_lsp
+from onnxlens_server.sarif_to_lsp import to_range
 
 
 def location(uri: str, line: int, message: str | None = None, base: str | None = None) -> dict:
@@ -54,3 +56,14 @@ def test_a_failure_covers_its_line_from_the_first_character():
     problem = sarif_to_lsp.failure("Export of mlp crashed: boom", "export-crashed", 4, "    def mlp():\n")
     assert problem.range == types.Range(types.Position(4, 4), types.Position(4, 14))
     assert (problem.code, problem.severity, problem.source) == ("export-crashed", types.DiagnosticSeverity.Error, "onnxlens")
+
+
+@pytest.mark.parametrize("text_line, code", [
+    ("        if x.shape[1] == 6:  # the user's note\n", "if x.shape[1] == 6:"),
+    ('    s = "# not a comment"  # a comment\n', 's = "# not a comment"'),
+    ("    return f(x,  # an argument's note\n", "return f(x,"),
+    ("    y = x.relu()\n", "y = x.relu()"),
+])
+def test_a_problems_range_is_its_lines_code_without_the_comment(text_line: str, code: str):
+    found = to_range(4, text_line)
+    assert text_line[found.start.character:found.end.character] == code and found.start.line == found.end.line == 4

@@ -29,12 +29,14 @@ def line_of(text: str, marker: str) -> int:
 
 
 def statement_range(text: str, line: int, statement: str) -> types.Range:
-    """Where a problem on `line` belongs: from the first character of `statement` (which must start
-    the line's code) to the end of the line, as the fixture's text has it."""
+    """Where a problem on `line` belongs: `statement`, which must be the line's whole code (only
+    blanks before it, only blanks or a comment after it: the comment is not selected)."""
     line_text = text.splitlines()[line]
     start = line_text.index(statement)
+    end = start + len(statement)
     assert not line_text[:start].strip(), f"{statement!r} is not the first code on line {line}: {line_text!r}"
-    return types.Range(types.Position(line, start), types.Position(line, len(line_text)))
+    assert line_text[end:].strip()[:1] in ("", "#"), f"more code after {statement!r} on line {line}: {line_text!r}"
+    return types.Range(types.Position(line, start), types.Position(line, end))
 
 
 def plain(value):
@@ -177,7 +179,7 @@ async def test_a_capture_failure_is_one_problem_in_the_users_words(client: Langu
     branch = statement_range(text, line_of(text, "data-dependent-branch"), "if x.sum() > 0:")
     (problem,) = [d for d in client.diagnostics[uri] if d.range.start.line == branch.start.line]  # one problem for one cause
     assert problem.code == "FXE0017" and problem.range == branch
-    assert problem.message.startswith("`if x.sum() > 0:  # MARK: data-dependent-branch` branches on a tensor's values")
+    assert problem.message.startswith("`if x.sum() > 0:` branches on a tensor's values")
     assert "torch.cond(" in problem.message and "u0" not in problem.message
     attempts = [r.message for r in problem.related_information]  # what each capture strategy said, at its line
     assert [m.split(" failed: ")[0] for m in attempts] == ["torch.export(strict=False)", "torch.export(strict=True, TorchDynamo)"]

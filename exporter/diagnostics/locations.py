@@ -10,6 +10,8 @@ import sysconfig
 
 import torch
 
+from exporter.diagnostics.code import code_of
+
 _FRAME = re.compile(r'^\s*File "(?P<path>[^"]+)", line (?P<line>\d+), in (?P<function>.+)$')
 
 
@@ -18,7 +20,10 @@ class Frame:
     path: str
     line: int
     function: str
-    snippet: str = ""
+    snippet: str = ""  # the line's code, as messages quote it: without the user's comment
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "snippet", code_of(self.snippet).strip())
 
     @property
     def is_user_code(self) -> bool:
@@ -67,7 +72,7 @@ def parse_stack_trace(text: str) -> list[Frame]:
             continue
         snippet = ""
         if i + 1 < len(lines) and not _FRAME.match(lines[i + 1]):
-            snippet = lines[i + 1].strip()
+            snippet = lines[i + 1]
         frames.append(Frame(match["path"], int(match["line"]), match["function"].strip(), snippet))
     frames.reverse()
     return frames

@@ -145,9 +145,13 @@ class ExportOutput:
 
 
 def count_nodes(model: ir.Model) -> int:
-    """ONNX nodes in the model: its graphs' and its local functions' (calls to functions included)."""
-    graphs = [model.graph, *(f.graph for f in model.functions.values())]
-    return sum(1 for g in graphs for _ in ir.traversal.RecursiveGraphIterator(g))
+    """The model's ops as the editor's graph view draws them (`onnxlens_server.graph`): local functions
+    expanded at each call, an If or Loop one op (the nodes of its bodies not counted)."""
+
+    def ops(graph: ir.Graph | ir.Function) -> int:
+        return sum(ops(f) if (f := model.functions.get(n.op_identifier())) is not None else 1 for n in graph)
+
+    return ops(model.graph)
 
 
 def _weights_size(model: ir.Model) -> int:
