@@ -67,7 +67,7 @@ def main() -> None:
         lens_id = client.send_request("textDocument/codeLens", {"textDocument": {"uri": uri}})
         hover_id = client.send_request("textDocument/hover", hover)
         lens = client.wait(lens_id, timeout=60)
-        hovers.append(client.wait(hover_id, timeout=60).arrived - lens.sent)  # timed from when the lenses were asked for
+        hovers.append(client.wait(hover_id, timeout=60).arrived - lens.sent)  # from when the lenses were asked for
         lenses.append(lens.seconds)
         time.sleep(0.2)
     idle = []  # the same hover without lenses to compute, in this run: the baseline

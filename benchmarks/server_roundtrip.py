@@ -41,7 +41,8 @@ def rss_mib(client: StdioClient) -> dict[str, float]:
     tasks = pathlib.Path(f"/proc/{pid}/task").iterdir()  # children of any of its threads
     children = [child for task in tasks for child in (task / "children").read_text().split()]
     for child in children:  # the fork server (the resource tracker is the other child)
-        if "forkserver" in pathlib.Path(f"/proc/{child}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace"):
+        cmdline = pathlib.Path(f"/proc/{child}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        if "forkserver" in cmdline:
             pids["fork server"] = int(child)
     return {name: _rss(pid) for name, pid in pids.items()}
 

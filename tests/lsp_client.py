@@ -81,7 +81,8 @@ class StdioClient:
         self._stderr: list[bytes] = []
         self._reader = threading.Thread(target=self._read, daemon=True)
         self._reader.start()
-        self._stderr_reader = threading.Thread(target=lambda: self._stderr.extend(self.process.stderr or ()), daemon=True)
+        self._stderr_reader = threading.Thread(target=lambda: self._stderr.extend(self.process.stderr or ()),
+                                               daemon=True)
         self._stderr_reader.start()
 
     # --- reading ----------------------------------------------------------------------------
@@ -154,7 +155,8 @@ class StdioClient:
         """Until the server closed stdout and stderr (both read to the end)."""
         self._reader.join(timeout)
         self._stderr_reader.join(timeout)
-        assert not self._reader.is_alive() and not self._stderr_reader.is_alive(), f"stdout still open after {timeout:g} s"
+        open_streams = self._reader.is_alive() or self._stderr_reader.is_alive()
+        assert not open_streams, f"stdout or stderr still open after {timeout:g} s"
         if self.error:
             raise ProtocolError(self.error)
 
@@ -212,7 +214,7 @@ class StdioClient:
                 self.request("shutdown", timeout=timeout)
                 self.notify("exit")
                 code = self.process.wait(timeout=timeout)
-        except (OSError, RuntimeError, TimeoutError, subprocess.TimeoutExpired):
+        except (OSError, RuntimeError, TimeoutError, ProtocolError, subprocess.TimeoutExpired):
             pass
         finally:
             with contextlib.suppress(ProcessLookupError):
