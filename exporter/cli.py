@@ -12,6 +12,7 @@ import traceback
 from typing import Any, NoReturn
 
 from exporter.constants import Stage, progress_text
+from exporter.outcome import Kind
 
 DESCRIPTION = """Export PyTorch models to ONNX. A target is a function decorated with
 @exporter.export_target that returns (model, args) or (model, args, kwargs)."""
@@ -120,8 +121,14 @@ def run(argv: list[str] | None = None) -> int:
         )
         progress.done()
         _print_result(target_name, fn, result, generation, time.perf_counter() - start, args.verbose)
-        failures += not result.ok
+        failures += _fails(result.outcome.kind, bool(flags.get("warnings_as_errors")))
     return 1 if failures else 0
+
+
+def _fails(kind: Kind, warnings_as_errors: bool) -> bool:
+    """Whether an export of this outcome fails the command: no model or a wrong one (a degraded one too
+    with --warnings-as-errors)."""
+    return kind in (Kind.FAILED, Kind.WRONG) or (warnings_as_errors and kind == Kind.DEGRADED)
 
 
 def _import_pipeline() -> None:
@@ -167,7 +174,8 @@ def check_output_folder(path: str) -> None:
 
 
 def _print_result(name: str, fn, result, generation: bool, seconds: float, verbose: bool) -> None:
-    """The export's diagnostics (and logs with `verbose`) on stderr, then its summary or failure."""
+    """The export's diagnostics (and logs with `verbose`) on stderr, then its failure (or wrong model), or
+    its summary led by its outcome (exported, verified, degraded) and, unless plainly exported, its headline."""
     from exporter.diagnostics.report import format_results
 
     if result.context is None:  # it failed before exporting: in user code, or a bad target or option
@@ -180,17 +188,22 @@ def _print_result(name: str, fn, result, generation: bool, seconds: float, verbo
             print(f"[{record.source}] {record.message}", file=sys.stderr)
     for line in format_results(result.context):
         print(line, file=sys.stderr)
+    outcome = result.outcome
+    if outcome.kind == Kind.WRONG:
+        print(f"WRONG {name}: {outcome.headline}\n  the model is kept to inspect: {result.onnx}", file=sys.stderr)
+        return
     if not result.ok:
         print(f"FAILED {name}: {_first_line_of(result.message)}", file=sys.stderr)
         return
     stages = ", ".join(f"{stage} {seconds:.2f}s" for stage, seconds in result.stages.items())
     summary = result.summary
+    headline = f"  {outcome.headline}\n" if outcome.kind != Kind.EXPORTED else ""
     if generation:
-        print(f"exported {name} for generation -> {os.path.dirname(result.onnx)}\n  {', '.join(result.files)}\n"
-              f"  {summary['generation']}\n  {seconds:.2f}s ({stages})")
+        print(f"{outcome.kind} {name} for generation -> {os.path.dirname(result.onnx)}\n{headline}"
+              f"  {', '.join(result.files)}\n  {summary['generation']}\n  {seconds:.2f}s ({stages})")
         return
     print(
-        f"exported {name} -> {result.onnx}\n"
+        f"{outcome.kind} {name} -> {result.onnx}\n{headline}"
         f"  {summary['inputs']} inputs, {summary['outputs']} outputs, {summary['nodes']} ONNX nodes, "
         f"{summary['functions']} local functions, opset {summary['opset']}\n"
         f"  {seconds:.2f}s ({stages})"

@@ -99,3 +99,4 @@ class Prop:
 
 
 SOURCE_LINE = "sourceLine"  # Prop.AGGREGATE of a per-line summary
+OUTCOME_PROPERTY = "onnxlens.outcome"  # the SARIF run property: the export's `exporter.outcome.Outcome`

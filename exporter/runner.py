@@ -14,6 +14,7 @@ from typing import Any
 from exporter.constants import Stage
 from exporter.errors import is_out_of_memory
 from exporter.options import ExportOptions
+from exporter.outcome import Outcome, decide, failed, fixed_by_spec
 from exporter.targets import (
     GENERATION_FIXED, TEXT_GENERATION, TargetError, build_generation_target, build_target, load_module, target_options,
     target_task,
@@ -44,13 +45,19 @@ class ExportResult:
     summary: dict[str, Any] = dataclasses.field(default_factory=dict)  # inputs, outputs, nodes, functions, opset …
     frames: list[dict[str, Any]] = dataclasses.field(default_factory=list)  # user frames of the error, innermost first
     context: Any = dataclasses.field(default=None, repr=False)  # the DiagnosticContext (not sent)
+    outcome: Outcome = None  # type: ignore[assignment]  # kind, headline, fixed dims (default: a failure's)
+
+    def __post_init__(self) -> None:
+        if self.outcome is None:
+            self.outcome = failed(self.message)
 
     @property
     def ok(self) -> bool:
         return self.status == "ok"
 
     def to_message(self) -> dict[str, Any]:
-        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "context"}
+        message = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "context"}
+        return {**message, "outcome": self.outcome.to_json()}
 
 
 def export_file_target(
@@ -66,9 +73,10 @@ def export_file_target(
     except Exception as e:
         if is_out_of_memory(e):
             raise
-        return failure(e)
+        return failure(e, name)
     if fn is None or not callable(fn):
-        return ExportResult("failed", f"{os.path.basename(path)} has no export target {name!r}")
+        message = f"{os.path.basename(path)} has no export target {name!r}"
+        return ExportResult("failed", message, outcome=failed(message, name))
     generation = target_task(fn) == TEXT_GENERATION
     output = output_stem if generation else output_stem + ".onnx"
     return export_target(fn, settings, overrides, output, output_stem + ".sarif", progress=progress)
@@ -91,7 +99,7 @@ def export_target(
     except Exception as e:
         if is_out_of_memory(e):
             raise
-        return failure(e)
+        return failure(e, _name(fn))
 
 
 def _export(fn: Callable[..., Any], values: dict[str, Any], output: str, sarif: str | None, progress: Progress) -> ExportResult:
@@ -101,6 +109,7 @@ def _export(fn: Callable[..., Any], values: dict[str, Any], output: str, sarif: 
     model, args, kwargs = build_target(fn)
     job = exporter.Exporter(ExportOptions.from_parsed(values), model, args, kwargs, progress=progress)
     os.makedirs(os.path.dirname(os.path.abspath(output)), exist_ok=True)
+    name, fixed = _name(fn), fixed_by_spec(values.get("dynamic_shapes"))
     try:
         result = job.export()
     except exporter.OnnxExporterError as e:
@@ -108,16 +117,23 @@ def _export(fn: Callable[..., Any], values: dict[str, Any], output: str, sarif: 
         if e.export_output.model is not None:  # only the verification failed: keep the model and its reproducer
             e.export_output.save(output)
             written = output
-        _save_log(e.export_output, sarif)
-        return ExportResult("failed", str(e), written, sarif, stages=job.timings, context=job.ctx)
+        outcome = decide(
+            job.ctx.diagnostics, name=name, model=written is not None, failure=str(e), fixed_by_options=fixed
+        )
+        _save_log(e.export_output, sarif, outcome)
+        return ExportResult("failed", str(e), written, sarif, stages=job.timings, context=job.ctx, outcome=outcome)
     progress(Stage.SAVE.value, {})
+    outcome = decide(job.ctx.diagnostics, name=name, model=True, fixed_by_options=fixed)
     try:
         result.save(output)
-        _save_log(result, sarif)
+        _save_log(result, sarif, outcome)
     except OSError as e:
         message = f"cannot write {e.filename or output}: {e.strerror or e}"
-        return ExportResult("failed", message, stages=job.timings, summary=_summary(result), context=job.ctx)
-    return ExportResult("ok", "", output, sarif, stages=job.timings, summary=_summary(result), context=job.ctx)
+        summary, outcome = _summary(result), failed(message, name)
+        return ExportResult("failed", message, stages=job.timings, summary=summary, context=job.ctx, outcome=outcome)
+    return ExportResult(
+        "ok", "", output, sarif, stages=job.timings, summary=_summary(result), context=job.ctx, outcome=outcome
+    )
 
 
 def _export_for_generation(
@@ -139,21 +155,29 @@ def _export_for_generation(
     try:
         result = exporter.export_for_generation(model, output, export_options=options, sarif=sarif is None, **check_inputs)
     except exporter.OnnxExporterError as e:
-        _save_log(e.export_output, sarif)
         ctx = e.export_output.diagnostic_context
-        return ExportResult("failed", str(e), sarif=sarif, stages=dict(ctx.timings), context=ctx)
-    _save_log(result.export_output, sarif)
+        outcome = decide(ctx.diagnostics, name=_name(fn), model=False, failure=str(e))
+        _save_log(e.export_output, sarif, outcome)
+        return ExportResult("failed", str(e), sarif=sarif, stages=dict(ctx.timings), context=ctx, outcome=outcome)
     ctx = result.export_output.diagnostic_context
+    outcome = decide(ctx.diagnostics, name=_name(fn), model=True)
+    _save_log(result.export_output, sarif, outcome)
     check = result.parity.summary() if result.parity is not None else "generation not verified"
     summary = {**_summary(result.export_output), "generation": check}
     stages = {**ctx.timings, "generation check": result.verify_seconds}
     log = sarif or os.path.join(output, SARIF_FILE)
-    return ExportResult("ok", "", result.model_path, log, result.files, stages, summary, context=ctx)
+    return ExportResult("ok", "", result.model_path, log, result.files, stages, summary, context=ctx, outcome=outcome)
 
 
-def _save_log(export_output: Any, sarif: str | None) -> None:
+def _save_log(export_output: Any, sarif: str | None, outcome: Outcome) -> None:
     if sarif:
-        export_output.save_diagnostics(sarif)
+        from exporter.diagnostics.sarif import write_sarif
+
+        write_sarif(export_output.diagnostic_context, sarif, outcome)
+
+
+def _name(fn: Callable[..., Any]) -> str | None:
+    return getattr(fn, "__name__", None)
 
 
 def _summary(export_output: Any) -> dict[str, Any]:
@@ -170,9 +194,11 @@ def _summary(export_output: Any) -> dict[str, Any]:
     }
 
 
-def failure(error: BaseException) -> ExportResult:
-    """A failed result for an error raised in user code (or by a bad target): its message and frames."""
-    return ExportResult("failed", f"{type(error).__name__}: {error}", frames=user_frames(error))
+def failure(error: BaseException, name: str | None = None) -> ExportResult:
+    """A failed result for an error raised in user code (or by a bad target) of the target `name`: its
+    message and frames."""
+    message = f"{type(error).__name__}: {error}"
+    return ExportResult("failed", message, frames=user_frames(error), outcome=failed(message, name))
 
 
 def user_frames(error: BaseException) -> list[dict[str, Any]]:

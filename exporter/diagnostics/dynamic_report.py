@@ -15,6 +15,7 @@ from exporter.capture import dynamic
 from exporter.constants import Prop
 from exporter.diagnostics import DiagnosticContext, Level, rules
 from exporter.diagnostics.locations import Frame
+from exporter.outcome import ASKED_DYNAMIC
 
 _VIOLATED = re.compile(r"Constraints violated \(([^)]*)\)")
 
@@ -28,12 +29,15 @@ def report_specialized(
     assumptions: list[sympy.Expr],
 ) -> None:
     """FXE0020 for each of `dims` that came out static (a warning where the user named the dimension
-    in a spec, a note under ``dynamic_shapes=True``), a note for each of the capture's `assumptions`
-    (`capture.Mode.assumes`), then the note listing the symbolic dimensions.
+    in a spec or where every one came out static, a note under ``dynamic_shapes=True``), a note for each of
+    the capture's `assumptions` (`capture.Mode.assumes`), then the note listing the symbolic dimensions: a
+    warning with the graph's input shapes when every dimension asked dynamic came out static.
     `arguments` says where the example gives each input (`dynamic.arguments`), for a quick fix."""
     if not dims:
         return
-    for dim, size in dynamic.specialized(program, dims):
+    specialized = dynamic.specialized(program, dims)
+    all_static = len(specialized) == len(dims)
+    for dim, size in specialized:
         found = next((s for s in reversed(fixed) if s.matches(dim.input, dim.index, dim.dim)), None)
         stack = found.stack if found else []
         if found is None and size <= 1:
@@ -47,7 +51,7 @@ def report_specialized(
                        "accepts only that size there, though the dimension was asked to be dynamic.")
         ctx.report(
             rules.DIMENSION_SPECIALIZED,
-            Level.NOTE if dim.spec is True else Level.WARNING,
+            Level.NOTE if dim.spec is True and not all_static else Level.WARNING,
             message,
             stack=stack,
             **{Prop.INPUT: dim.input, Prop.DIM: dim.dim, Prop.SIZE: size},
@@ -65,13 +69,21 @@ def report_specialized(
         )
     inputs = {name: _dims(val, names) for name, val in dynamic.user_inputs(program)}
     outputs = [_dims(v, names) for v in _output_values(program)]
-    symbolic = sorted({d for shape in [*inputs.values(), *outputs] for d in shape if isinstance(d, str)})
+    shapes = {Prop.INPUT_SHAPES: inputs, Prop.OUTPUT_SHAPES: outputs}
+    if not all_static:
+        symbolic = sorted({d for shape in [*inputs.values(), *outputs] for d in shape if isinstance(d, str)})
+        message = f"Symbolic dimensions of the graph: {', '.join(symbolic)}."
+        ctx.report(rules.DIMENSION_SPECIALIZED, Level.NOTE, message, **shapes)
+        return
+    asked = [d.spec.__name__ if isinstance(d.spec, _Dim) else f"{d.input} dim {d.dim}" for d in dims]
+    spelled = ", ".join(f"{name}[{', '.join(map(str, shape))}]" for name, shape in inputs.items())
     ctx.report(
         rules.DIMENSION_SPECIALIZED,
-        Level.NOTE,
-        f"Symbolic dimensions of the graph: {', '.join(symbolic) or 'none'}.",
-        inputShapes=inputs,
-        outputShapes=outputs,
+        Level.WARNING,
+        f"Every dimension asked to be dynamic came out static ({', '.join(asked)}): the graph's inputs are {spelled}, "
+        "and it accepts only these sizes.",
+        **shapes,
+        **{ASKED_DYNAMIC: asked},
     )
 
 

@@ -16,9 +16,10 @@ from typing import TYPE_CHECKING, Any
 import attr
 import sarif_om as sarif
 
-from exporter.constants import Prop
+from exporter.constants import OUTCOME_PROPERTY, Prop
 from exporter.diagnostics.locations import Frame
 from exporter.diagnostics.rules import Level, Rule
+from exporter.outcome import Outcome, decide
 from exporter.output.files import atomic_path
 
 if TYPE_CHECKING:
@@ -31,7 +32,10 @@ TOOL_NAME = "onnxlens"
 TOOL_URI = "https://github.com/onnxlens/onnxlens"
 
 
-def to_sarif_log(ctx: DiagnosticContext) -> sarif.SarifLog:
+def to_sarif_log(ctx: DiagnosticContext, outcome: Outcome | None = None) -> sarif.SarifLog:
+    """The log of the export `ctx` recorded; its run's properties hold the export's `outcome` (by default
+    decided from the results alone, `exporter.outcome.decide`)."""
+    outcome = outcome or decide(ctx.diagnostics)
     root = _source_root(ctx.diagnostics)
     rules = list(ctx.rules)
     index = {rule.id: i for i, rule in enumerate(rules)}
@@ -55,6 +59,7 @@ def to_sarif_log(ctx: DiagnosticContext) -> sarif.SarifLog:
             )
         ],
         column_kind="unicodeCodePoints",
+        properties=_bag(**{OUTCOME_PROPERTY: outcome.to_json()}),
     )
     return sarif.SarifLog(version=SARIF_VERSION, schema_uri=SARIF_SCHEMA, runs=[run])
 
@@ -99,9 +104,9 @@ def to_json_dict(obj: Any) -> Any:
     return obj
 
 
-def write_sarif(ctx: DiagnosticContext, destination: str) -> None:
+def write_sarif(ctx: DiagnosticContext, destination: str, outcome: Outcome | None = None) -> None:
     with atomic_path(destination) as tmp, open(tmp, "w", encoding="utf-8") as f:
-        json.dump(to_json_dict(to_sarif_log(ctx)), f, indent=1)
+        json.dump(to_json_dict(to_sarif_log(ctx, outcome)), f, indent=1)
 
 
 def _descriptor(rule: Rule) -> sarif.ReportingDescriptor:
