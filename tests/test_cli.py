@@ -172,3 +172,91 @@ def test_dynamic_shapes_takes_a_json_spec(tmp_path):
     assert [d.dim_param or d.dim_value for d in graph_input.type.tensor_type.shape.dim] == ["batch", 4]  # a batch-1 example
     bad = _cli(f"{model}:head", "--dynamic-shapes", "{batch}")
     assert bad.returncode == 2 and "--dynamic-shapes: not JSON" in bad.stderr
+
+
+OUTCOME_MODELS = textwrap.dedent(
+    """\
+    import torch
+    import exporter
+
+
+    class FixesEveryDim(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc = torch.nn.Linear(8, 4)
+
+        def forward(self, x):
+            return self.fc(x).reshape(8)
+
+
+    class FloorDivides(torch.nn.Module):
+        def forward(self, counts):
+            return counts // 0.1
+
+
+    @exporter.export_target
+    def mlp():
+        return torch.nn.Sequential(torch.nn.Linear(8, 4), torch.nn.ReLU()), (torch.randn(2, 8),)
+
+
+    @exporter.export_target(dynamic_shapes=True)
+    def dyn():
+        return FixesEveryDim(), (torch.randn(2, 8),)
+
+
+    @exporter.export_target
+    def divides():
+        return FloorDivides(), (torch.tensor([1, 3, 7]),)
+    """
+)
+
+
+@pytest.fixture
+def outcome_models(tmp_path):
+    path = tmp_path / "outcomes.py"
+    path.write_text(OUTCOME_MODELS)
+    return path
+
+
+def test_a_verified_export_says_verified(outcome_models, tmp_path):
+    result = _cli(f"{outcome_models}:mlp", "-o", tmp_path / "m.onnx", "--verify")
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert lines[0] == f"verified mlp -> {tmp_path / 'm.onnx'}"
+    assert lines[1].startswith("  Exported mlp, verified in onnxruntime: 1 output matches (max abs error ")
+    assert lines[2].startswith("  1 inputs, 1 outputs, ")
+
+
+def test_a_wrong_model_fails_the_command_and_says_wrong(outcome_models, tmp_path):
+    result = _cli(f"{outcome_models}:divides", "-o", tmp_path / "d.onnx", "--verify")
+    assert result.returncode == 1
+    line = _line(OUTCOME_MODELS, "return counts // 0.1")
+    lines = result.stderr.strip().splitlines()
+    wrong = f"WRONG divides: divides's model is wrong: output 0 diverges at outcomes.py:{line} (floor_divide)"
+    assert lines[-2] == wrong
+    assert lines[-1] == f"  the model is kept to inspect: {tmp_path / 'd.onnx'}"
+    assert (tmp_path / "d.onnx").is_file() and "exported" not in result.stdout
+
+
+def test_a_degraded_export_says_degraded_and_exits_0_unless_warnings_are_errors(outcome_models, tmp_path):
+    result = _cli(f"{outcome_models}:dyn", "-o", tmp_path / "s.onnx")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines()[:2] == [
+        f"degraded dyn -> {tmp_path / 's.onnx'}",
+        "  Exported dyn, but its dimensions are all static: x[2, 8] (asked dynamic: x dim 0, x dim 1)",
+    ]
+    line = _line(OUTCOME_MODELS, "return self.fc(x).reshape(8)")
+    warnings = result.stderr.splitlines()
+    assert len(warnings) == 3 and all(w.startswith(f"{outcome_models}:{line}: warning FXE0020 ") for w in warnings[:2])
+    assert warnings[2].startswith("warning FXE0020 Every dimension asked to be dynamic came out static")
+    strict = _cli(f"{outcome_models}:dyn", "-o", tmp_path / "strict.onnx", "--warnings-as-errors")
+    assert strict.returncode == 1 and "FAILED dyn: " in strict.stderr
+
+
+def test_a_spec_that_fixes_a_dim_says_which_one(outcome_models, tmp_path):
+    result = _cli(f"{outcome_models}:mlp", "-o", tmp_path / "b.onnx", "--dynamic-shapes", '{"input": {"0": 2}}')
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines()[:2] == [
+        f"degraded mlp -> {tmp_path / 'b.onnx'}",
+        "  Exported mlp, but the graph accepts only these sizes: input dim 0 = 2",
+    ]

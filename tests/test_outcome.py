@@ -10,12 +10,12 @@ import os
 import onnx
 import onnxscript
 import torch
+from helpers import validate_sarif
 from onnxscript import opset18 as op
 
 import exporter
 from exporter.constants import OUTCOME_PROPERTY
 from exporter.runner import export_target
-from helpers import validate_sarif
 
 HERE = os.path.realpath(__file__)
 
