@@ -23,6 +23,7 @@ from lsprotocol import types
 from pygls.lsp.server import LanguageServer
 from pygls.uris import to_fs_path
 
+from exporter import outcome
 from exporter.constants import Prop, Stage, progress_text
 from exporter.diagnostics import rules
 from onnxlens_server import documents, outputs, sarif_log, sarif_to_lsp, shape_fixes
@@ -104,7 +105,8 @@ class Commands:
         state = self.states.get(target_key(path, args.target))
         name = f"{args.target} ({os.path.basename(path)})"
         if state is None:
-            raise RequestError(ErrorCode.NOT_EXPORTED, f"{name} has not been exported in this session: export it first.")
+            message = f"{name} has not been exported in this session: export it first."
+            raise RequestError(ErrorCode.NOT_EXPORTED, message)
         if state.onnx is None:
             log = f"only its SARIF log {os.path.basename(state.sarif)}" if state.sarif else "not even a SARIF log"
             raise RequestError(
@@ -114,7 +116,7 @@ class Commands:
                 {"sarif": state.sarif},
             )
         try:
-            return await asyncio.to_thread(_graph_json, state.onnx, state.log)
+            return {**await asyncio.to_thread(_graph_json, state.onnx, state.log), "outcome": state.outcome}
         except (OSError, ValueError) as e:
             raise RequestError(ErrorCode.UNREADABLE_MODEL, f"The model of {args.target} cannot be read: {e}. Export it again.") from None
 
@@ -167,7 +169,7 @@ class Commands:
             progress.tokens.pop(token, None)
         logger.info("Export of %s (job %s): %s in %.1f s %s", request.target, request.job_id, result.status, result.seconds, result.message)
         state = await self._apply(result, target, versions)
-        job = _job_json(result, state.log)
+        job = _job_json(result, state)
         self.ls.protocol.notify(EXPORT_FINISHED, job)
         if result.data.get("onnx") and "onnxlens_server.graph" not in sys.modules:  # Show Graph is next
             asyncio.ensure_future(asyncio.to_thread(importlib.import_module, "onnxlens_server.graph"))
@@ -177,7 +179,7 @@ class Commands:
         """Replace the target's problems and traces with this export's (its SARIF log parsed here, once),
         and publish them."""
         request = result.request
-        state = TargetState(sarif=result.data.get("sarif"), onnx=result.data.get("onnx"))
+        state = TargetState(sarif=result.data.get("sarif"), onnx=result.data.get("onnx"), outcome=_outcome(result))
         state.log = await asyncio.to_thread(sarif_log.read, state.sarif) if state.sarif else None
         line_text = self._line_text
         if state.log is not None:
@@ -277,13 +279,21 @@ def _percent(stage: str) -> int:
     return 5 + 90 * index // (len(_STAGES) - 1)
 
 
-def _job_json(result: JobResult, log: sarif_log.SarifLog | None) -> dict[str, Any]:
-    """The job as the extension sees it: with the results of its SARIF log (for the results view)."""
+def _outcome(result: JobResult) -> dict[str, Any]:
+    """The export's outcome (`exporter.outcome`, as JSON): the export process's, or, for one that sent
+    none (it crashed, timed out or was cancelled), a failure with its message."""
+    return result.data.get("outcome") or outcome.failed(result.message, result.request.target).to_json()
+
+
+def _job_json(result: JobResult, state: TargetState) -> dict[str, Any]:
+    """The job as the extension sees it: its outcome, and the results of its SARIF log (for the results view)."""
+    log = state.log
     return {
         "jobId": result.request.job_id,
         "uri": pathlib.Path(result.request.path).as_uri(),
         "target": result.request.target,
         "status": result.status,
+        "outcome": state.outcome,
         "message": result.message,
         "stage": result.stage,
         "onnx": result.data.get("onnx"),

@@ -123,7 +123,8 @@ async def _shape_fixes(
             title=title, kind=types.CodeActionKind.QuickFix, diagnostics=[diagnostic], is_preferred=True,
             edit=types.WorkspaceEdit(changes={target_uri: edits}),
             command=types.Command(
-                title=f"Save and export {target}", command=EXPORT_AFTER_FIX, arguments=[{"uri": target_uri, "target": target}]
+                title=f"Save and export {target}", command=EXPORT_AFTER_FIX,
+                arguments=[{"uri": target_uri, "target": target}],
             ),
         ))
     return actions

@@ -27,10 +27,12 @@ GRAPH = "onnxlens.server.graph"
 # Client commands (the extension implements them), used by code lenses:
 OPEN_SARIF_LOG = "onnxlens.openSarifLog"  # [sarif path]
 EXPORT_TARGET = "onnxlens.exportTarget"  # [ExportArgs]: exports as EXPORT does, and shows the result as every export does
-EXPORT_AFTER_FIX = "onnxlens.exportAfterFix"  # [ExportArgs]: a quick fix's: saves the file it edited, then as EXPORT_TARGET
+EXPORT_AFTER_FIX = "onnxlens.exportAfterFix"  # [ExportArgs]: a quick fix's: saves its file, then EXPORT_TARGET
 
 EXPORT_PROGRESS = "onnxlens/exportProgress"  # {jobId, target, stage, detail, message}
-EXPORT_FINISHED = "onnxlens/exportFinished"  # {jobId, uri, target, status, message, stage, onnx, sarif, summary, seconds}
+# {jobId, uri, target, status, outcome, message, stage, onnx, sarif, summary, seconds, results}; outcome: the
+# exporter's one rule (`exporter.outcome.Outcome.to_json`: kind, headline, severity, fixedDims), never parsed from text
+EXPORT_FINISHED = "onnxlens/exportFinished"
 
 CONFIGURATION_SECTION = "onnxlens"
 # Added by the extension to the configuration it answers: "user" when the user's own settings chose

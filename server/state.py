@@ -4,6 +4,7 @@ its parsed SARIF log."""
 from __future__ import annotations
 
 import dataclasses
+from typing import Any
 
 from lsprotocol import types
 from pygls.uris import to_fs_path
@@ -18,6 +19,7 @@ class TargetState:
     sarif: str | None = None
     onnx: str | None = None
     log: SarifLog | None = None  # the log at `sarif`, parsed when the export's result arrived
+    outcome: dict[str, Any] | None = None  # the export's (`exporter.outcome.Outcome.to_json`); a wrong one has a model
 
 
 class States:

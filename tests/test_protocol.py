@@ -24,7 +24,8 @@ TS_CONSTANTS = dict(re.findall(r"^export const (\w+) = '([^']*)';", PROTOCOL_TS,
 
 def test_names_are_spelled_the_same_on_both_sides():
     constants = {name: value for name, value in TS_CONSTANTS.items() if not name.startswith("RULE_")}
-    names = ["EXPORT", "LIST_TARGETS", "CANCEL", "GRAPH", "OPEN_SARIF_LOG", "EXPORT_TARGET", "EXPORT_AFTER_FIX", "EXPORT_PROGRESS", "EXPORT_FINISHED", "CONFIGURATION_SECTION", "OUTPUT_FOLDER_SCOPE"]
+    names = ["EXPORT", "LIST_TARGETS", "CANCEL", "GRAPH", "OPEN_SARIF_LOG", "EXPORT_TARGET", "EXPORT_AFTER_FIX",
+             "EXPORT_PROGRESS", "EXPORT_FINISHED", "CONFIGURATION_SECTION", "OUTPUT_FOLDER_SCOPE"]
     assert constants == {**{name: getattr(protocol, name) for name in names}, "OP_LEVEL_DEBUG_OPTION": SETTINGS["op_level_debug"].editor_key}
 
 
@@ -76,7 +77,25 @@ def test_the_results_the_server_sends_have_the_extensions_fields():
     assert result == {"ruleId": "FXE0011", "ruleName": "n", "level": "error", "message": "m", "location": location}
 
 
-@pytest.mark.parametrize("module", ["exporter.diagnostics.rules", "exporter.constants", "onnxlens_server.protocol",
+def test_the_outcome_the_server_sends_has_the_extensions_fields_and_kinds():
+    from exporter.outcome import FixedDim, Kind, Outcome
+
+    def union(name: str) -> list[str]:
+        return re.findall(r"'(\w+)'", re.search(rf"export type {name} = ([^;]*);", PROTOCOL_TS)[1])
+
+    def fields(name: str) -> set[str]:
+        body = re.search(rf"export interface {name} \{{(.*?)\n\}}", PROTOCOL_TS, re.S)[1]
+        return set(re.findall(r"^  (\w+):", body, re.M))
+
+    assert union("OutcomeKind") == [kind.value for kind in Kind]
+    assert set(union("Severity")) == {kind.severity for kind in Kind}
+    sent = Outcome(Kind.DEGRADED, "Exported t, but …", (FixedDim("x", 0, 2),)).to_json()
+    assert fields("Outcome") == set(sent) and fields("FixedDim") == set(sent["fixedDims"][0])
+    assert "outcome" in fields("Job")
+
+
+@pytest.mark.parametrize("module", ["exporter.diagnostics.rules", "exporter.constants", "exporter.outcome",
+                                    "onnxlens_server.protocol",
                                     "onnxlens_server.sarif_log", "onnxlens_server.sarif_to_lsp"])
 def test_the_vocabulary_imports_without_torch(module: str):
     code = f"import sys, {module}; print('torch' in sys.modules)"

@@ -113,7 +113,8 @@ async def quick_fix(client, path: pathlib.Path, diagnostic: types.Diagnostic) ->
         types.CodeActionContext(diagnostics=[diagnostic], trigger_kind=types.CodeActionTriggerKind.Invoked))
     actions = await asyncio.wait_for(client.text_document_code_action_async(params), ANSWER_TIMEOUT)
     (action,) = [a for a in actions if a.is_preferred]
-    assert action.command.command == "onnxlens.exportAfterFix" and list(action.command.arguments) == [{"uri": path.as_uri(), "target": "t"}]
+    assert action.command.command == "onnxlens.exportAfterFix"
+    assert list(action.command.arguments) == [{"uri": path.as_uri(), "target": "t"}]
     (edits,) = action.edit.changes.values()
     path.write_text(applied(path.read_text(), edits))
     return action

@@ -40,8 +40,9 @@ def test_a_refused_request_is_one_line_of_the_log_not_an_error_with_a_traceback(
     client = StdioClient()
     try:
         client.initialize(tmp_path)
-        answer = client.request("workspace/executeCommand",
-                                {"command": "onnxlens.server.graph", "arguments": [{"uri": (tmp_path / "m.py").as_uri(), "target": "t"}]})
+        arguments = [{"uri": (tmp_path / "m.py").as_uri(), "target": "t"}]
+        command = {"command": "onnxlens.server.graph", "arguments": arguments}
+        answer = client.request("workspace/executeCommand", command)
         assert client.close(timeout=20) == 0
         client.wait_closed(timeout=10)
     finally:

@@ -11,10 +11,10 @@ import sys
 import pytest
 from lsprotocol import types
 from pygls.exceptions import JsonRpcException
-
-from onnxlens_server.protocol import GRAPH, ErrorCode
 from test_server_reliability import ANSWER_TIMEOUT, export, model, server
 from test_verify import CLI_MODEL
+
+from onnxlens_server.protocol import GRAPH, ErrorCode
 
 pytestmark = pytest.mark.asyncio
 
@@ -52,8 +52,9 @@ async def test_the_export_and_verify_lens_verifies_without_the_setting(tmp_path:
 
 
 async def graph_of(client, path: pathlib.Path, target: str) -> dict:
-    return await asyncio.wait_for(client.workspace_execute_command_async(
-        types.ExecuteCommandParams(command=GRAPH, arguments=[{"uri": path.as_uri(), "target": target}])), ANSWER_TIMEOUT)
+    arguments = [{"uri": path.as_uri(), "target": target}]
+    command = client.workspace_execute_command_async(types.ExecuteCommandParams(command=GRAPH, arguments=arguments))
+    return await asyncio.wait_for(command, ANSWER_TIMEOUT)
 
 
 async def test_the_graph_of_a_diverging_model_is_the_model_written_with_the_divergence(tmp_path: pathlib.Path):

@@ -36,7 +36,9 @@ def explain(error: BaseException, location: list[Frame]) -> Explanation | None:
     text = f"{type(error).__name__}: {error}"
     if not any(marker in text for marker in _DATA_DEPENDENT):
         return None
-    line = (location[0].snippet or code_of(linecache.getline(location[0].path, location[0].line))).strip() if location else ""
+    line = ""
+    if location:
+        line = (location[0].snippet or code_of(linecache.getline(location[0].path, location[0].line))).strip()
     code = f"`{line}`" if line else "This line"
     if _BRANCHING.search(line) or "Data-dependent branching" in text:
         return Explanation(

@@ -25,11 +25,16 @@ import {
   OP_LEVEL_DEBUG_OPTION,
   OPEN_SARIF_LOG,
 } from './protocol';
-import { exported, failed, OPEN_IN_NETRON, openLogsAction, resultActions, resultMessage, SHOW_GRAPH, SHOW_PROBLEMS } from './reports';
+import { failed, OPEN_IN_NETRON, openLogsAction, resultActions, resultMessage, severity, SHOW_GRAPH, SHOW_PROBLEMS, statusText } from './reports';
 import { SarifLogs } from './sarifViewer';
 import { TargetLine, targetAt } from './targets';
 
+/** How a notification shows, by its severity. */
+const SHOW = { error: vscode.window.showErrorMessage, warning: vscode.window.showWarningMessage, info: vscode.window.showInformationMessage };
+
 export class Commands {
+  /** The last export's outcome (its look and words, the headlines in its tooltip); a click shows the problems. */
+  private readonly outcome = vscode.window.createStatusBarItem(vscode.StatusBarAlignment.Left, 9);
   private lastSarif: string | undefined;
   private lastOnnx: string | undefined;
   private readonly running = new Set<string>();
@@ -52,6 +57,8 @@ export class Commands {
     for (const [id, handler] of Object.entries(commands)) {
       context.subscriptions.push(vscode.commands.registerCommand(id, handler));
     }
+    this.outcome.command = 'workbench.actions.view.problems';
+    context.subscriptions.push(this.outcome);
   }
 
   private async exportAtCursor(opLevelDebug: boolean): Promise<void> {
@@ -168,7 +175,10 @@ export class Commands {
         await this.openSarif(job.sarif ?? undefined);
       }
     }
-    const show = jobs.some(failed) ? vscode.window.showErrorMessage : vscode.window.showInformationMessage;
+    this.outcome.text = statusText(jobs).text;
+    this.outcome.tooltip = statusText(jobs).tooltip;
+    this.outcome.show();
+    const show = SHOW[severity(jobs)];
     const choice = await show(resultMessage(jobs, file), ...resultActions(jobs, this.server.status?.netron ?? false));
     if (choice === SHOW_PROBLEMS) {
       await vscode.commands.executeCommand('workbench.actions.view.problems');
@@ -187,10 +197,10 @@ export class Commands {
   private async remember(job: Job): Promise<void> {
     if (job.sarif) {
       this.lastSarif = job.sarif;
-      await this.sarif.replaced(job.sarif, job.results);
+      await this.sarif.replaced(job.sarif, job.results, job.outcome);
     }
-    if (exported(job)) {
-      this.lastOnnx = job.onnx ?? undefined;
+    if (job.onnx) {
+      this.lastOnnx = job.onnx;
     }
   }
 

@@ -272,10 +272,10 @@ function html(webview: vscode.Webview, bundle: vscode.Uri): string {
 <title>Graph</title>
 </head>
 <body>
-<div id="toolbar"><input id="search" type="search" placeholder="Search op type or name (Enter: next)"><span id="status"></span></div>
+<div id="toolbar"><input id="search" type="search" placeholder="Search op type or name (Enter: next)"><span id="status"></span><span id="outcome"></span>
+<span id="legend"><button id="legend-toggle" title="Show or hide the legend of the error colours">Legend</button><span id="legend-items"></span></span></div>
 <svg id="graph"><defs><marker id="arrow" viewBox="0 0 8 8" refX="8" refY="4" markerWidth="6" markerHeight="6" orient="auto"><path d="M0,0L8,4L0,8z"/></marker></defs><g id="viewport"></g></svg>
-<div id="details"></div>
-<div id="legend"></div>
+<div id="details"><button id="details-close" title="Close the details">×</button><div id="details-rows"></div></div>
 <script nonce="${nonce}" src="${script}"></script>
 </body>
 </html>`;

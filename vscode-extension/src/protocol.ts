@@ -76,10 +76,28 @@ export interface ResultLocation {
   line: number; // 0-based
 }
 
+/** An export's outcome, by the exporter's one rule (exporter/outcome.py: `Kind`, `Outcome.to_json`). */
+export type OutcomeKind = 'failed' | 'wrong' | 'degraded' | 'verified' | 'exported';
+export type Severity = 'error' | 'warning' | 'info';
+
+export interface FixedDim {
+  input: string;
+  dim: number;
+  size: number;
+}
+
+export interface Outcome {
+  kind: OutcomeKind;
+  headline: string; // one line, in the user's words
+  severity: Severity;
+  fixedDims: FixedDim[]; // a degraded export's static dims
+}
+
 export interface Job {
   jobId: string;
   target: string;
   status: 'ok' | 'failed' | 'crashed' | 'timeout' | 'cancelled';
+  outcome: Outcome;
   message: string;
   onnx: string | null;
   sarif: string | null;

@@ -1,34 +1,56 @@
-// What an export's result notification says (no vscode import: unit-testable).
+// What an export's result says (no vscode import: unit-testable). The outcome (`Job.outcome`: failed, wrong,
+// degraded, verified, exported) is the exporter's one rule (exporter/outcome.py); here it only gets its look.
 import * as path from 'node:path';
 
-import { Job } from './protocol';
+import { Job, OutcomeKind, Severity } from './protocol';
 
 export const SHOW_PROBLEMS = 'Show Problems';
 export const OPEN_IN_NETRON = 'Open in Netron';
 export const SHOW_GRAPH = 'Show Graph';
 
+/** Each outcome's look: its codicon and word (status item, results view) and how its notification shows. */
+export const LOOKS: Record<OutcomeKind, { icon: string; word: string }> = {
+  failed: { icon: 'error', word: 'failed' },
+  wrong: { icon: 'error', word: 'wrong model' },
+  degraded: { icon: 'warning', word: 'static shapes' },
+  verified: { icon: 'pass-filled', word: 'verified' },
+  exported: { icon: 'check', word: 'exported' },
+};
+
+const SEVERITY_ORDER: Severity[] = ['error', 'warning', 'info'];
+
+/** A model was written and no check says it is wrong. */
 export function exported(job: Job): boolean {
-  return job.status === 'ok' && job.onnx !== null;
+  return job.onnx !== null && ['degraded', 'verified', 'exported'].includes(job.outcome.kind);
 }
 
+/** The export left problems to look at (cancelling is not one). */
 export function failed(job: Job): boolean {
-  return !exported(job) && job.status !== 'cancelled';
+  return job.status !== 'cancelled' && ['failed', 'wrong'].includes(job.outcome.kind);
 }
 
-/** The notification of one export ("Exported mlp → mlp.mlp.onnx (11 nodes, 0.4 s)"; an export for generation names
- * its folder and the generation check), or one summary of many. */
+/** How a notification of `jobs` shows: the worst of their outcomes' severities (a cancelled export: info). */
+export function severity(jobs: Job[]): Severity {
+  const severities = jobs.map((job) => (job.status === 'cancelled' ? 'info' : job.outcome.severity));
+  return SEVERITY_ORDER.find((s) => severities.includes(s)) ?? 'info';
+}
+
+/** The notification of one export (its outcome's headline, the model and its size: "Exported mlp → mlp.mlp.onnx
+ * (11 ops, 0.4 s)"), or one summary of many. */
 export function resultMessage(jobs: Job[], file: string): string {
   return jobs.length === 1 ? jobMessage(jobs[0]) : summaryMessage(jobs, file);
 }
 
-/** Its buttons: the problems of a failure, the SARIF log(s), the graph view and Netron for one exported model. */
+/** Its buttons: the problems of anything not plainly exported, the SARIF log(s), the graph view and Netron for one
+ * model (a wrong one too: to see where it diverges). */
 export function resultActions(jobs: Job[], netron: boolean): string[] {
   const logs = jobs.filter((job) => job.sarif).length;
+  const model = jobs.length === 1 && jobs[0].onnx !== null;
   return [
-    ...(jobs.some(failed) ? [SHOW_PROBLEMS] : []),
+    ...(jobs.some((job) => job.status !== 'cancelled' && job.outcome.severity !== 'info') ? [SHOW_PROBLEMS] : []),
     ...(logs ? [openLogsAction(logs)] : []),
-    ...(jobs.length === 1 && exported(jobs[0]) ? [SHOW_GRAPH] : []),
-    ...(netron && jobs.length === 1 && exported(jobs[0]) ? [OPEN_IN_NETRON] : []),
+    ...(model ? [SHOW_GRAPH] : []),
+    ...(netron && model ? [OPEN_IN_NETRON] : []),
   ];
 }
 
@@ -36,20 +58,40 @@ export function openLogsAction(logs: number): string {
   return logs === 1 ? 'Open SARIF Log' : 'Open SARIF Logs';
 }
 
-function jobMessage(job: Job): string {
-  if (exported(job)) {
-    return `Exported ${job.target} → ${written(job)} (${details(job)})`;
+/** The status item's text and tooltip for the last export (codicons in the text). */
+export function statusText(jobs: Job[]): { text: string; tooltip: string } {
+  const shown = jobs.filter((job) => job.status !== 'cancelled');
+  if (!shown.length) {
+    return { text: '$(circle-slash) export cancelled', tooltip: jobs.map((job) => job.message).join('\n') };
   }
-  return job.status === 'cancelled' ? `Export of ${job.target} cancelled.` : `Export of ${job.target} ${job.status}: ${job.message}`;
+  const worst = shown.find((job) => job.outcome.severity === severity(shown)) ?? shown[0];
+  const look = LOOKS[worst.outcome.kind];
+  const others = shown.length > 1 ? ` (+${shown.length - 1})` : '';
+  return { text: `$(${look.icon}) ${worst.target}: ${look.word}${others}`, tooltip: shown.map((job) => job.outcome.headline).join('\n') };
 }
 
-/** "Exported 1 of 2 targets of net.py: encoder (12 nodes, 0.4 s); decoder failed: …". */
+function jobMessage(job: Job): string {
+  if (job.status === 'cancelled') {
+    return `Export of ${job.target} cancelled.`;
+  }
+  const { headline, kind } = job.outcome;
+  if (job.onnx === null) {
+    return headline;
+  }
+  return kind === 'wrong' ? `${headline}. The model is kept to inspect: ${written(job)} (${details(job)})` : `${headline} → ${written(job)} (${details(job)})`;
+}
+
+/** "Exported 1 of 3 targets of net.py: encoder (12 ops, 0.4 s); decoder wrong model: …; head cancelled". */
 function summaryMessage(jobs: Job[], file: string): string {
   const parts = jobs.map((job) => {
-    if (exported(job)) {
+    if (job.status === 'cancelled') {
+      return `${job.target} cancelled`;
+    }
+    if (job.outcome.kind === 'exported') {
       return `${job.target} (${details(job)})`;
     }
-    return job.status === 'cancelled' ? `${job.target} cancelled` : `${job.target} ${job.status}: ${job.message.replace(/\.$/, '')}`;
+    const words = LOOKS[job.outcome.kind].word;
+    return `${job.target} ${words}${job.onnx !== null ? ` (${details(job)})` : ''}: ${job.outcome.headline.replace(/\.$/, '')}`;
   });
   return `Exported ${jobs.filter(exported).length} of ${jobs.length} targets of ${file}: ${parts.join('; ')}`;
 }
@@ -60,8 +102,10 @@ function written(job: Job): string {
   return job.summary?.generation ? `${path.basename(path.dirname(onnx))}/` : path.basename(onnx);
 }
 
+/** The model's size as the graph view counts it ("12 ops"), its warnings, the generation check, the time. */
 function details(job: Job): string {
   const warnings = job.summary?.warnings ? `, ${job.summary.warnings} warnings` : '';
   const generation = job.summary?.generation ? `, ${job.summary.generation}` : '';
-  return `${job.summary?.nodes ?? '?'} nodes${warnings}${generation}, ${job.seconds.toFixed(1)} s`;
+  const ops = job.summary ? `${job.summary.nodes} ops` : 'size not counted'; // a wrong model's export stopped before
+  return `${ops}${warnings}${generation}, ${job.seconds.toFixed(1)} s`;
 }

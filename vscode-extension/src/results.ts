@@ -47,3 +47,22 @@ function worst(group: RuleGroup): number {
 export function filesOf(results: ResultItem[]): Set<string> {
   return new Set(results.flatMap((result) => (result.location ? [result.location.path] : [])));
 }
+
+/** `text` in lines of at most `width` characters, broken at spaces (a longer word stays whole), its own line
+ * breaks kept: a tree row is one line cut at the view's edge, so a long message takes several rows. */
+export function wrap(text: string, width = 72): string[] {
+  const lines: string[] = [];
+  for (const paragraph of text.split('\n')) {
+    let line = '';
+    for (const word of paragraph.split(' ').filter((w) => w !== '')) {
+      if (line && line.length + 1 + word.length > width) {
+        lines.push(line);
+        line = word;
+      } else {
+        line = line ? `${line} ${word}` : word;
+      }
+    }
+    lines.push(line);
+  }
+  return lines.filter((line, i) => line !== '' || i === 0);
+}

@@ -4,9 +4,15 @@
 import * as path from 'node:path';
 import * as vscode from 'vscode';
 
-import { groupResults, problemCounts, ResultItem, RuleGroup, RunGroup } from './results';
+import { Outcome } from './protocol';
+import { LOOKS } from './reports';
+import { groupResults, problemCounts, ResultItem, RuleGroup, RunGroup, wrap } from './results';
 
-type Node = { kind: 'log'; label: string; runs: RunGroup[] } | { kind: 'rule'; rule: RuleGroup } | { kind: 'result'; result: ResultItem };
+type Node =
+  | { kind: 'log'; label: string; runs: RunGroup[]; outcome: Outcome | undefined }
+  | { kind: 'rule'; rule: RuleGroup }
+  | { kind: 'result'; result: ResultItem }
+  | { kind: 'text'; text: string }; // a long message's further lines
 
 const ICONS: Record<string, string> = { error: 'error', warning: 'warning', note: 'info' };
 
@@ -17,9 +23,9 @@ export class ResultsView implements vscode.TreeDataProvider<Node> {
   readonly onDidChangeTreeData = this.changed.event;
 
   /** Shows the log first (the one read from the same path before goes). */
-  show(sarifPath: string, results: ResultItem[]): void {
+  show(sarifPath: string, results: ResultItem[], outcome: Outcome | undefined): void {
     this.logs.delete(sarifPath);
-    this.logs = new Map([[sarifPath, logNode(sarifPath, results)], ...this.logs]);
+    this.logs = new Map([[sarifPath, logNode(sarifPath, results, outcome)], ...this.logs]);
     void vscode.commands.executeCommand('setContext', 'onnxlens.hasResults', true);
     this.changed.fire();
   }
@@ -29,8 +35,8 @@ export class ResultsView implements vscode.TreeDataProvider<Node> {
   }
 
   /** Replaces a log shown with its new content, in its place. */
-  update(sarifPath: string, results: ResultItem[]): void {
-    this.logs.set(sarifPath, logNode(sarifPath, results));
+  update(sarifPath: string, results: ResultItem[], outcome: Outcome): void {
+    this.logs.set(sarifPath, logNode(sarifPath, results, outcome));
     this.changed.fire();
   }
 
@@ -41,13 +47,20 @@ export class ResultsView implements vscode.TreeDataProvider<Node> {
     if (node.kind === 'log') {
       return node.runs.flatMap((run) => run.rules.map((rule): Node => ({ kind: 'rule', rule })));
     }
+    if (node.kind === 'result') {
+      return wrap(node.result.message).slice(1).map((text): Node => ({ kind: 'text', text }));
+    }
     return node.kind === 'rule' ? node.rule.results.map((result): Node => ({ kind: 'result', result })) : [];
   }
 
   getTreeItem(node: Node): vscode.TreeItem {
     if (node.kind === 'log') {
+      // The export's outcome first ("verified · 1 note"): where the results are, what they add up to.
       const item = new vscode.TreeItem(node.label, vscode.TreeItemCollapsibleState.Expanded);
-      item.description = problemCounts(node.runs);
+      const look = node.outcome && LOOKS[node.outcome.kind];
+      item.description = look ? `${look.word} · ${problemCounts(node.runs)}` : problemCounts(node.runs);
+      item.tooltip = node.outcome?.headline;
+      item.iconPath = look && new vscode.ThemeIcon(look.icon);
       return item;
     }
     if (node.kind === 'rule') {
@@ -55,8 +68,13 @@ export class ResultsView implements vscode.TreeDataProvider<Node> {
       item.description = `${node.rule.results.length}`;
       return item;
     }
+    if (node.kind === 'text') {
+      return new vscode.TreeItem(node.text, vscode.TreeItemCollapsibleState.None);
+    }
     const { result } = node;
-    const item = new vscode.TreeItem(result.message, vscode.TreeItemCollapsibleState.None);
+    const lines = wrap(result.message);
+    const item = new vscode.TreeItem(lines[0], lines.length > 1 ? vscode.TreeItemCollapsibleState.Expanded : vscode.TreeItemCollapsibleState.None);
+    item.tooltip = result.message; // a row is one line, cut at the view's width: the whole message on hover
     item.iconPath = new vscode.ThemeIcon(ICONS[result.level] ?? 'circle-outline');
     if (result.location) {
       item.description = `${path.basename(result.location.path)}:${result.location.line + 1}`;
@@ -71,6 +89,6 @@ export class ResultsView implements vscode.TreeDataProvider<Node> {
   }
 }
 
-function logNode(sarifPath: string, results: ResultItem[]): Node {
-  return { kind: 'log', label: path.basename(sarifPath), runs: groupResults(results) };
+function logNode(sarifPath: string, results: ResultItem[], outcome: Outcome | undefined): Node {
+  return { kind: 'log', label: path.basename(sarifPath), runs: groupResults(results), outcome };
 }

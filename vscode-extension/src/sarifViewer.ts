@@ -2,7 +2,7 @@
 // extension does not read the logs itself: the server parsed each one when its export finished (`Job.results`).
 import * as vscode from 'vscode';
 
-import { ResultItem } from './protocol';
+import { Outcome, ResultItem } from './protocol';
 import { filesOf } from './results';
 import { ResultsView } from './resultsView';
 
@@ -18,6 +18,8 @@ export class SarifLogs {
   private readonly openInViewer = new Map<string, Set<string>>();
   /** The results of each log an export wrote, by its path. */
   private readonly results = new Map<string, ResultItem[]>();
+  /** The outcome of the export that wrote each log. */
+  private readonly outcomes = new Map<string, Outcome>();
   private offeredViewer = false;
 
   constructor(private readonly view: ResultsView, private readonly log: vscode.LogOutputChannel) {}
@@ -33,7 +35,7 @@ export class SarifLogs {
       this.log.info(`Opened ${sarifPath} in the SARIF Viewer`);
       return;
     }
-    this.view.show(sarifPath, results);
+    this.view.show(sarifPath, results, this.outcomes.get(uri.fsPath));
     await vscode.commands.executeCommand('onnxlens.results.focus');
     if (!this.offeredViewer && !vscode.extensions.getExtension(VIEWER_ID)) {
       this.offeredViewer = true;
@@ -46,14 +48,15 @@ export class SarifLogs {
 
   /** A new export replaced its log (`results`): close the old one in the viewer so its problems go away
    * too; the results view shows the new one. */
-  async replaced(sarifPath: string, results: ResultItem[]): Promise<void> {
+  async replaced(sarifPath: string, results: ResultItem[], outcome: Outcome): Promise<void> {
     const file = vscode.Uri.file(sarifPath).fsPath;
     this.results.set(file, results);
+    this.outcomes.set(file, outcome);
     if (this.openInViewer.delete(file)) {
       await (await viewerApi())?.closeLogs([vscode.Uri.file(sarifPath)]);
     }
     if (this.view.shows(sarifPath)) {
-      this.view.update(sarifPath, results);
+      this.view.update(sarifPath, results, outcome);
     }
   }
 

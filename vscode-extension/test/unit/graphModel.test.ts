@@ -14,7 +14,7 @@ function node(id: string, op: string, group: string | null, line: number, checks
 }
 
 const GRAPH: GraphData = {
-  path: '/ws/net.onnx', opset: 18, producer: 'onnxlens', initializers: [],
+  path: '/ws/net.onnx', opset: 18, producer: 'onnxlens', initializers: [], outcome: null,
   inputs: [{ name: 'x' }], outputs: [{ name: 'y' }],
   groups: [
     { id: 'block', parent: null, function: 'Block_0', module: 'block', class: 'Block', source: null },

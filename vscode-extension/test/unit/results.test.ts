@@ -2,7 +2,7 @@ import * as assert from 'node:assert/strict';
 import { test } from 'node:test';
 
 import { ResultItem } from '../../src/protocol';
-import { filesOf, groupResults, problemCounts } from '../../src/results';
+import { filesOf, groupResults, problemCounts, wrap } from '../../src/results';
 
 // An export's results as the server sends them (`Job.results`: level none left out, locations resolved).
 const results: ResultItem[] = [
@@ -30,4 +30,14 @@ test('filesOf lists every file the results point into', () => {
 test('problem counts by level, or no problems', () => {
   assert.equal(problemCounts(groupResults(results)), '2 errors, 1 warning, 1 note');
   assert.equal(problemCounts(groupResults([])), 'no problems');
+});
+
+test('a long message is wrapped into rows at spaces, every word kept, its own line breaks kept', () => {
+  const message = 'First divergence from eager PyTorch in onnxruntime: aten.floor_divide.default at net.py:12 gives other integers\nReproducer: run.py';
+  const rows = wrap(message, 40);
+  assert.ok(rows.every((row) => row.length <= 40), rows.join('|'));
+  assert.deepEqual(rows.join(' ').split(/\s+/), message.split(/\s+/));
+  assert.equal(rows.at(-1), 'Reproducer: run.py');
+  assert.deepEqual(wrap('short'), ['short']);
+  assert.deepEqual(wrap('averyveryverylongword fits', 8), ['averyveryverylongword', 'fits']);
 });

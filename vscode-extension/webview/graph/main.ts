@@ -18,7 +18,8 @@ const svg = document.querySelector<SVGSVGElement>('#graph')!;
 const layer = document.querySelector<SVGGElement>('#viewport')!;
 const search = document.querySelector<HTMLInputElement>('#search')!;
 const status = document.querySelector<HTMLElement>('#status')!;
-const details = document.querySelector<HTMLElement>('#details')!;
+const details = document.querySelector<HTMLElement>('#details-rows')!;
+const outcome = document.querySelector<HTMLElement>('#outcome')!;
 
 let index: GraphIndex | undefined;
 let layout: Layout | undefined;
@@ -40,7 +41,12 @@ window.addEventListener('message', (event: MessageEvent<Incoming>) => {
     highlighted = [];
     matches = [];
     selected = undefined;
+    closeDetails();
     document.title = message.title;
+    const shown = message.graph.outcome;
+    outcome.textContent = shown && shown.kind !== 'exported' ? shown.headline : ''; // "… is wrong: output 0 diverges at …"
+    outcome.className = shown?.severity ?? '';
+    outcome.title = outcome.textContent;
     void redraw('first', () => fit());
   } else if (message.type === 'cursor') {
     void showLine(message.path, message.line);
@@ -121,10 +127,28 @@ function select(id: string): void {
   selected = id;
   decorate();
   details.replaceChildren(...nodeDetails(id));
+  document.body.classList.add('with-details');
   if (node.source) {
     vscode.postMessage({ type: 'reveal', path: node.source.path, line: node.source.line });
   }
 }
+
+function closeDetails(): void {
+  document.body.classList.remove('with-details');
+  details.replaceChildren();
+  selected = undefined;
+  if (index) {
+    decorate();
+  }
+}
+
+document.querySelector('#details-close')!.addEventListener('click', closeDetails);
+window.addEventListener('keydown', (e) => {
+  if (e.key === 'Escape' && document.activeElement !== search) {
+    closeDetails();
+  }
+});
+document.querySelector('#legend-toggle')!.addEventListener('click', () => document.querySelector('#legend')!.classList.toggle('closed'));
 
 function nodeDetails(id: string): HTMLElement[] {
   const node = index!.nodes.get(id)!;
@@ -201,13 +225,16 @@ function applyView(): void {
   layer.setAttribute('transform', `translate(${view.x},${view.y}) scale(${view.k})`);
 }
 
-/** The whole graph's width in view (no larger than life, no smaller than readable), its top at the top. */
+/** The whole graph in view, its width and its height (no larger than life, no smaller than readable: a graph too
+ * large for that shows its top), centred. */
 function fit(): void {
   const width = svg.clientWidth || 800;
+  const height = svg.clientHeight || 600;
   const graphWidth = Math.max(...[...boxes.values()].map((b) => b.x + b.width), 1);
-  view.k = Math.max(0.5, Math.min(1, width / (graphWidth + 24)));
+  const graphHeight = Math.max(...[...boxes.values()].map((b) => b.y + b.height), 1);
+  view.k = Math.max(0.5, Math.min(1, width / (graphWidth + 24), height / (graphHeight + 16)));
   view.x = (width - graphWidth * view.k) / 2;
-  view.y = 8;
+  view.y = Math.max(8, (height - graphHeight * view.k) / 2);
   applyView();
 }
 
@@ -250,7 +277,7 @@ search.addEventListener('keydown', async (e) => {
   status.textContent = `match ${matchAt + 1} of ${matches.length}`;
 });
 
-document.querySelector('#legend')!.append(...ERROR_LEVELS.map(({ level, label }) => {
+document.querySelector('#legend-items')!.append(...ERROR_LEVELS.map(({ level, label }) => {
   const item = document.createElement('span');
   item.className = `swatch level-${level}`;
   item.textContent = label;
