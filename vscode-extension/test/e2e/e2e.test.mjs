@@ -371,6 +371,25 @@ function statusItem() {
   return page().locator('.statusbar-item', { hasText: 'onnxlens' }).first();
 }
 
+/** The severity a notification toast shows ('error', 'warning' or 'info'), from its icon. */
+async function severityOf(toast) {
+  const classes = await toast.locator('.notification-list-item-icon').getAttribute('class');
+  return ['error', 'warning', 'info'].find((s) => classes.includes(`codicon-${s}`)) ?? classes;
+}
+
+/** The status bar item of the last export's outcome ("$(pass-filled) mlp: verified"): its text and codicon. */
+async function outcomeStatus(target) {
+  const item = page().locator('.statusbar-item', { hasText: `${target}: ` }).first();
+  await item.waitFor({ timeout: UI_TIMEOUT });
+  const icon = await item.locator('.codicon').first().getAttribute('class');
+  return { text: (await item.innerText()).trim(), icon: /codicon-([\w-]+)/.exec(icon)?.[1] };
+}
+
+/** The editor tab titled `title` (the graph view's "Graph: <target>"). */
+function editorTab(title) {
+  return page().locator('.tabs-container .tab', { hasText: title });
+}
+
 /** The green "onnxlens" status bar item: the language server is running. */
 async function waitForServerRunning() {
   await page().locator('.statusbar-item', { hasText: 'onnxlens', has: page().locator('.codicon-check') }).first().waitFor({ timeout: STARTUP_TIMEOUT });
@@ -648,7 +667,7 @@ scenario('1 export the MLP from the editor context menu', async () => {
   await waitForServerRunning();
   assert.deepEqual(await exportFromContextMenu(editor, 'mlp.py', 'def mlp'), [['mlp', 'ok']]);
   const text = await waitForNotification('Exported');
-  assert.match(text, /Exported mlp → mlp\.mlp\.onnx \(\d+ nodes/);
+  assert.match(text, /Exported mlp → mlp\.mlp\.onnx \(\d+ ops/);
   const onnx = join(env.workspace, 'onnxlens-out/mlp.mlp.onnx'); // <file stem>.<target>.onnx
   assert.ok(existsSync(onnx) && statSync(onnx).size > 0, `${onnx} missing or empty; onnxlens-out has: ${outputFiles('')}`);
 
@@ -675,9 +694,11 @@ scenario('2 FXE0011 for an unregistered custom op shows in Problems and navigate
   await page().keyboard.press('Control+Home');
   await assertCursorAt(1, 1);
   await row.click();
-  // VS Code selects the problem's range: from the call's first character to the end of the line.
+  // VS Code selects the problem's range: the line's code, from the call's first character to its end (the comment
+  // after it left out).
   const lineText = readFileSync(join(env.workspace, 'custom_model.py'), 'utf8').split('\n')[call.line - 1];
-  const range = { line: call.line, column: lineText.length + 1, selected: lineText.length + 1 - call.column };
+  const code = lineText.split('  #')[0].length;
+  const range = { line: call.line, column: code + 1, selected: code + 1 - call.column };
   await waitUntil(async () => JSON.stringify(await cursorPosition()) === JSON.stringify(range),
     async () => `the selection of Ln ${call.line}, Col ${call.column}–${range.column} (status bar: ${JSON.stringify(await cursorPosition())})`);
   assert.ok(await activeEditor('custom_model.py').isVisible(), 'custom_model.py is not the active editor');
@@ -772,7 +793,7 @@ scenario('6 Export All Targets in File from the explorer exports every target', 
   // One summary, whatever the number of targets: each one's result in it, no notification behind it.
   await notification('onnxlens: exporting').waitFor({ state: 'detached', timeout: UI_TIMEOUT }); // the progress is over
   const summary = await waitForNotification('Exported', UI_TIMEOUT);
-  assert.match(summary, /^Exported 2 of 2 targets of two_targets\.py: linear \(\d+ nodes, \d+\.\d s\); relu_stack \(\d+ nodes, \d+\.\d s\)$/);
+  assert.match(summary, /^Exported 2 of 2 targets of two_targets\.py: linear \(\d+ ops, \d+\.\d s\); relu_stack \(\d+ ops, \d+\.\d s\)$/);
   await sleep(2 * SECOND); // a second notification would be there by now
   assert.deepEqual(await notificationMessages(), [summary]);
   for (const target of ['linear', 'relu_stack']) {
@@ -835,14 +856,14 @@ scenario('9 code lens exports show their result like the context menu', async ()
   await waitForServerRunning();
   const before = exportAnswers().length;
   await codeLens(editor, 'Export to ONNX').click();
-  assert.match(await waitForNotification('Exported mlp'), /^Exported mlp → mlp\.mlp\.onnx \(\d+ nodes, \d+\.\d s\)$/);
+  assert.match(await waitForNotification('Exported mlp'), /^Exported mlp → mlp\.mlp\.onnx \(\d+ ops, \d+\.\d s\)$/);
   assert.deepEqual(await onlyExportAnswer(before), [['mlp', 'ok']]);
   await notification('onnxlens: exporting').waitFor({ state: 'detached', timeout: UI_TIMEOUT }); // the progress is over
   await screenshot('9-lens-export-result.png');
 
   await clearNotifications();
   await codeLens(editor, 'Export with op-level debug').click();
-  assert.match(await waitForNotification('Exported mlp'), /^Exported mlp → mlp\.mlp\.onnx \(\d+ nodes, \d+\.\d s\)$/);
+  assert.match(await waitForNotification('Exported mlp'), /^Exported mlp → mlp\.mlp\.onnx \(\d+ ops, \d+\.\d s\)$/);
   assert.deepEqual(await onlyExportAnswer(before + 1), [['mlp', 'ok']]);
   await waitUntil(async () => OP_HINT.test(await visibleText(editor)), 'op-level debug inlay hints (Δ <error> · <ops>)');
 });
@@ -872,8 +893,8 @@ scenario('10 the results view shows the latest export of each target', async () 
       assert.deepEqual(await exportFromContextMenu(editor, file, 'def custom_op'), [['custom_op', 'ok']]);
       await waitForNotification('Exported custom_op');
     }
-    await waitUntil(async () => JSON.stringify(await resultsViewLog(log)) === JSON.stringify([[log, 'no problems']]),
-      async () => `${log} with no problems in the results view (it shows ${JSON.stringify(await resultsViewLog(log))})`);
+    await waitUntil(async () => JSON.stringify(await resultsViewLog(log)) === JSON.stringify([[log, 'exported · no problems']]),
+      async () => `${log} exported with no problems in the results view (it shows ${JSON.stringify(await resultsViewLog(log))})`);
   } finally {
     await setBooleanSetting('onnxlens.useSarifViewer', true);
   }
@@ -887,7 +908,7 @@ scenario('11 the status item shows before a Python file is opened', async () => 
 });
 
 scenario('12 the FXE0020 quick fix changes the example\'s size 1 and the re-export makes the batch dynamic', async () => {
-  const file = 'dynamic_model.py'; // edited (not saved) by this scenario
+  const file = 'dynamic_model.py'; // edited and saved by this scenario's quick fix
   const fixing = lineOf(file, { marker: 'fixes-batch' });
   const editor = await openFile(file);
   assert.deepEqual(await exportFromContextMenu(editor, file, 'def squeezes_one'), [['squeezes_one', 'ok']]);
@@ -902,6 +923,7 @@ scenario('12 the FXE0020 quick fix changes the example\'s size 1 and the re-expo
   await action.click(); // the edit, then the re-export (the code action's command)
   assert.deepEqual(await onlyExportAnswer(before), [['squeezes_one', 'ok']]);
   assert.match(await visibleText(editor), /x = torch\.randn\(2, 6\)/);
+  assert.ok(readFileSync(join(env.workspace, file), 'utf8').includes('x = torch.randn(2, 6)'), 'the quick fix\'s edit saved');
   assert.ok(readFileSync(onnx).includes('x_dim_0'), 'the re-export of the edited text has a symbolic batch');
 });
 
@@ -1035,6 +1057,124 @@ scenario('15 Show in Graph on an op-level debug problem opens its target\'s grap
   const level = (op) => boxes.find((b) => b.kind === 'node' && b.label === op)?.classes.find((c) => c.startsWith('level-'));
   assert.deepEqual(['Relu', 'Mul', 'Add'].map(level), ['level-ok', 'level-over1000', 'level-ok']);
   await screenshot('15-graph-op-level-debug-errors.png');
+});
+
+scenario('16 Export and verify shows a verified export as verified: toast, status item and results view', async () => {
+  await setBooleanSetting('onnxlens.useSarifViewer', false); // the built-in results view
+  try {
+    const editor = await openFile('mlp.py');
+    await waitForServerRunning();
+    await focusActiveEditor();
+    await goTo(lineOf('mlp.py', { text: 'def mlp' }).line);
+    const before = exportAnswers().length;
+    await codeLens(editor, 'Export and verify').click();
+    assert.deepEqual(await onlyExportAnswer(before), [['mlp', 'ok']]);
+    const toast = notification('verified in onnxruntime');
+    await toast.waitFor({ timeout: UI_TIMEOUT });
+    assert.match(await messageOf(toast),
+      /^Exported mlp, verified in onnxruntime: 1 output matches \(max abs error [\d.e+-]+\) → mlp\.mlp\.onnx \(\d+ ops, \d+\.\d s\)$/);
+    assert.equal(await severityOf(toast), 'info');
+    assert.deepEqual(await outcomeStatus('mlp'), { text: 'mlp: verified', icon: 'pass-filled' });
+    await screenshot('16-verified.png');
+    await runPaletteCommand('onnxlens: Open SARIF Log');
+    const log = 'mlp.mlp.sarif';
+    await waitUntil(async () => (await resultsViewLog(log))[0]?.[1].startsWith('verified · '),
+      async () => `${log} shown as verified in the results view (it shows ${JSON.stringify(await resultsViewLog(log))})`);
+  } finally {
+    await setBooleanSetting('onnxlens.useSarifViewer', true);
+  }
+});
+
+scenario('17 a dynamic export that came out all static is a warning that names the static shapes', async () => {
+  const file = 'outcome_models.py';
+  const editor = await openFile(file);
+  await waitForServerRunning();
+  assert.deepEqual(await exportFromContextMenu(editor, file, 'def all_static'), [['all_static', 'ok']]);
+  const toast = notification('Exported all_static');
+  await toast.waitFor({ timeout: UI_TIMEOUT });
+  assert.match(await messageOf(toast),
+    /^Exported all_static, but its dimensions are all static: x\[2, 8\] \(asked dynamic: x dim 0, x dim 1\) → outcome_models\.all_static\.onnx/);
+  assert.equal(await severityOf(toast), 'warning');
+  assert.deepEqual(await outcomeStatus('all_static'), { text: 'all_static: static shapes', icon: 'warning' });
+  await showProblems();
+  const fixing = lineOf(file, { marker: 'fixes-every-dim' });
+  const row = problemsRows('FXE0020').first();
+  await row.waitFor({ timeout: UI_TIMEOUT });
+  assert.ok(await page().locator('.markers-panel .monaco-list-row', { hasText: 'FXE0020', has: page().locator('.codicon-warning') }).count() > 0,
+    'the FXE0020 problems are warnings');
+  assert.ok((await problemsRows(`[Ln ${fixing.line}`).allInnerTexts()).some((t) => t.includes('FXE0020')), `an FXE0020 problem at line ${fixing.line}`);
+  await screenshot('17-degraded.png');
+});
+
+scenario('18 a model that diverges in onnxruntime is an error, and Show in Graph on the divergence opens that model', async () => {
+  const file = 'outcome_models.py';
+  const diverges = lineOf(file, { marker: 'diverges' });
+  const editor = await openFile(file);
+  await waitForServerRunning();
+  await focusActiveEditor();
+  await goTo(lineOf(file, { text: 'def divides' }).line);
+  const before = exportAnswers().length;
+  await codeLens(editor, 'Export and verify').click(); // the first target's lens: divides
+  assert.deepEqual(await onlyExportAnswer(before), [['divides', 'failed']]);
+  const toast = notification("divides's model is wrong");
+  await toast.waitFor({ timeout: UI_TIMEOUT });
+  assert.match(await messageOf(toast),
+    new RegExp(`^divides's model is wrong: output 0 diverges at outcome_models\\.py:${diverges.line} \\(floor_divide\\)\\. The model is kept to inspect: outcome_models\\.divides\\.onnx`));
+  assert.equal(await severityOf(toast), 'error'); // never an info success
+  assert.deepEqual(await toast.locator('.monaco-button').allInnerTexts(), ['Show Problems', 'Open SARIF Log', 'Show Graph']);
+  assert.deepEqual(await outcomeStatus('divides'), { text: 'divides: wrong model', icon: 'error' });
+  await screenshot('18-wrong.png');
+
+  await showProblems();
+  const row = problemsRows('First divergence').first();
+  await row.waitFor({ timeout: UI_TIMEOUT });
+  await row.click();
+  await assertCursorAt(diverges.line);
+  await focusActiveEditor();
+  const action = page().locator('.action-widget .monaco-list-row', { hasText: 'Show in Graph' }).first();
+  await pressQuickFixUntil(action);
+  await action.click();
+  await editorTab('Graph: divides').waitFor({ timeout: UI_TIMEOUT });
+  const highlighted = (bs) => bs.filter((b) => b.classes.includes('highlighted'));
+  const boxes = await waitForGraph((bs) => highlighted(bs).length > 0, `the ops of line ${diverges.line} highlighted`);
+  const levels = highlighted(boxes).map((b) => b.classes.find((c) => c.startsWith('level-')));
+  assert.ok(levels.some((l) => l?.startsWith('level-over')), `a diverging op coloured: ${JSON.stringify(levels)}`);
+  assert.match(await graphView().locator('#outcome').innerText(), /^divides's model is wrong: output 0 diverges/);
+  assert.equal(await notification('has not been exported').count(), 0);
+  await screenshot('18-show-in-graph-divergence.png');
+});
+
+scenario('19 Show Graph of a target whose export wrote no model says so and keeps the graph drawn under its own title', async () => {
+  const file = 'outcome_models.py';
+  const editor = await openFile(file);
+  await waitForServerRunning();
+  assert.deepEqual(await exportFromContextMenu(editor, file, 'def all_static'), [['all_static', 'ok']]);
+  await waitForNotification('Exported all_static', UI_TIMEOUT);
+  await clearNotifications();
+  await focusActiveEditor();
+  await goTo(lineOf(file, { text: 'def all_static' }).line);
+  await runPaletteCommand('onnxlens: Show Graph');
+  await editorTab('Graph: all_static').waitFor({ timeout: UI_TIMEOUT });
+  await waitForGraph((bs) => bs.some((b) => b.kind === 'node'), 'the graph of all_static');
+
+  assert.deepEqual(await exportFromContextMenu(editor, file, 'def branchy'), [['branchy', 'failed']]);
+  const failedToast = notification('Export of branchy failed');
+  await failedToast.waitFor({ timeout: UI_TIMEOUT });
+  assert.equal(await severityOf(failedToast), 'error');
+  assert.deepEqual(await outcomeStatus('branchy'), { text: 'branchy: failed', icon: 'error' });
+  await screenshot('19-failed.png');
+  await clearNotifications();
+  await focusActiveEditor();
+  await goTo(lineOf(file, { text: 'def branchy' }).line);
+  await runPaletteCommand('onnxlens: Show Graph');
+  const toast = notification('failed before writing a model');
+  await toast.waitFor({ timeout: UI_TIMEOUT });
+  assert.match(await messageOf(toast), /^The last export of branchy \(outcome_models\.py\) failed before writing a model: there is no model to show, only its SARIF log outcome_models\.branchy\.sarif\./);
+  assert.equal(await severityOf(toast), 'error');
+  assert.deepEqual(await toast.locator('.monaco-button').allInnerTexts(), ['Show Problems', 'Open SARIF Log']); // no export that would erase the finding
+  assert.equal(await editorTab('Graph: branchy').count(), 0);
+  assert.equal(await editorTab('Graph: all_static').count(), 1); // the graph drawn keeps its title
+  await screenshot('19-no-model.png');
 });
 
 registerScenarios();
