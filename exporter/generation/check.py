@@ -138,9 +138,9 @@ def check_generation(
         prompt, attention_mask = default_prompt(model.config.get_text_config(decoder=True).vocab_size, pad)
     if attention_mask is None:
         attention_mask = torch.ones_like(prompt)
-    with torch.no_grad():
+    with torch.no_grad():  # on copies: a forward that mutates its inputs must not change what onnxruntime gets
         eager = model.generate(
-            prompt, attention_mask=attention_mask, max_new_tokens=max_new_tokens, min_new_tokens=0, do_sample=False, num_beams=1,
+            prompt.clone(), attention_mask=attention_mask.clone(), max_new_tokens=max_new_tokens, min_new_tokens=0, do_sample=False, num_beams=1,
             pad_token_id=pad, output_logits=True, return_dict_in_generate=True,
         )
     expected = eager.sequences[:, prompt.shape[1]:].numpy()

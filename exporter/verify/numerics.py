@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 import torch
+import torch.utils._pytree as pytree
 
 # (atol, rtol) by dtype name. float32: the corpus's models differ from eager PyTorch by at most 4e-6.
 TOLERANCES: dict[str, tuple[float, float]] = {
@@ -142,10 +143,12 @@ def dtype_name(value: Any) -> str:
 
 
 def eager(model: Any, args: tuple, kwargs: dict) -> Any:
-    """The model's outputs, leaving its buffers as they were (a forward may update running stats)."""
+    """The model's outputs on copies of `args`/`kwargs`, leaving the inputs (a forward may mutate them,
+    ``x.add_(1)``: onnxruntime must get the values the user gave) and the buffers (running stats) as they were."""
     buffers = {name: b.clone() for name, b in model.named_buffers()} if isinstance(model, torch.nn.Module) else {}
     try:
         with torch.no_grad():
+            args, kwargs = pytree.tree_map_only(torch.Tensor, torch.clone, (args, kwargs))
             return model(*args, **kwargs)
     finally:
         if buffers:
