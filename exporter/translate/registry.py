@@ -47,8 +47,7 @@ def _torchlib_table() -> dict[OpName, tuple[ONNXFunction, ...]]:
         from onnxscript.function_libs.torch_lib import ops, registration  # importing ops registers them
 
         from exporter.translate.ops import complex as complex_ops
-        from exporter.translate.ops import composites
-        from exporter.translate.ops import corrections
+        from exporter.translate.ops import composites, corrections, distances, search, special, window_reductions
 
     del ops
     table: dict[OpName, list[ONNXFunction]] = {}
@@ -61,8 +60,9 @@ def _torchlib_table() -> dict[OpName, tuple[ONNXFunction, ...]]:
             table.setdefault(name, []).append(ONNXFunction(function, qualified_name))
         for function in functions.complex:
             table.setdefault(name, []).append(ONNXFunction(function, qualified_name, is_complex=True))
-    for name, function in composites.FUNCTIONS.items():  # composites torchlib leaves to decomposition
-        table.setdefault(name, [ONNXFunction(function, name.qualified_name())])
+    for module in (composites, distances, search, special, window_reductions):  # what torchlib leaves to decomposition
+        for name, function in module.FUNCTIONS.items():
+            table.setdefault(name, [ONNXFunction(function, name.qualified_name())])
     for name, function in complex_ops.FUNCTIONS.items():  # gaps torchlib leaves for complex inputs
         if not any(f.is_complex for f in table.get(name, [])):
             table.setdefault(name, []).append(ONNXFunction(function, name.qualified_name(), is_complex=True))

@@ -15,7 +15,7 @@ from onnxscript import values
 from onnxscript.function_libs.torch_lib.ops import core
 
 from exporter.constants import DOMAIN_COMPOSITES
-from exporter.translate.ops import corrections
+from exporter.translate.ops import corrections, window_reductions
 from exporter.translate.opname import OpName
 
 
@@ -66,15 +66,8 @@ def adaptive_avg_pool1d(self, output_size: Sequence[int]):
 
 def _window_weights(size, out: int, like):
     """The ``[out, size]`` matrix whose row i averages adaptive pooling window i of an axis of `size`."""
-    zero, one, count = op.Constant(value_int=0), op.Constant(value_int=1), op.Constant(value_int=out)
-    n = op.Squeeze(size)
-    cells = op.Range(zero, count, one)
-    start = op.Div(op.Mul(cells, n), count)  # non-negative: integer division floors
-    end = op.Div(op.Add(op.Mul(op.Add(cells, one), n), op.Sub(count, one)), count)
-    positions = op.Unsqueeze(op.Range(zero, n, one), op.Constant(value_ints=[0]))
-    start, end = (op.Unsqueeze(v, op.Constant(value_ints=[1])) for v in (start, end))
-    inside = op.And(op.GreaterOrEqual(positions, start), op.Less(positions, end))
-    return op.Div(op.CastLike(inside, like), op.CastLike(op.Sub(end, start), like))
+    inside = op.CastLike(window_reductions.adaptive_windows(size, out), like)
+    return op.Div(inside, op.ReduceSum(inside, op.Constant(value_ints=[1]), keepdims=1))
 
 
 @_traced

@@ -168,9 +168,20 @@ def _repeat_heads(tensor, query):
     return repeated
 
 
+@_traced
+def signbit(self):
+    """PyTorch's sign bit, which -0.0 has too (torchlib tests ``x < 0``): a zero's sign shows in its
+    reciprocal, -inf. ONNX cannot read a NaN's sign bit before opset 26's BitCast: NaN gives False."""
+    if self.dtype not in (ir.DataType.FLOAT, ir.DataType.DOUBLE, ir.DataType.FLOAT16, ir.DataType.BFLOAT16):
+        return core.aten_signbit(self)
+    zero = op.CastLike(0.0, self)
+    negative_zero = op.And(op.Equal(self, zero), op.Less(op.Reciprocal(self), zero))
+    return op.Or(op.Less(self, zero), negative_zero)
+
 FUNCTIONS = {
     OpName("aten", "squeeze", "dim"): squeeze_dims,
     OpName("aten", "hamming_window"): hamming_window,
+    OpName("aten", "signbit"): signbit,
     OpName("aten", "avg_pool2d"): _avg_pool(nn.aten_avg_pool2d, 2),
     OpName("aten", "avg_pool3d"): _avg_pool(nn.aten_avg_pool3d, 3),
     OpName("aten", "_native_batch_norm_legit_functional"): native_batch_norm_legit_functional,
