@@ -24,7 +24,7 @@ OPTIMIZE_ONNXRUNTIME = "onnxruntime"  # ExportOptions.optimize: also onnxruntime
 VERIFY_DTYPES = ("float64", "float32", "float16", "bfloat16")  # the keys of ExportOptions.verify_tolerances
 # The opsets a model can get: torchlib's functions are written in opset 18 and onnxscript's version
 # converter takes them to 18 … 25 (its SUPPORTED_MIN/MAX_ONNX_OPSET; tests/test_options.py checks them).
-OPSET_VERSIONS = range(DEFAULT_OPSET_VERSION, 26)
+OPSET_VERSIONS = range(18, 26)  # the default: DEFAULT_OPSET_VERSION (20)
 
 
 def check_opset(version: int) -> int:
@@ -174,7 +174,7 @@ class ExportOptions:
     onnx_registry: the `OnnxRegistry` (custom ONNX functions); a shared default otherwise.
     diagnostic_options: verbosity and warnings-as-errors.
     opset_version: the ONNX opset the model gets (`OPSET_VERSIONS`: 18 … 25), whatever the registry's;
-        None: the registry's (`OnnxRegistry(opset_version=...)`), 18 by default. See `target_opset`.
+        None: the registry's (`OnnxRegistry(opset_version=...)`), 20 by default. See `target_opset`.
     optimize: True (default): fold constants and remove dead code with onnxscript's optimizer, and
         rewrite to the standard ops of the target opset (``LayerNormalization``; ``Gelu`` from opset 20)
         and the patterns onnxruntime fuses; the model stays portable. ``"onnxruntime"``: that, plus
@@ -220,7 +220,7 @@ class ExportOptions:
     @property
     def target_opset(self) -> int:
         """The opset the model gets: `opset_version` when given (whatever the registry says), else the
-        registry's, else the default (18)."""
+        registry's, else the default (`DEFAULT_OPSET_VERSION`, 20)."""
         if self.opset_version is not None:
             return self.opset_version
         registry_opset = getattr(self.onnx_registry, "opset_version", None)

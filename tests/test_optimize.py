@@ -79,7 +79,7 @@ def test_optimize_pass_gives_what_onnxscripts_optimizer_gives(name: str):
 
 def test_gelu_is_fused_by_onnxruntime_at_opset_18(tmp_path):
     """torchlib's erf GELU, reordered, is what onnxruntime's GeluFusion recognizes."""
-    export_output = _export(LinearGelu(), torch.randn(3, 16))
+    export_output = _export(LinearGelu(), torch.randn(3, 16), opset_version=18)
     assert "Gelu" not in _op_types(export_output.model_proto)  # opset 18 has no Gelu
     fused = _onnxruntime_op_types(export_output.model_proto, tmp_path)
     assert "Erf" not in fused
@@ -115,7 +115,7 @@ class RmsNorm(nn.Module):
 
 def test_rms_norm_is_fused_by_onnxruntime_at_opset_18(tmp_path):
     """``x * rsqrt(v)`` is written ``x / Sqrt(v)``, the form onnxruntime's SimplifiedLayerNormFusion matches."""
-    export_output = _export(RmsNorm(), torch.randn(2, 5, 16))
+    export_output = _export(RmsNorm(), torch.randn(2, 5, 16), opset_version=18)
     assert "Reciprocal" not in _op_types(export_output.model_proto)
     assert _onnxruntime_op_types(export_output.model_proto, tmp_path) == ["SimplifiedLayerNormalization"]
     model, args, kwargs = corpus.get("hf_llama_lm").build()

@@ -22,7 +22,7 @@ def test_the_opset_range_is_what_onnxscript_converts_to():
     assert (OPSET_VERSIONS[0], OPSET_VERSIONS[-1]) == (18, 25)
     assert (_version_converter.SUPPORTED_MIN_ONNX_OPSET, _version_converter.SUPPORTED_MAX_ONNX_OPSET) == (18, 25)
     entry = json.loads(EXTENSION.read_text())["contributes"]["configuration"]["properties"]["onnxlens.opset"]
-    assert (entry["minimum"], entry["maximum"], entry["default"]) == (18, 25, 18)
+    assert (entry["minimum"], entry["maximum"], entry["default"]) == (18, 25, 20)
 
 
 @pytest.mark.parametrize("opset", [17, 26, 99])

@@ -23,11 +23,12 @@ from torch.export import graph_signature as gs
 
 from exporter.verify import numerics
 from exporter.capture.adapters import FlattenInputStep
-from exporter.constants import DEFAULT_OPSET_VERSION, SOURCE_LINE, Prop, ir_version
+from exporter.constants import SOURCE_LINE, Prop, ir_version
 from exporter.diagnostics import Level
 from exporter.diagnostics import rules
 from exporter.diagnostics.context import io_properties
 from exporter.diagnostics.locations import Frame, stack_of
+from exporter.translate.registry import TORCHLIB_OPSET
 
 if TYPE_CHECKING:
     from exporter.diagnostics import DiagnosticContext
@@ -256,7 +257,7 @@ def _run(graph: ir.Graph, inputs: list[ir.Value], outputs: list[ir.Value], feeds
     import onnxruntime as ort
 
     sub = ir.convenience.extract(graph, inputs, outputs)
-    model = ir.Model(sub, ir_version=ir_version(DEFAULT_OPSET_VERSION), functions=list(functions.values()))
+    model = ir.Model(sub, ir_version=ir_version(TORCHLIB_OPSET), functions=list(functions.values()))
     for n in ir.traversal.RecursiveGraphIterator(sub):
         if n.domain:
             sub.opset_imports.setdefault(n.domain, 1)
