@@ -298,7 +298,7 @@ def _job_json(result: JobResult, state: TargetState) -> dict[str, Any]:
         "stage": result.stage,
         "onnx": result.data.get("onnx"),
         "sarif": result.data.get("sarif"),
-        "summary": result.data.get("summary"),
+        "summary": result.data.get("summary") or None,  # a failed export's (even with a model kept) has none
         "seconds": round(result.seconds, 3),
         "results": sarif_log.results_json(log) if log is not None else [],
     }

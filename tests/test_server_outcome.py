@@ -100,6 +100,7 @@ async def test_a_diverging_model_is_wrong_and_its_graph_is_the_model_kept(models
         "headline": f"divides's model is wrong: output 0 diverges at models.py:{line} (floor_divide)",
     }
     assert job["onnx"] is not None and graph["path"] == job["onnx"] and graph["outcome"] == job["outcome"]
+    assert job["summary"] is None  # the export stopped at the verification: no size counted (null, not {})
 
 
 async def test_dynamic_shapes_that_all_came_out_static_are_degraded_with_the_fixed_dims(models: pathlib.Path):

@@ -25,12 +25,18 @@ import {
   OP_LEVEL_DEBUG_OPTION,
   OPEN_SARIF_LOG,
 } from './protocol';
-import { failed, OPEN_IN_NETRON, openLogsAction, resultActions, resultMessage, severity, SHOW_GRAPH, SHOW_PROBLEMS, statusText } from './reports';
+import {
+  failed, OPEN_IN_NETRON, openLogsAction, resultActions, resultMessage, severity, SHOW_GRAPH, SHOW_PROBLEMS, statusText,
+} from './reports';
 import { SarifLogs } from './sarifViewer';
 import { TargetLine, targetAt } from './targets';
 
 /** How a notification shows, by its severity. */
-const SHOW = { error: vscode.window.showErrorMessage, warning: vscode.window.showWarningMessage, info: vscode.window.showInformationMessage };
+const SHOW = {
+  error: vscode.window.showErrorMessage,
+  warning: vscode.window.showWarningMessage,
+  info: vscode.window.showInformationMessage,
+};
 
 export class Commands {
   /** The last export's outcome (its look and words, the headlines in its tooltip); a click shows the problems. */
@@ -97,9 +103,11 @@ export class Commands {
 
   /** A quick fix's export: its edit saved first (the file on disk is the model the export describes). */
   private async exportAfterFix(args: ExportArgs): Promise<void> {
-    const document = vscode.workspace.textDocuments.find((d) => d.uri.toString() === vscode.Uri.parse(args.uri).toString());
+    const uri = vscode.Uri.parse(args.uri).toString();
+    const document = vscode.workspace.textDocuments.find((d) => d.uri.toString() === uri);
     if (document?.isDirty && !(await document.save())) {
-      void vscode.window.showWarningMessage(`${path.basename(document.uri.fsPath)} was not saved: the export uses its unsaved text.`);
+      const file = path.basename(document.uri.fsPath);
+      void vscode.window.showWarningMessage(`${file} was not saved: the export uses its unsaved text.`);
     }
     await this.export(args);
   }
@@ -175,8 +183,7 @@ export class Commands {
         await this.openSarif(job.sarif ?? undefined);
       }
     }
-    this.outcome.text = statusText(jobs).text;
-    this.outcome.tooltip = statusText(jobs).tooltip;
+    ({ text: this.outcome.text, tooltip: this.outcome.tooltip } = statusText(jobs));
     this.outcome.show();
     const show = SHOW[severity(jobs)];
     const choice = await show(resultMessage(jobs, file), ...resultActions(jobs, this.server.status?.netron ?? false));

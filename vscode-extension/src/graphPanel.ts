@@ -8,8 +8,8 @@ import { ExecuteCommandRequest } from 'vscode-languageclient/node';
 
 import { ServerConnection } from './client';
 import {
-  ErrorCode, errorCode, EXPORT_TARGET, GRAPH, LIST_TARGETS, ListTargetsResult, NoModelData, OPEN_SARIF_LOG, RULE_ACCURACY_DIVERGENCE,
-  RULE_NO_SYMBOLIC_FUNCTION, RULE_OP_LEVEL_DEBUGGING, TargetArgs,
+  ErrorCode, errorCode, EXPORT_TARGET, GRAPH, LIST_TARGETS, ListTargetsResult, NoModelData, OPEN_SARIF_LOG,
+  RULE_ACCURACY_DIVERGENCE, RULE_NO_SYMBOLIC_FUNCTION, RULE_OP_LEVEL_DEBUGGING, TargetArgs,
 } from './protocol';
 import { openLogsAction, SHOW_PROBLEMS } from './reports';
 import { debounce } from './settings';
@@ -61,7 +61,8 @@ export class GraphPanel implements vscode.Disposable {
     );
   }
 
-  /** Shows `target` of `uri` (default: the target at the cursor, or one picked from the file's); false if it could not. */
+  /** Shows `target` of `uri` (default: the target at the cursor, or one picked from the file's); false if it
+   * could not. */
   async showGraph(uri?: string, target?: string): Promise<boolean> {
     const requested = Date.now();
     const editor = vscode.window.activeTextEditor;
@@ -115,7 +116,8 @@ export class GraphPanel implements vscode.Disposable {
       }
     } else if (code === ErrorCode.NoModel) {
       const sarif = (error as { data?: NoModelData }).data?.sarif;
-      const choice = await vscode.window.showErrorMessage(message, SHOW_PROBLEMS, ...(sarif ? [OPEN_SARIF_LOG_ACTION] : []));
+      const actions = [SHOW_PROBLEMS, ...(sarif ? [OPEN_SARIF_LOG_ACTION] : [])];
+      const choice = await vscode.window.showErrorMessage(message, ...actions);
       if (choice === SHOW_PROBLEMS) {
         await vscode.commands.executeCommand('workbench.actions.view.problems');
       } else if (choice === OPEN_SARIF_LOG_ACTION) {
@@ -202,7 +204,8 @@ export class GraphPanel implements vscode.Disposable {
       return;
     }
     const shown = this.shown?.target;
-    if ((!this.panel || shown?.uri !== targetUri || shown.target !== target) && !(await this.showGraph(targetUri, target))) {
+    const other = !this.panel || shown?.uri !== targetUri || shown.target !== target;
+    if (other && !(await this.showGraph(targetUri, target))) {
       return; // no graph of that target: the graph shown (another's) is not highlighted
     }
     this.panel?.reveal(undefined, true);
@@ -272,8 +275,10 @@ function html(webview: vscode.Webview, bundle: vscode.Uri): string {
 <title>Graph</title>
 </head>
 <body>
-<div id="toolbar"><input id="search" type="search" placeholder="Search op type or name (Enter: next)"><span id="status"></span><span id="outcome"></span>
-<span id="legend"><button id="legend-toggle" title="Show or hide the legend of the error colours">Legend</button><span id="legend-items"></span></span></div>
+<div id="toolbar"><input id="search" type="search" placeholder="Search op type or name (Enter: next)">
+<span id="status"></span><span id="outcome"></span>
+<span id="legend"><button id="legend-toggle" title="Show or hide the legend of the error colours">Legend</button>
+<span id="legend-items"></span></span></div>
 <svg id="graph"><defs><marker id="arrow" viewBox="0 0 8 8" refX="8" refY="4" markerWidth="6" markerHeight="6" orient="auto"><path d="M0,0L8,4L0,8z"/></marker></defs><g id="viewport"></g></svg>
 <div id="details"><button id="details-close" title="Close the details">×</button><div id="details-rows"></div></div>
 <script nonce="${nonce}" src="${script}"></script>

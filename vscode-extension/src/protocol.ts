@@ -9,7 +9,7 @@ export const GRAPH = 'onnxlens.server.graph'; // takes `TargetArgs`: the target'
 /** Commands of the extension the server's code lenses invoke. */
 export const OPEN_SARIF_LOG = 'onnxlens.openSarifLog';
 export const EXPORT_TARGET = 'onnxlens.exportTarget'; // takes `ExportArgs`: exports as EXPORT does and shows the result
-export const EXPORT_AFTER_FIX = 'onnxlens.exportAfterFix'; // a quick fix's: saves the file it edited (`uri`), then as EXPORT_TARGET
+export const EXPORT_AFTER_FIX = 'onnxlens.exportAfterFix'; // a quick fix's: saves its file (`uri`), then EXPORT_TARGET
 
 /** Notifications from the server. */
 export const EXPORT_PROGRESS = 'onnxlens/exportProgress';

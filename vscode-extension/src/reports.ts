@@ -67,7 +67,8 @@ export function statusText(jobs: Job[]): { text: string; tooltip: string } {
   const worst = shown.find((job) => job.outcome.severity === severity(shown)) ?? shown[0];
   const look = LOOKS[worst.outcome.kind];
   const others = shown.length > 1 ? ` (+${shown.length - 1})` : '';
-  return { text: `$(${look.icon}) ${worst.target}: ${look.word}${others}`, tooltip: shown.map((job) => job.outcome.headline).join('\n') };
+  const tooltip = shown.map((job) => job.outcome.headline).join('\n');
+  return { text: `$(${look.icon}) ${worst.target}: ${look.word}${others}`, tooltip };
 }
 
 function jobMessage(job: Job): string {
@@ -78,7 +79,8 @@ function jobMessage(job: Job): string {
   if (job.onnx === null) {
     return headline;
   }
-  return kind === 'wrong' ? `${headline}. The model is kept to inspect: ${written(job)} (${details(job)})` : `${headline} → ${written(job)} (${details(job)})`;
+  const model = `${written(job)} (${details(job)})`;
+  return kind === 'wrong' ? `${headline}. The model is kept to inspect: ${model}` : `${headline} → ${model}`;
 }
 
 /** "Exported 1 of 3 targets of net.py: encoder (12 ops, 0.4 s); decoder wrong model: …; head cancelled". */
@@ -91,7 +93,8 @@ function summaryMessage(jobs: Job[], file: string): string {
       return `${job.target} (${details(job)})`;
     }
     const words = LOOKS[job.outcome.kind].word;
-    return `${job.target} ${words}${job.onnx !== null ? ` (${details(job)})` : ''}: ${job.outcome.headline.replace(/\.$/, '')}`;
+    const size = job.onnx !== null ? ` (${details(job)})` : '';
+    return `${job.target} ${words}${size}: ${job.outcome.headline.replace(/\.$/, '')}`;
   });
   return `Exported ${jobs.filter(exported).length} of ${jobs.length} targets of ${file}: ${parts.join('; ')}`;
 }
@@ -102,10 +105,14 @@ function written(job: Job): string {
   return job.summary?.generation ? `${path.basename(path.dirname(onnx))}/` : path.basename(onnx);
 }
 
-/** The model's size as the graph view counts it ("12 ops"), its warnings, the generation check, the time. */
+/** The model's size as the graph view counts it ("12 ops"; none counted when a check stopped the export), its
+ * warnings, the generation check, the time. */
 function details(job: Job): string {
-  const warnings = job.summary?.warnings ? `, ${job.summary.warnings} warnings` : '';
-  const generation = job.summary?.generation ? `, ${job.summary.generation}` : '';
-  const ops = job.summary ? `${job.summary.nodes} ops` : 'size not counted'; // a wrong model's export stopped before
-  return `${ops}${warnings}${generation}, ${job.seconds.toFixed(1)} s`;
+  const summary = job.summary;
+  return [
+    ...(summary ? [`${summary.nodes} ops`] : []),
+    ...(summary?.warnings ? [`${summary.warnings} warnings`] : []),
+    ...(summary?.generation ? [summary.generation] : []),
+    `${job.seconds.toFixed(1)} s`,
+  ].join(', ');
 }

@@ -37,7 +37,7 @@ test('one export: its outcome in its words, the model and its size in ops (as th
   assert.equal(resultMessage([degraded], 'net.py'),
     'Exported encoder, but its dimensions are all static: x[2, 8] (asked dynamic: x) → net.encoder.onnx (12 ops, 0.4 s)');
   assert.equal(resultMessage([wrong], 'net.py'),
-    "encoder's model is wrong: output 0 diverges at net.py:12 (floor_divide). The model is kept to inspect: net.encoder.onnx (size not counted, 0.4 s)");
+    "encoder's model is wrong: output 0 diverges at net.py:12 (floor_divide). The model is kept to inspect: net.encoder.onnx (0.4 s)");
   assert.equal(resultMessage([job('encoder', 'failed')], 'net.py'), 'Export of encoder failed: Unsupported: a::b.');
   assert.equal(resultMessage([cancelled], 'net.py'), 'Export of encoder cancelled.');
 });
@@ -67,7 +67,7 @@ test('several exports: one summary, every target in it in order, each with its o
   const timeout = job('decoder', 'failed', { status: 'timeout', outcome: outcome('failed', 'Export of decoder failed: Timed out after 300 s during capture.') });
   assert.equal(resultMessage([job('encoder', 'exported'), timeout, job('head', 'failed', { status: 'cancelled' }), { ...wrong, target: 'tail' }], 'net.py'),
     'Exported 1 of 4 targets of net.py: encoder (12 ops, 0.4 s); decoder failed: Export of decoder failed: Timed out after 300 s during capture; '
-    + "head cancelled; tail wrong model (size not counted, 0.4 s): encoder's model is wrong: output 0 diverges at net.py:12 (floor_divide)");
+    + "head cancelled; tail wrong model (0.4 s): encoder's model is wrong: output 0 diverges at net.py:12 (floor_divide)");
 });
 
 test('the buttons: problems unless plainly exported, the logs, the graph and Netron for one model (a wrong one too)', () => {

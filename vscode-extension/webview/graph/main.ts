@@ -44,7 +44,7 @@ window.addEventListener('message', (event: MessageEvent<Incoming>) => {
     closeDetails();
     document.title = message.title;
     const shown = message.graph.outcome;
-    outcome.textContent = shown && shown.kind !== 'exported' ? shown.headline : ''; // "… is wrong: output 0 diverges at …"
+    outcome.textContent = shown && shown.kind !== 'exported' ? shown.headline : ''; // "… is wrong: output 0 diverges …"
     outcome.className = shown?.severity ?? '';
     outcome.title = outcome.textContent;
     void redraw('first', () => fit());
@@ -148,7 +148,9 @@ window.addEventListener('keydown', (e) => {
     closeDetails();
   }
 });
-document.querySelector('#legend-toggle')!.addEventListener('click', () => document.querySelector('#legend')!.classList.toggle('closed'));
+document.querySelector('#legend-toggle')!.addEventListener('click', () => {
+  document.querySelector('#legend')!.classList.toggle('closed');
+});
 
 function nodeDetails(id: string): HTMLElement[] {
   const node = index!.nodes.get(id)!;

@@ -64,7 +64,7 @@ export interface GraphData {
   groups: Group[];
   nodes: GraphNode[];
   edges: Edge[];
-  outcome: { kind: string; headline: string; severity: 'error' | 'warning' | 'info' } | null; // the export's (protocol.ts `Outcome`)
+  outcome: { kind: string; headline: string; severity: 'error' | 'warning' | 'info' } | null; // protocol.ts `Outcome`
 }
 
 /** How bad a node's checks are: none run, all within tolerance, or the worst error in multiples of its tolerance. */
