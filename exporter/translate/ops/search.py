@@ -24,30 +24,32 @@ def _traced(fn):
 def searchsorted(sorted_sequence, self, out_int32: bool = False, right: bool = False, side: str = "", sorter=None):
     """Indices at which `self` would be inserted in the last axis of `sorted_sequence` (1-D: for every
     value; N-D: row by row), after equal elements if `right` or ``side="right"``; `sorter` sorts it."""
+    shape = sorted_sequence.shape  # read before the gather: its result has no shape yet
     if sorter is not None:
         sorted_sequence = op.GatherElements(sorted_sequence, sorter, axis=-1)
-    return _insertion_indices(sorted_sequence, self, right or side == "right", out_int32)
+    return _insertion_indices(sorted_sequence, shape, self, right or side == "right", out_int32)
 
 
 @_traced
 def bucketize(self, boundaries, out_int32: bool = False, right: bool = False):
     """The bucket of each value of `self` among the sorted 1-D `boundaries` (`searchsorted` with the
     arguments swapped)."""
-    return _insertion_indices(boundaries, self, right, out_int32)
+    return _insertion_indices(boundaries, boundaries.shape, self, right, out_int32)
 
 
-def _insertion_indices(sequence, values, right: bool, out_int32: bool):
+def _insertion_indices(sequence, shape, values, right: bool, out_int32: bool):
+    """PyTorch's binary search for `values` in the last axis of `sequence` (of `shape`)."""
     values = op.CastLike(values, sequence)  # a Python number for the Scalar overloads
-    length = sequence.shape[-1]
+    length = shape[-1]
     size = op.Shape(sequence, start=-1)
     start = op.Expand(op.Constant(value_int=0), op.Shape(values))
     end = op.Expand(op.Squeeze(size), op.Shape(values))
     steps = length.bit_length() if isinstance(length, int) else _DYNAMIC_STEPS
-    last, two = op.Sub(size, op.Constant(value_ints=[1])), op.Constant(value_int=2)
+    last, two = op.Sub(op.Squeeze(size), op.Constant(value_int=1)), op.Constant(value_int=2)
     for _ in range(steps):
         middle = op.Div(op.Add(start, end), two)
         middle_index = op.Min(middle, last)  # in range where the search is over (start == end == N)
-        if len(sequence.shape) == 1:
+        if len(shape) == 1:
             middle_value = op.Gather(sequence, middle_index, axis=0)
         else:
             middle_value = op.GatherElements(sequence, middle_index, axis=-1)

@@ -31,11 +31,11 @@ def _traced(fn):
 def cumprod(self, dim: int, dtype: int = -1):
     """Running products along `dim`, each window multiplied out (zeros and negatives exact); integers
     and booleans accumulate in int64 as in PyTorch, `dtype` casts first."""
+    rank = len(self.shape)  # read before a cast: the cast's result has no shape yet
     if dtype not in (None, -1):
         self = op.Cast(self, to=dtype)
     elif self.dtype in _NOT_INT64:
         self = op.Cast(self, to=INT64.dtype)
-    rank = len(self.shape)
     if rank == 0:
         return op.Identity(self)
     axis = dim % rank
@@ -62,7 +62,7 @@ def _cumulative_extreme(self, dim: int, largest: bool):
     if rank == 0:
         return op.Identity(self), op.Constant(value=ir.tensor(0, dtype=ir.DataType.INT64))
     axis = dim % rank
-    indices = _window_arg_extreme(self, axis, rank, _prefixes(_size(self, axis)), largest, last=True)
+    indices = _window_arg_extreme(self, axis, rank, _prefixes(_size(self, axis)), largest, last=True, floating=_floating(self))
     return op.GatherElements(self, indices, axis=axis), indices
 
 
@@ -72,11 +72,13 @@ def adaptive_max_pool2d(self, output_size: Sequence[int]):
     ``H × W`` plane (ties: the first in row-major order; NaN: the last NaN), as PyTorch. Separable:
     each row's window maxima along the width, then the maxima of those along the height."""
     rank = len(self.shape)
-    height, width = rank - 2, rank - 1
-    columns = _window_arg_extreme(self, width, rank, adaptive_windows(_size(self, width), output_size[1]), True, False)
+    height, width, floating = rank - 2, rank - 1, _floating(self)
+    columns = _window_arg_extreme(
+        self, width, rank, adaptive_windows(_size(self, width), output_size[1]), True, False, floating
+    )
     row_maxima = op.GatherElements(self, columns, axis=width)
     rows = _window_arg_extreme(
-        row_maxima, height, rank, adaptive_windows(_size(self, height), output_size[0]), True, last=False
+        row_maxima, height, rank, adaptive_windows(_size(self, height), output_size[0]), True, False, floating
     )
     flat = op.Add(op.Mul(rows, _size(self, width)), op.GatherElements(columns, rows, axis=height))
     return op.GatherElements(row_maxima, rows, axis=height), flat
@@ -87,7 +89,7 @@ def adaptive_max_pool1d(self, output_size: Sequence[int]):
     """The maximum of each adaptive window along the last axis and its index (ties and NaN as 2-D)."""
     axis = len(self.shape) - 1
     indices = _window_arg_extreme(
-        self, axis, axis + 1, adaptive_windows(_size(self, axis), output_size[0]), True, last=False
+        self, axis, axis + 1, adaptive_windows(_size(self, axis), output_size[0]), True, False, _floating(self)
     )
     return op.GatherElements(self, indices, axis=axis), indices
 
@@ -124,14 +126,18 @@ def _spread(x, inside, axis: int, rank: int):
     return op.Unsqueeze(x, op.Constant(value_ints=[axis])), inside
 
 
-def _window_arg_extreme(x, axis: int, rank: int, inside, largest: bool, last: bool):
-    """The index along `axis` of each window's maximum (or minimum) in `x`: of equal ones the `last`
-    or the first; a window with a NaN gives its last NaN (PyTorch's rule for cummax and max pooling).
-    Shaped as `x`, with the windows along `axis`."""
+def _floating(x) -> bool:
+    return x.dtype in _FLOATS
+
+
+def _window_arg_extreme(x, axis: int, rank: int, inside, largest: bool, last: bool, floating: bool):
+    """The index along `axis` of each window's maximum (or minimum) in `x` (of rank `rank`, `floating`
+    or not: an intermediate value has no type yet): of equal ones the `last` or the first; a window
+    with a NaN gives its last NaN (PyTorch's rule for cummax and max pooling). Shaped as `x`, with the
+    windows along `axis`."""
     spread, inside = _spread(x, inside, axis, rank)
     reduced = op.Constant(value_ints=[axis + 1])
-    is_float = x.dtype in _FLOATS
-    if is_float:
+    if floating:
         fill = op.CastLike(float("-inf") if largest else float("inf"), x)
     else:  # any value not above (below) every element: the row's own minimum (maximum)
         fill = op.Unsqueeze((op.ReduceMin if largest else op.ReduceMax)(x, op.Constant(value_ints=[axis]), keepdims=1), op.Constant(value_ints=[axis]))
@@ -144,7 +150,7 @@ def _window_arg_extreme(x, axis: int, rank: int, inside, largest: bool, last: bo
         index = op.ReduceMax(op.Where(hits, positions, op.Constant(value_int=-1)), reduced, keepdims=0)
     else:
         index = op.ReduceMin(op.Where(hits, positions, op.Squeeze(_size(x, axis))), reduced, keepdims=0)
-    if is_float:
+    if floating:
         nans = op.And(inside, op.IsNaN(spread))
         last_nan = op.ReduceMax(op.Where(nans, positions, op.Constant(value_int=-1)), reduced, keepdims=0)
         index = op.Where(op.GreaterOrEqual(last_nan, op.Constant(value_int=0)), last_nan, index)

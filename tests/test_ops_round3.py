@@ -1,0 +1,168 @@
+"""The ops torchlib does not translate (issue 31): cdist, searchsorted/bucketize, cumprod, erfinv,
+cummax/cummin, signbit, adaptive max pooling. Each is exported whole (no decomposition), static and
+with dynamic shapes, and compared with eager PyTorch in onnxruntime over edge values (zeros, negatives,
+ties, ±inf, NaN where the op defines them, empty tensors), the dynamic export also at a second size."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+import exporter
+from exporter.capture.extractor import FXGraphExtractor
+from exporter.diagnostics import DiagnosticContext
+from exporter.passes import decompose
+from exporter.translate.registry import default_registry
+from helpers import assert_matches_eager
+
+INF, NAN = math.inf, math.nan
+
+
+def _points(rows: int, features: int = 3) -> torch.Tensor:
+    """Points with zeros, negatives and a repeated row (distance 0 to its twin)."""
+    x = torch.randn(2, rows, features)
+    x[:, 0] = 0.0
+    x[:, -1] = x[:, 1]
+    return x
+
+
+def _sorted(shape) -> torch.Tensor:
+    """A sorted sequence (sorted rows) of integers, with repeats."""
+    return torch.sort(torch.randint(-4, 5, shape if isinstance(shape, tuple) else (shape,)).float(), dim=-1).values
+
+
+def _probes(shape) -> torch.Tensor:
+    """Values to look up: exact ties with the sequence (integers), between them, ±inf and NaN."""
+    v = torch.randint(-5, 6, shape).float() + torch.randint(0, 2, shape) * 0.5
+    v.view(-1)[:3] = torch.tensor([INF, -INF, NAN])
+    return v
+
+
+def _ragged(shape) -> torch.Tensor:
+    """Zeros, negatives, ties and ±inf."""
+    x = torch.randint(-3, 4, shape).float()
+    x.view(-1)[:2] = torch.tensor([INF, -INF])
+    return x
+
+
+def _with_nan(x: torch.Tensor) -> torch.Tensor:
+    x = x.clone()
+    x.view(-1)[x.numel() // 2] = NAN
+    return x
+
+
+def _cases():
+    """name → (function, export inputs, second-size inputs, atol)."""
+    torch.manual_seed(0)
+    erfinv_edges = torch.tensor([-1.5, -1.0, -0.9999999, -0.5, -0.0, 0.0, 1e-30, 0.3, 0.999, 1.0, 2.0, NAN])
+    return {
+        "cdist_p2_direct": (lambda a, b: torch.cdist(a, b), (_points(5), _points(4)), (_points(7), _points(6)), 1e-4),
+        "cdist_p2_mm": (
+            lambda a, b: torch.cdist(a, b, compute_mode="use_mm_for_euclid_dist"),
+            (torch.randn(2, 5, 3), torch.randn(2, 4, 3)), (torch.randn(3, 8, 3), torch.randn(3, 2, 3)), 1e-4,
+        ),
+        "cdist_p2_large": (
+            lambda a, b: torch.cdist(a, b), (torch.randn(1, 30, 4), torch.randn(1, 27, 4)),
+            (torch.randn(2, 33, 4), torch.randn(2, 26, 4)), 1e-4,
+        ),
+        "cdist_p2_no_mm": (
+            lambda a, b: torch.cdist(a, b, compute_mode="donot_use_mm_for_euclid_dist"),
+            (_points(30), _points(4)), (_points(31), _points(6)), 1e-5,
+        ),
+        "cdist_p1": (lambda a, b: torch.cdist(a, b, p=1), (_points(5), _points(4)), (_points(7), _points(6)), 1e-5),
+        "cdist_pinf": (lambda a, b: torch.cdist(a, b, p=INF), (_points(5), _points(4)), (_points(7), _points(6)), 1e-5),
+        "cdist_p0": (lambda a, b: torch.cdist(a, b, p=0), (_points(5), _points(4)), (_points(7), _points(6)), 1e-5),
+        "cdist_p3_5": (lambda a, b: torch.cdist(a, b, p=3.5), (_points(5), _points(4)), (_points(7), _points(6)), 1e-5),
+        "searchsorted_left_1d": (
+            lambda s, v: torch.searchsorted(s, v), (_sorted(9), _probes((3, 4))), (_sorted(12), _probes((2, 5))), 0,
+        ),
+        "searchsorted_right_rows": (
+            lambda s, v: torch.searchsorted(s, v, right=True, out_int32=True),
+            (_sorted((3, 8)), _probes((3, 5))), (_sorted((2, 11)), _probes((2, 3))), 0,
+        ),
+        "searchsorted_side_sorter": (
+            lambda s, v, order: torch.searchsorted(s, v, side="right", sorter=order),
+            (torch.tensor([[3.0, -1.0, 2.0, 2.0, 0.0]] * 2), _probes((2, 6)), torch.tensor([[1, 4, 2, 3, 0]] * 2)),
+            (torch.tensor([[5.0, 1.0, -2.0, 1.0]] * 3), _probes((3, 2)), torch.tensor([[2, 1, 3, 0]] * 3)), 0,
+        ),
+        "searchsorted_scalar": (lambda s: torch.searchsorted(s, 0.5), (_sorted(7),), (_sorted(10),), 0),
+        "bucketize": (
+            lambda v, b: (torch.bucketize(v, b), torch.bucketize(v, b, right=True, out_int32=True)),
+            (_probes((4, 3)), _sorted(6)), (_probes((2, 7)), _sorted(9)), 0,
+        ),
+        "cumprod_zeros_negatives": (lambda x: torch.cumprod(x, 1), (_ragged((2, 6, 3)),), (_ragged((3, 4, 2)),), 1e-5),
+        "cumprod_last_dim_dtype": (
+            lambda x: torch.cumprod(x, -1, dtype=torch.float64), (_with_nan(_ragged((3, 5))),), (_ragged((2, 7)),), 1e-5,
+        ),
+        "cumprod_int32": (lambda x: torch.cumprod(x, 0), (torch.randint(-3, 4, (5, 2), dtype=torch.int32),),
+                          (torch.randint(-3, 4, (7, 3), dtype=torch.int32),), 0),
+        "erfinv": (lambda x: torch.special.erfinv(x), (erfinv_edges,), (torch.linspace(-1, 1, 41),), 1e-5),
+        "erfinv_tensor_method": (lambda x: x.erfinv() * 2, (torch.rand(3, 4) * 2 - 1,), (torch.rand(5, 2) * 2 - 1,), 1e-5),
+        "cummax_ties_nan": (lambda x: torch.cummax(x, 1), (_with_nan(_ragged((2, 7))),), (_ragged((3, 9)),), 0),
+        "cummin_ties_nan": (lambda x: torch.cummin(x, 0), (_with_nan(_ragged((6, 3))),), (_ragged((8, 2)),), 0),
+        "cummax_int": (lambda x: torch.cummax(x, -1), (torch.randint(-2, 3, (3, 8)),), (torch.randint(-2, 3, (2, 5)),), 0),
+        "signbit": (
+            lambda x, n: (torch.signbit(x), torch.signbit(n)),
+            (torch.tensor([-0.0, 0.0, -1.5, 2.0, -INF, INF, NAN, 1e-40, -1e-40]), torch.tensor([-3, 0, 4])),
+            (torch.tensor([0.0, -0.0, -2.0, 3.0, -INF]), torch.tensor([5, -1, 0, -7])), 0,
+        ),
+        "adaptive_max_pool2d": (
+            torch.nn.AdaptiveMaxPool2d((2, 3), return_indices=True), (_with_nan(_ragged((1, 2, 7, 9))),),
+            (_ragged((2, 2, 10, 5)),), 0,
+        ),
+        "adaptive_max_pool2d_unbatched": (
+            torch.nn.AdaptiveMaxPool2d((3, 3)), (_ragged((2, 6, 8)),), (_ragged((2, 11, 4)),), 0,
+        ),
+        "adaptive_max_pool1d": (
+            torch.nn.AdaptiveMaxPool1d(4, return_indices=True), (_with_nan(_ragged((2, 3, 10))),),
+            (_ragged((1, 3, 13)),), 0,
+        ),
+    }
+
+
+CASES = _cases()
+
+
+@pytest.mark.parametrize("dynamic", [False, True], ids=["static", "dynamic"])
+@pytest.mark.parametrize("name", list(CASES))
+def test_matches_eager_over_edge_values(name, dynamic):
+    fn, args, other, atol = CASES[name]
+    export_output = exporter.dynamo_export(fn, *args, export_options=exporter.ExportOptions(dynamic_shapes=dynamic))
+    assert_matches_eager(export_output, fn, args, atol=atol)
+    if dynamic:
+        assert_matches_eager(export_output, fn, args, atol=atol, run_args=other)
+
+
+@pytest.mark.parametrize("name", ["cdist_p2_direct", "searchsorted_side_sorter", "cumprod_zeros_negatives", "erfinv",
+                                  "cummax_ties_nan", "signbit", "adaptive_max_pool2d"])
+def test_kept_whole(name):
+    """The ops are translated as the user called them: nothing is left to decompose."""
+    fn, args, _, _ = CASES[name]
+    program = FXGraphExtractor().generate_fx(fn, args, {}, dynamic_shapes=True, ctx=DiagnosticContext())
+    assert decompose.untranslatable_targets(program, default_registry()) == set()
+
+
+def test_empty_tensors():
+    """Empty lookups, scans over an empty axis and an empty sequence, as PyTorch allows them."""
+    fn = (lambda s, v, e, x: (torch.searchsorted(s, v), torch.searchsorted(e, x), torch.cumprod(x[:, :0], 1),
+                                     torch.cummax(x[:0], 0)))
+    args = (_sorted(5), torch.zeros(0), torch.zeros(0), _ragged((3, 4)))
+    assert_matches_eager(exporter.dynamo_export(fn, *args), fn, args)
+
+
+def test_unsorted_sequence_gives_pytorchs_answer():
+    """A sequence that is not sorted has no defined insertion point; the result is still PyTorch's (the
+    same binary search), so a dynamic export's check at a second size with random inputs agrees."""
+    fn = (lambda s, v: torch.searchsorted(s, v))
+    s, v = torch.randn(2, 13), torch.randn(2, 6)
+    export_output = exporter.dynamo_export(fn, s, v, export_options=exporter.ExportOptions(dynamic_shapes=True))
+    assert_matches_eager(export_output, fn, (s, v), run_args=(torch.randn(3, 40), torch.randn(3, 9)))
+
+
+def test_erfinv_is_accurate_over_the_open_interval():
+    """Within float32 tolerance of PyTorch on a dense grid of (-1, 1), including the tails."""
+    fn = torch.special.erfinv
+    grid = torch.cat([torch.linspace(-1, 1, 20001)[1:-1], 1 - torch.logspace(-7, -1, 200), -1 + torch.logspace(-7, -1, 200)])
+    assert_matches_eager(exporter.dynamo_export(fn, grid), fn, (grid,), atol=1e-6, rtol=1e-6)
