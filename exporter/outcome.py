@@ -6,7 +6,8 @@
   warning: op-level debug, or a function the user registered, such as the quick fix's stub).
 - **degraded**: asked dynamic, came out static (an FXE0020 warning), or options that fix a dimension to a
   number (a spec such as ``{"x": {0: 2}}``): the graph accepts only those sizes.
-- **verified**: verify ran and every output matched.
+- **verified**: verify ran and every output matched, or a generation export's greedy tokens are those of
+  ``generate()`` (FXE0022's note).
 - **exported**: none of the above.
 
 Torch-free: the language server imports these names.
@@ -21,7 +22,9 @@ from collections.abc import Iterable, Sequence
 from typing import Any, Protocol
 
 from exporter.constants import Prop
-from exporter.diagnostics.rules import ACCURACY_DIVERGENCE, DIMENSION_SPECIALIZED, OP_LEVEL_DEBUGGING, Level, Rule
+from exporter.diagnostics.rules import (
+    ACCURACY_DIVERGENCE, DIMENSION_SPECIALIZED, GENERATION_DIVERGENCE, OP_LEVEL_DEBUGGING, Level, Rule,
+)
 
 ASKED_DYNAMIC = "askedDynamic"  # FXE0020's note (a warning when all came out static): the dims asked dynamic
 
@@ -104,7 +107,7 @@ def decide(
     if not model:
         reason = failure or (f"{errors[0].rule.id} {errors[0].message}" if errors else "no model was written")
         return Outcome(Kind.FAILED, f"Export of {subject} failed: {_first_line(reason)}")
-    wrong = [d for d in errors if _is(d, ACCURACY_DIVERGENCE)]
+    wrong = [d for d in errors if _is(d, ACCURACY_DIVERGENCE) or _is(d, GENERATION_DIVERGENCE)]
     wrong += [d for d in diagnostics if _is(d, OP_LEVEL_DEBUGGING) and d.level >= Level.WARNING]
     if wrong:
         owner = f"{name}'s model" if name else "The model"
@@ -120,6 +123,11 @@ def decide(
         worst = max((o.get(Prop.MAX_ABS_ERROR, 0.0) for o in outputs), default=0.0)
         count = f"{len(outputs)} output matches" if len(outputs) == 1 else f"{len(outputs)} outputs match"
         headline = f"Exported {subject}, verified in onnxruntime: {count} (max abs error {worst:.3g})"
+        return Outcome(Kind.VERIFIED, headline)
+    generated = next((d for d in diagnostics if _is(d, GENERATION_DIVERGENCE) and _generation_passed(d)), None)
+    if generated is not None:
+        steps, batch = generated.properties["steps"], generated.properties["batch"]
+        headline = f"Exported {subject} for generation, verified in onnxruntime: {steps} greedy tokens for {batch} prompts as generate()"
         return Outcome(Kind.VERIFIED, headline)
     return Outcome(Kind.EXPORTED, f"Exported {subject}")
 
@@ -157,6 +165,10 @@ def _verified(d: DiagnosticLike) -> bool:
     return d.level == Level.NOTE and "outputs" in d.properties and "divergingOutputs" not in d.properties
 
 
+def _generation_passed(d: DiagnosticLike) -> bool:
+    return d.level == Level.NOTE and d.properties.get("generationCheck") == "passed"
+
+
 def _fixed_dims(dynamic: Iterable[DiagnosticLike]) -> list[FixedDim]:
     keys = (Prop.INPUT, Prop.DIM, Prop.SIZE)
     return [FixedDim(*(d.properties[k] for k in keys)) for d in dynamic if all(k in d.properties for k in keys)]
@@ -175,6 +187,8 @@ def _what_is_wrong(d: DiagnosticLike) -> str:
     """Which output or op is wrong and where (``output 0 diverges at model.py:12 (floor_divide)``)."""
     where = f" at {os.path.basename(d.location.path)}:{d.location.line}" if d.location else ""
     op = _op_name(d.properties.get(Prop.FX_TARGET, ""))
+    if _is(d, GENERATION_DIVERGENCE):
+        return f"{_first_line(d.message)}{where}"
     if _is(d, OP_LEVEL_DEBUGGING):
         registered = "the ONNX function registered for " if d.properties.get("custom") else ""
         return f"{registered}{op or 'an op'} computes other numbers than PyTorch{where}"

@@ -74,6 +74,8 @@ def test_a_generation_export_takes_the_same_precedence(models, tmp_path):
     assert {o.domain: o.version for o in proto.opset_import}[""] == 20  # the editor's default 18 no longer wins
     assert len(proto.functions) == 0  # the request's override is no longer dropped
     assert result.summary["opset"] == 20 and "identical to generate()" in result.summary["generation"]
+    assert result.outcome.kind == "verified", result.outcome  # the generation check passed: a verified model
+    assert "greedy tokens" in result.outcome.headline and "as generate()" in result.outcome.headline
 
 
 @pytest.mark.parametrize("settings, overrides, refused", [
