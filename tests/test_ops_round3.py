@@ -5,6 +5,7 @@ ties, ±inf, NaN where the op defines them, empty tensors), the dynamic export a
 
 from __future__ import annotations
 
+import inspect
 import math
 
 import pytest
@@ -166,3 +167,48 @@ def test_erfinv_is_accurate_over_the_open_interval():
     fn = torch.special.erfinv
     grid = torch.cat([torch.linspace(-1, 1, 20001)[1:-1], 1 - torch.logspace(-7, -1, 200), -1 + torch.logspace(-7, -1, 200)])
     assert_matches_eager(exporter.dynamo_export(fn, grid), fn, (grid,), atol=1e-6, rtol=1e-6)
+
+
+class Untranslatable(torch.nn.Module):
+    """``torch.special.i1`` decomposes to ``prims.bessel_i1``, which nothing translates; ``torch.polygamma``
+    has no translation as called."""
+
+    def __init__(self, mutate: bool):
+        super().__init__()
+        self.mutate = mutate
+
+    def forward(self, x):
+        if self.mutate:  # an in-place op on an input: the whole program is decomposed by torch.export
+            x.mul_(2)
+        y = torch.special.i1(x)
+        return torch.polygamma(2, y)
+
+
+def _line_of(code: str) -> int:
+    lines, first = inspect.getsourcelines(Untranslatable.forward)
+    return first + next(i for i, line in enumerate(lines) if code in line)
+
+
+@pytest.mark.parametrize("mutate", [False, True], ids=["spliced", "whole_program"])
+def test_untranslatable_decomposition_names_the_users_call(mutate):
+    """FXE0011/FXE0012 and the error name what the user wrote and the primitive it became."""
+    with pytest.raises(exporter.OnnxExporterError) as raised:
+        exporter.dynamo_export(Untranslatable(mutate), torch.rand(3, 4) + 0.5)
+    i1_line, polygamma_line = _line_of("torch.special.i1("), _line_of("torch.polygamma(")
+    assert (
+        f"Unsupported operators: aten.polygamma.default, prims.bessel_i1.default (from torch.special.i1 at "
+        f"test_ops_round3.py:{i1_line})." in str(raised.value)
+    )
+    diagnostics = raised.value.export_output.diagnostic_context.diagnostics
+    errors = {d.properties.get("fxTarget"): d for d in diagnostics if d.rule.id == "FXE0011" and d.level.name == "ERROR"}
+    i1, polygamma = errors["prims.bessel_i1.default"], errors["aten.polygamma.default"]
+    assert i1.message.startswith(
+        f"torch.special.i1 at test_ops_round3.py:{i1_line} became prims.bessel_i1.default, which has no ONNX translation."
+    )
+    assert (i1.location.line, i1.properties["userCall"], i1.properties["originalOperator"]) == (
+        i1_line, "torch.special.i1", "aten.special_i1.default"
+    )
+    assert "became" not in polygamma.message and "userCall" not in polygamma.properties  # called as it is
+    assert polygamma.location.line == polygamma_line
+    (analysis,) = [d for d in diagnostics if d.rule.id == "FXE0012"]
+    assert f"prims.bessel_i1.default (from torch.special.i1 at test_ops_round3.py:{i1_line})" in analysis.message

@@ -10,7 +10,8 @@ need none: `exporter.translate.ops.composites` translates them):
   (``mask[a:b] = v``) is scattered back into it (``slice_scatter``);
 - every other untranslatable node is replaced by its decomposition, traced on the node's own fake
   inputs (symbolic shapes included) and spliced into the graph, each new node keeping the original's
-  ``stack_trace`` and ``nn_module_stack`` so diagnostics still point at the user's line. Nodes with
+  ``stack_trace`` and ``nn_module_stack`` so diagnostics still point at the user's line, and the
+  original operator as ``original_aten`` so they name what the user called. Nodes with
   the same operator and arguments (input dtypes, shapes and strides, the same constants) share one
   trace.
 
@@ -260,6 +261,7 @@ def _splice_decomposition(
                 raise NotImplementedError(f"the decomposition of {target} creates constants")
             new = graph.node_copy(sub, lambda n: env[n])
             new.meta.update({k: node.meta[k] for k in _KEPT_META if k in node.meta})
+            new.meta["original_aten"] = node.meta.get("original_aten", target)  # what the user called, for messages
             env[sub] = new
     _replace_results(node, output)
     graph.erase_node(node)

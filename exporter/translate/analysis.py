@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import operator
+import os
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -47,15 +48,63 @@ def find_unsupported(
         unsupported.append(node)
         schema = getattr(node.target, "_schema", None)
         properties = {"schema": str(schema)} if schema else {}
+        origin = decomposed_from(node)
+        if origin:
+            reason = f"{user_call(node)} became {node.target}, which has no ONNX translation. {reason}"
+            properties |= {"userCall": origin[0], "originalOperator": str(origin[1])}
         ctx.report(rules.NO_SYMBOLIC_FUNCTION, Level.ERROR, reason, node=node, **properties, **(describe(node) if describe else {}))
     if unsupported:
         targets = sorted({str(n.target) for n in unsupported})
         ctx.report(
             rules.UNSUPPORTED_FX_NODE_ANALYSIS,
             Level.ERROR,
-            f"Unsupported FX nodes: {', '.join(targets)}.",
+            f"Unsupported FX nodes: {summary(unsupported)}.",
             stack=stack_of(unsupported[0]),  # located at the first one; FXE0011 locates each
             unsupportedTargets=targets,
             unsupportedNodes={str(n.target): [m.name for m in unsupported if m.target == n.target] for n in unsupported},
         )
     return unsupported
+
+
+def summary(nodes: list[torch.fx.Node]) -> str:
+    """The unsupported operators, each decomposed one with what the user called and where:
+    ``prims.bessel_i1.default (from torch.special.i1 at model.py:7)``."""
+    calls: dict[str, list[str]] = {}
+    for node in nodes:
+        origins = calls.setdefault(str(node.target), [])
+        if decomposed_from(node) and user_call(node) not in origins:
+            origins.append(user_call(node))
+    return ", ".join(f"{target} (from {'; '.join(origins)})" if origins else target for target, origins in sorted(calls.items()))
+
+
+def decomposed_from(node: torch.fx.Node) -> tuple[str, torch._ops.OpOverload] | None:
+    """For a node a decomposition produced, the Python name of the operator the user called and that
+    operator (``("torch.cumprod", aten.cumprod.default)``); None for a node the user's code called."""
+    original = node.meta.get("original_aten")
+    if not isinstance(original, torch._ops.OpOverload) or str(original) == str(node.target):  # copies compare unequal
+        return None
+    return _python_name(original), original
+
+
+def user_call(node: torch.fx.Node) -> str:
+    """``torch.cumprod at model.py:7`` for a decomposed node (the innermost user frame of its stack)."""
+    name = decomposed_from(node)[0]
+    frames = [f for f in stack_of(node) if f.is_user_code]
+    return f"{name} at {os.path.basename(frames[0].path)}:{frames[0].line}" if frames else name
+
+
+_NAMESPACES = {"special_": ("torch.special", torch.special), "linalg_": ("torch.linalg", torch.linalg), "fft_": ("torch.fft", torch.fft)}
+
+
+def _python_name(op: torch._ops.OpOverload) -> str:
+    """The Python function a user calls for an ATen operator (``aten::special_i1`` → ``torch.special.i1``),
+    or the operator's own name where there is none."""
+    name = op._schema.name.split("::")[-1]
+    for prefix, (namespace, module) in _NAMESPACES.items():
+        if name.startswith(prefix) and hasattr(module, name[len(prefix) :]):
+            return f"{namespace}.{name[len(prefix) :]}"
+    if op.namespace == "aten" and hasattr(torch, name):
+        return f"torch.{name}"
+    if op.namespace == "aten" and hasattr(torch.nn.functional, name):
+        return f"torch.nn.functional.{name}"
+    return str(op)
