@@ -197,9 +197,8 @@ class Exporter:
         describe = self._generated_function if self.generate_functions else None
         unsupported = analysis.find_unsupported(program.graph_module, self.registry, self.ctx, describe)
         if unsupported:
-            targets = sorted({str(n.target) for n in unsupported})
             raise OnnxExporterErrorWithin(
-                f"Unsupported operators: {', '.join(targets)}. Register an ONNX function for each with "
+                f"Unsupported operators: {analysis.summary(unsupported)}. Register an ONNX function for each with "
                 "OnnxRegistry.register_op (see the FXE0011 diagnostics for where they are called)."
             )
 
