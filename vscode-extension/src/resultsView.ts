@@ -73,7 +73,8 @@ export class ResultsView implements vscode.TreeDataProvider<Node> {
     }
     const { result } = node;
     const lines = wrap(result.message);
-    const state = lines.length > 1 ? vscode.TreeItemCollapsibleState.Expanded : vscode.TreeItemCollapsibleState.None;
+    // Collapsed: the list stays one row per result (its first line); expanding shows the rest of the message.
+    const state = lines.length > 1 ? vscode.TreeItemCollapsibleState.Collapsed : vscode.TreeItemCollapsibleState.None;
     const item = new vscode.TreeItem(lines[0], state);
     item.tooltip = result.message; // a row is one line, cut at the view's width: the whole message on hover
     item.iconPath = new vscode.ThemeIcon(ICONS[result.level] ?? 'circle-outline');
