@@ -25,6 +25,7 @@ VERIFY_DTYPES = ("float64", "float32", "float16", "bfloat16")  # the keys of Exp
 # The opsets a model can get: torchlib's functions are written in opset 18 and onnxscript's version
 # converter takes them to 18 … 25 (its SUPPORTED_MIN/MAX_ONNX_OPSET; tests/test_options.py checks them).
 OPSET_VERSIONS = range(18, 26)  # the default: DEFAULT_OPSET_VERSION (20)
+PRECISIONS = ("fp32", "fp16", "int8", "int4")  # ExportOptions.precision (export_for_generation's weights)
 
 
 def check_opset(version: int) -> int:
@@ -187,6 +188,16 @@ class ExportOptions:
         `exporter.verify.accuracy`); a divergence fails the export at the first diverging source line.
     verify_tolerances: per-dtype (atol, rtol) overrides of verify's tolerances, by dtype name
         (``{"float32": (1e-3, 1e-2)}``; defaults in `exporter.verify.numerics.TOLERANCES`).
+
+    The settings of a text-generation export (`export_for_generation`; other exports ignore them):
+    precision: the weights' precision (`PRECISIONS`): ``int4``/``int8`` quantize the MatMul weights to
+        onnxruntime's MatMulNBits (onnxruntime's ``MatMulNBitsQuantizer``), ``fp16`` halves every float.
+    block_size: weights per quantization block (a power of two, 16 … 256; 32 as the genai builder).
+    symmetric: symmetric quantization (no zero points), as the genai builder.
+    accuracy_level: MatMulNBits' ``accuracy_level`` (0 … 4; 4: int8 compute, onnxruntime's fastest on CPU).
+    int8_head: an int4 export keeps the output head (``lm_head``) in int8.
+    fused_kernels: rewrite attention, rotary embeddings and normalizations to onnxruntime's fused
+        kernels (``com.microsoft``); off: the portable standard-op graph.
     """
 
     dynamic_shapes: Any = _setting(None, DynamicShapesSpec(), "make every input dimension symbolic")
@@ -203,10 +214,20 @@ class ExportOptions:
     second_size_check: bool = _setting(True, Flag(), "check a dynamic export in onnxruntime at other sizes")
     verify: bool = _setting(False, Flag(), "verify the final model in onnxruntime against eager PyTorch (FXE0021)")
     verify_tolerances: dict[str, tuple[float, float]] | None = None
+    precision: str = _setting("fp32", Choice(PRECISIONS), "weight precision of a text-generation export")
+    block_size: int = _setting(32, Integer(16, 256), "weights per quantization block of an int4/int8 export")
+    symmetric: bool = _setting(True, Flag(), "quantize symmetrically (no zero points)")
+    accuracy_level: int = _setting(4, Integer(0, 4), "MatMulNBits accuracy level of an int4/int8 export (4: int8 compute)")
+    int8_head: bool = _setting(False, Flag(), "keep the output head of an int4 export in int8")
+    fused_kernels: bool = _setting(True, Flag(), "fuse attention, rotary embeddings and norms into onnxruntime kernels")
 
     def __post_init__(self) -> None:
         if self.opset_version is not None:
             check_opset(self.opset_version)
+        if self.precision not in PRECISIONS:
+            raise ValueError(f"ExportOptions.precision must be one of {', '.join(PRECISIONS)}, got {self.precision!r}")
+        if self.block_size < 16 or self.block_size & (self.block_size - 1):
+            raise ValueError(f"ExportOptions.block_size must be a power of two from 16, got {self.block_size!r}")
         if not isinstance(self.optimize, bool) and self.optimize != OPTIMIZE_ONNXRUNTIME:
             raise ValueError(
                 f"ExportOptions.optimize must be True, False or {OPTIMIZE_ONNXRUNTIME!r}, got {self.optimize!r}"

@@ -209,6 +209,41 @@ GENERATION_DIVERGENCE = Rule(
     "exporter.dynamo_export on the same model to find the op, or compare the logits of that step.",
 )
 
+QUANTIZATION_QUALITY = Rule(
+    "FXE0023",
+    "quantization-quality",
+    "What lowering the weights' precision did to the model's answers.",
+    "Every export_for_generation at a precision other than fp32 (int4, int8, fp16) measures the exported "
+    "model against the fp32 PyTorch model: greedy-token agreement, the fraction of N greedy tokens (N = "
+    "max_new_tokens, from the fixed prompts of the generation check) that the exported model predicts "
+    "identically when fed the PyTorch model's own continuation, and the perplexity of both on a fixed text "
+    "(the tokenizer's encoding of a fixed paragraph, else the prompts with their greedy continuation) with "
+    "its relative change. The figures are in the result's properties (tokenAgreement, tokens, perplexityFp32, "
+    "perplexity, perplexityChange, keptGroups). A note when the agreement meets min_token_agreement (or none "
+    "was asked); with min_token_agreement, the weight groups (decoder layers, the output head) whose "
+    "quantization changes the logits most are kept one step higher (int8 in an int4 export, fp32 in an int8 "
+    "one) until it is met, and a warning when it cannot be met even so.",
+    "Raise the precision (int8 rather than int4), keep the output head in int8 (int8_head), use a smaller "
+    "block_size, or pass min_token_agreement to keep the most sensitive layers at a higher precision. The "
+    "figures only mean something for a trained model: random weights predict near ties everywhere.",
+)
+
+KERNEL_NOT_FUSED = Rule(
+    "FXE0024",
+    "kernel-not-fused",
+    "A layer's attention, rotary embedding or normalization did not become onnxruntime's fused kernel.",
+    "export_for_generation rewrites (fused_kernels, on by default) the patterns of each decoder layer into "
+    "onnxruntime's contrib ops: RMS normalizations with their residual add into "
+    "SkipSimplifiedLayerNormalization / SimplifiedLayerNormalization, rotary embeddings into "
+    "RotaryEmbedding, attention into GroupQueryAttention. A warning, located at the layer's module, names "
+    "what did not fuse in it (the layer then runs the standard ops: correct, slower); a note gives the fused "
+    "fraction of the layers (e.g. 8/8 layers fused).",
+    "A custom attention or normalization computes something the fused kernels' patterns do not recognize: "
+    "write it as transformers' own layers do (torch.nn.functional.scaled_dot_product_attention, x * "
+    "torch.rsqrt(mean(x**2) + eps) * weight, rotate_half), or export with fused_kernels=False to keep the "
+    "portable standard-op graph on purpose.",
+)
+
 ALL_RULES: tuple[Rule, ...] = (
     FX_GRAPH_TO_ONNX,
     FX_NODE_TO_ONNX,
@@ -225,6 +260,8 @@ ALL_RULES: tuple[Rule, ...] = (
     DIMENSION_SPECIALIZED,
     ACCURACY_DIVERGENCE,
     GENERATION_DIVERGENCE,
+    QUANTIZATION_QUALITY,
+    KERNEL_NOT_FUSED,
 )
 
 

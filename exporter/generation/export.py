@@ -23,15 +23,16 @@ from typing import Any
 
 import onnx_ir as ir
 import torch
+from onnx_ir.passes.common import InlinePass
 from torch.export import Dim
 
-from exporter.generation import genai_config
 from exporter.api import Exporter
 from exporter.diagnostics import Level, rules
 from exporter.errors import OnnxExporterError
+from exporter.generation import genai_config, quality, quantize
+from exporter.generation.check import Parity, check_generation, default_prompt
 from exporter.options import ExportOptions
 from exporter.output.program import ExportOutput
-from exporter.generation.check import Parity, check_generation
 
 MODEL_FILE = "model.onnx"
 SARIF_FILE = "model.sarif"
@@ -49,9 +50,10 @@ class GenerationExport:
     output_dir: str
     files: list[str]  # written, relative to output_dir
     export_output: ExportOutput
-    parity: Parity | None  # None when not checked (verify_generation=False, fake mode, no onnxruntime kernels)
+    parity: Parity | None  # None when not checked (verify_generation=False, fake mode, no kernels, not fp32)
     export_seconds: float
     verify_seconds: float
+    quality: quality.Quality | None = None  # a non-fp32 export's quality report (FXE0023)
 
     @property
     def model_path(self) -> str:
@@ -59,6 +61,8 @@ class GenerationExport:
 
     def summary(self) -> str:
         check = self.parity.summary() if self.parity is not None else "generation not verified"
+        if self.quality is not None:
+            check = self.quality.summary()
         return f"{len(self.files)} files in {self.output_dir} ({', '.join(self.files)}); {check}"
 
 
@@ -125,6 +129,7 @@ def export_for_generation(
     export_options: ExportOptions | None = None,
     model_state_dict: dict[str, Any] | str | os.PathLike | None = None,
     sarif: bool = True,
+    min_token_agreement: float | None = None,
 ) -> GenerationExport:
     """Export a Hugging Face causal LM (``AutoModelForCausalLM``) for generation into `output_dir`:
     ``model.onnx`` (weights as external data ``model.onnx.data`` from 2 GiB), ``genai_config.json``,
@@ -141,6 +146,13 @@ def export_for_generation(
     its checks are the generation check (`dynamic_shapes`, `op_level_debug`, `verify` must be unset;
     `second_size_check` is moot).
 
+    ``export_options.precision`` (``fp32``, ``fp16``, ``int8``, ``int4``; with ``block_size``,
+    ``symmetric``, ``accuracy_level``, ``int8_head``) sets the weights' precision (`quantize`). A
+    non-fp32 model is not checked token for token but measured (FXE0023, `quality`): greedy-token
+    agreement with the fp32 PyTorch model on the check's prompts and the perplexity change on a fixed
+    text; with `min_token_agreement` (0 … 1) the most sensitive layers stay at a higher precision until
+    the agreement meets it.
+
     Fake mode: build the model inside ``with exporter.enable_fake_mode() as ctx:`` and pass
     ``ExportOptions(fake_context=ctx)``; the weights come from `model_state_dict` (a dict, or a ``.safetensors`` /
     ``torch.save`` checkpoint; by default the checkpoints loaded under fake mode) and are written as
@@ -156,16 +168,35 @@ def export_for_generation(
     fake_context = export_options.fake_context
     if fake_context is not None and model_state_dict is None and not fake_context.state_dict_paths:
         raise ValueError("Under fake mode the weights must come from somewhere: pass model_state_dict (a state dict or checkpoint path).")
+    precision = export_options.precision
+    if precision != "fp32" and fake_context is not None:
+        raise ValueError(f"precision={precision!r} lowers the weights' precision: it needs them (no fake mode).")
+    if min_token_agreement is not None and not (precision != "fp32" and 0 <= min_token_agreement <= 1):
+        raise ValueError("min_token_agreement (0 … 1) is for a non-fp32 precision (int4, int8, fp16)")
     output_dir = os.fspath(output_dir)
     start = time.perf_counter()
     export_output = export_graph(model, export_options)
-    export_seconds = time.perf_counter() - start
+    quality_report, verify_seconds = None, 0.0
+    if precision != "fp32":
+        prompt, attention_mask = _prompt(model, prompt, attention_mask)
+        verify_start = time.perf_counter()
+        reference = quality.reference(model, prompt, attention_mask, max_new_tokens, tokenizer)
+        verify_seconds = time.perf_counter() - verify_start
+        quality_report = _lower_precision(export_output, export_options, reference, min_token_agreement)
+    export_seconds = time.perf_counter() - start - verify_seconds
     uses_positions = "position_ids" in [v.name for v in export_output.model.graph.inputs]
 
     os.makedirs(output_dir, exist_ok=True)
     files = _write_folder(export_output, model, output_dir, tokenizer, uses_positions, model_state_dict)
-    parity, verify_seconds = None, 0.0
-    if verify_generation and fake_context is not None:
+    parity = None
+    if precision != "fp32":  # not token for token: measured (FXE0023)
+        start = time.perf_counter()
+        if quality_report is None and verify_generation:  # measured from the folder's model, as shipped
+            quality_report = quality.measure(os.path.join(output_dir, MODEL_FILE), reference, precision)
+        if quality_report is not None:
+            quality.report(export_output.diagnostic_context, quality_report, min_token_agreement)
+        verify_seconds += time.perf_counter() - start
+    elif verify_generation and fake_context is not None:
         export_output.diagnostic_context.report(
             rules.GENERATION_DIVERGENCE, Level.NOTE, "Generation check skipped: the model was exported under fake mode (no weights to generate with).",
             generationCheck="skipped",
@@ -177,11 +208,41 @@ def export_for_generation(
     if sarif:
         export_output.save_diagnostics(os.path.join(output_dir, SARIF_FILE))
         files.append(SARIF_FILE)
-    result = GenerationExport(output_dir, files, export_output, parity, export_seconds, verify_seconds)
+    result = GenerationExport(output_dir, files, export_output, parity, export_seconds, verify_seconds, quality_report)
     errors = export_output.diagnostic_context.errors()
     if errors:
         raise OnnxExporterError(export_output, f"{errors[0].rule.id} {errors[0].message}")
     return result
+
+
+def _prompt(
+    model: torch.nn.Module, prompt: torch.Tensor | None, mask: torch.Tensor | None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The prompt of the checks: `prompt`, else the generation check's default; its mask."""
+    if prompt is None:
+        return default_prompt(model.config.get_text_config(decoder=True).vocab_size, 0)
+    return prompt, mask if mask is not None else torch.ones_like(prompt)
+
+
+def _lower_precision(
+    export_output: ExportOutput, options: ExportOptions, reference: quality.Reference, minimum: float | None
+) -> quality.Quality | None:
+    """Put the exported model's weights at `options.precision` (in place); with `minimum`, keep the
+    most sensitive groups higher until the agreement meets it, and return that measure."""
+    InlinePass()(export_output.model)  # the quantizer sees the main graph only
+    groups = quantize.weight_groups(export_output.model)
+    fp32 = ir.serde.serialize_model(export_output.model)
+
+    def lowered(keep: list[str] = (), only: list[str] | None = None) -> Any:
+        return quantize.quantize(fp32, options, groups, keep, only)
+
+    measured = None
+    if minimum is None:
+        model = lowered()
+    else:
+        model, measured = quality.quantize_to_agreement(lowered, list(groups), reference, options.precision, minimum)
+    export_output.model = ir.serde.deserialize_model(model)
+    return measured
 
 
 def export_graph(model: torch.nn.Module, options: ExportOptions | None = None) -> ExportOutput:
@@ -300,8 +361,8 @@ def _transformers_export_patches() -> Iterator[None]:
     """transformers' own patches for torch.export (sliding-window cache layers traced as full ones,
     SDPA's math backend on CPU, …), where this transformers has them."""
     try:
-        from transformers.exporters.utils import apply_patches
         import transformers.exporters.exporter_dynamo  # noqa: F401  (registers the "dynamo" patches)
+        from transformers.exporters.utils import apply_patches
     except ImportError:
         yield
         return

@@ -1,0 +1,180 @@
+"""The quality report of a non-fp32 generation export (FXE0023): greedy-token agreement with the fp32
+PyTorch model and the perplexity change on a fixed text; with a minimum agreement, the most sensitive
+weight groups kept at a higher precision until it is met (`quantize_to_agreement`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import tempfile
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import onnx
+import torch
+
+from exporter.diagnostics import DiagnosticContext, Level, rules
+
+FIXED_TEXT = (
+    "The quick brown fox jumps over the lazy dog. A journey of a thousand miles begins with a single step. "
+    "Knowledge is power, and time is money; all that glitters is not gold."
+)
+_TWO_GIB = 2**31
+
+
+@dataclasses.dataclass(frozen=True)
+class Quality:
+    """How the exported model's predictions compare with the fp32 PyTorch model's."""
+
+    precision: str
+    agreement: float  # the fraction of greedy tokens the exported model predicts the same
+    tokens: int  # greedy tokens compared
+    perplexity_fp32: float  # the PyTorch model's on the fixed text
+    perplexity: float  # the exported model's
+    kept: tuple[str, ...] = ()  # weight groups kept at a higher precision
+
+    @property
+    def perplexity_change(self) -> float:
+        return self.perplexity / self.perplexity_fp32 - 1.0
+
+    def summary(self) -> str:
+        kept = f"; kept higher: {', '.join(self.kept)}" if self.kept else ""
+        return (
+            f"{self.precision}: {self.agreement:.1%} of {self.tokens} greedy tokens agree with fp32 PyTorch, "
+            f"perplexity {self.perplexity_fp32:.4g} -> {self.perplexity:.4g} ({self.perplexity_change:+.1%}){kept}"
+        )
+
+
+@dataclasses.dataclass(frozen=True)
+class Reference:
+    """The fp32 PyTorch model's greedy continuations and fixed text, computed once."""
+
+    sequences: np.ndarray  # (batch, prompt + new) prompts and greedy continuations
+    mask: np.ndarray  # their attention mask
+    scored: np.ndarray  # (batch, new) True where a generated token counts (up to a row's end of sequence)
+    text: np.ndarray  # (1, length) the fixed text's tokens
+    text_log_likelihood: float  # PyTorch's mean log likelihood of `text`
+
+
+def reference(
+    model: torch.nn.Module, prompt: torch.Tensor, attention_mask: torch.Tensor, max_new_tokens: int, tokenizer: Any
+) -> Reference:
+    """Greedy-generate from `prompt` with the fp32 PyTorch model; the fixed text is `FIXED_TEXT`
+    tokenized (or, without a tokenizer, the first prompt with its continuation)."""
+    with torch.no_grad():
+        sequences = model.generate(
+            prompt,
+            attention_mask=attention_mask,
+            max_new_tokens=max_new_tokens,
+            min_new_tokens=max_new_tokens,
+            do_sample=False,
+            num_beams=1,
+            pad_token_id=0,
+        )
+    new = sequences.shape[1] - prompt.shape[1]
+    mask = torch.cat([attention_mask, torch.ones(prompt.shape[0], new, dtype=attention_mask.dtype)], dim=1)
+    scored = np.ones((prompt.shape[0], new), dtype=bool)
+    if tokenizer is not None:
+        text = torch.tensor([tokenizer(FIXED_TEXT)["input_ids"]])
+    else:
+        text = sequences[:1, int((attention_mask[0] == 0).sum()) :]
+    with torch.no_grad():
+        logits = model(input_ids=text, attention_mask=torch.ones_like(text)).logits.float().numpy()
+    return Reference(sequences.numpy(), mask.numpy(), scored, text.numpy(), _mean_log_likelihood(logits, text.numpy()))
+
+
+def measure(model: onnx.ModelProto | str, ref: Reference, precision: str) -> Quality:
+    """`model` (in memory, or a path) against the reference: teacher-forced greedy agreement over the
+    generated tokens and the perplexity on the fixed text."""
+    session = _session(model)
+    new = ref.scored.shape[1]
+    logits = _logits(session, ref.sequences, ref.mask)
+    predicted = logits[:, -new - 1 : -1].argmax(-1)
+    agree = (predicted == ref.sequences[:, -new:]) & ref.scored
+    text_logits = _logits(session, ref.text, np.ones_like(ref.text))
+    return Quality(
+        precision,
+        float(agree.sum() / ref.scored.sum()),
+        int(ref.scored.sum()),
+        float(np.exp(-ref.text_log_likelihood)),
+        float(np.exp(-_mean_log_likelihood(text_logits, ref.text))),
+    )
+
+
+def quantize_to_agreement(
+    quantize: Callable[..., onnx.ModelProto], groups: list[str], ref: Reference, precision: str, minimum: float
+) -> tuple[onnx.ModelProto, Quality]:
+    """The model `quantize(keep=[...])` with the fewest groups kept at a higher precision that meets
+    `minimum` agreement. Groups are kept most sensitive first: the ones whose quantization alone
+    (`quantize(only=[group])`, the others fp32) loses the most agreement."""
+    model = quantize(keep=[])
+    quality = measure(model, ref, precision)
+    if quality.agreement >= minimum:
+        return model, quality
+    alone = {g: measure(quantize(only=[g]), ref, precision).agreement for g in groups}
+    kept: list[str] = []
+    for group in sorted(groups, key=lambda g: alone[g]):
+        kept.append(group)
+        model = quantize(keep=kept)
+        quality = dataclasses.replace(measure(model, ref, precision), kept=tuple(kept))
+        if quality.agreement >= minimum:
+            break
+    return model, quality
+
+
+def report(ctx: DiagnosticContext, quality: Quality, minimum: float | None) -> None:
+    met = minimum is None or quality.agreement >= minimum
+    wanted = "" if minimum is None else f" (min_token_agreement {minimum:.0%}{'' if met else ' not met'})"
+    ctx.report(
+        rules.QUANTIZATION_QUALITY,
+        Level.NOTE if met else Level.WARNING,
+        f"Quality of the {quality.summary()}{wanted}.",
+        precision=quality.precision,
+        tokenAgreement=quality.agreement,
+        tokens=quality.tokens,
+        perplexityFp32=quality.perplexity_fp32,
+        perplexity=quality.perplexity,
+        perplexityChange=quality.perplexity_change,
+        keptGroups=list(quality.kept),
+        minTokenAgreement=minimum,
+    )
+
+
+def _session(model: onnx.ModelProto | str) -> Any:
+    import onnxruntime as ort
+
+    options = ort.SessionOptions()
+    options.log_severity_level = 3
+    if isinstance(model, str):
+        return ort.InferenceSession(model, options, providers=["CPUExecutionProvider"])
+    if model.ByteSize() < _TWO_GIB:
+        return ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
+    with tempfile.TemporaryDirectory() as folder:
+        path = os.path.join(folder, "model.onnx")
+        onnx.save(model, path, save_as_external_data=True, location="model.onnx.data")
+        return ort.InferenceSession(path, options, providers=["CPUExecutionProvider"])
+
+
+def _logits(session: Any, ids: np.ndarray, mask: np.ndarray) -> np.ndarray:
+    """The exported model's logits for whole sequences (a past of length 0)."""
+    inputs = {i.name: i for i in session.get_inputs()}
+    feeds = {"input_ids": ids.astype(np.int64), "attention_mask": mask.astype(np.int64)}
+    if "position_ids" in inputs:
+        feeds["position_ids"] = np.where(mask == 0, 1, np.cumsum(mask, axis=-1) - 1).astype(np.int64)
+    for name, value in inputs.items():
+        if name.startswith("past_key_values."):
+            _, heads, _, size = value.shape
+            feeds[name] = np.zeros(
+                (ids.shape[0], heads, 0, size), dtype=np.float16 if "float16" in value.type else np.float32
+            )
+    return session.run(["logits"], feeds)[0].astype(np.float32)
+
+
+def _mean_log_likelihood(logits: np.ndarray, ids: np.ndarray) -> float:
+    """The mean log probability of each next token of `ids` (batch 1) under `logits`."""
+    shifted = logits[0, :-1].astype(np.float64)
+    shifted -= shifted.max(-1, keepdims=True)
+    log_probs = shifted - np.log(np.exp(shifted).sum(-1, keepdims=True))
+    return float(log_probs[np.arange(len(ids[0]) - 1), ids[0, 1:]].mean())

@@ -1,0 +1,119 @@
+"""The weights' precision of a generation export: int4/int8 MatMul weights as onnxruntime's
+MatMulNBits (onnxruntime's own ``MatMulNBitsQuantizer``), or fp16 (onnxruntime's float16 converter).
+
+`weight_groups` names the quantizable MatMuls by what they belong to (a decoder layer's module path,
+``lm_head``), so that the quality report can keep the most sensitive groups at a higher precision.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+from collections.abc import Collection
+from typing import Any
+
+import onnx
+import onnx_ir as ir
+
+from exporter.constants import METADATA_MODULE_STACK
+from exporter.options import ExportOptions
+
+_HEAD = "lm_head"
+_LAYER = re.compile(r"\.\d+$")  # a ModuleList child: a decoder layer
+_BITS = {"int4": 4, "int8": 8}
+
+
+def weight_groups(model: ir.Model) -> dict[str, list[str]]:
+    """The quantizable MatMul nodes (a constant 2-D weight) of `model`'s main graph by group: the
+    decoder layer they belong to (its module path), ``lm_head`` for the one producing the logits, or
+    their own module; in graph order."""
+    groups: dict[str, list[str]] = {}
+    logits = model.graph.outputs[0]
+    for node in model.graph:
+        weight = node.inputs[1] if node.op_type == "MatMul" and node.domain == "" and len(node.inputs) == 2 else None
+        if weight is None or weight.const_value is None or len(weight.shape or ()) != 2:
+            continue
+        group = _HEAD if _feeds(node, logits) else _module_group(node)
+        groups.setdefault(group, []).append(node.name)
+    return groups
+
+
+def _feeds(node: ir.Node, output: ir.Value) -> bool:
+    """Whether `node` computes `output` (directly or through element-wise/shape ops of one input)."""
+    value = output
+    for _ in range(4):
+        producer = value.producer()
+        if producer is None:
+            return False
+        if producer is node:
+            return True
+        value = producer.inputs[0]
+    return False
+
+
+def _module_group(node: ir.Node) -> str:
+    stack = json.loads(node.metadata_props.get(METADATA_MODULE_STACK, "[]"))
+    paths = [entry[1].removeprefix("model.") for entry in stack if entry[1]]  # the CausalLMWithCache wrapper's `model.`
+    layers = [p for p in paths if _LAYER.search(p)]
+    return layers[-1] if layers else (paths[-1] if paths else node.name)
+
+
+def quantize(
+    model: onnx.ModelProto,
+    options: ExportOptions,
+    groups: dict[str, list[str]],
+    keep: Collection[str] = (),
+    only: Collection[str] | None = None,
+) -> onnx.ModelProto:
+    """`model` (fp32, weights in memory) at `options.precision`; the groups in `keep` stay one step
+    higher: int8 in an int4 export, fp32 in an int8 one. The head is int8 in an int4 export with
+    `options.int8_head`. With `only`, the other groups stay fp32. `model` is left as it is."""
+    if options.precision == "fp32":
+        return model
+    copy = onnx.ModelProto()
+    copy.CopyFrom(model)  # onnxruntime's tools rewrite the model they are given
+    model = copy
+    if options.precision == "fp16":
+        from onnxruntime.transformers.float16 import convert_float_to_float16
+
+        return convert_float_to_float16(model, keep_io_types=True, disable_shape_infer=True)
+    bits = _BITS[options.precision]
+    if only is not None:
+        groups = {g: nodes for g, nodes in groups.items() if g in only}
+    higher = set(keep) | ({_HEAD} if options.int8_head and bits == 4 else set())
+    at_bits = [n for g, nodes in groups.items() if g not in higher for n in nodes]
+    model = _matmul_nbits(model, options, bits, at_bits)
+    if bits == 4:
+        model = _matmul_nbits(model, options, 8, [n for g in higher & set(groups) for n in groups[g]])
+    return model
+
+
+def _matmul_nbits(model: onnx.ModelProto, options: ExportOptions, bits: int, nodes: list[str]) -> onnx.ModelProto:
+    if not nodes:
+        return model
+    mnq = _quantizer_module()
+    config = mnq.DefaultWeightOnlyQuantConfig(
+        block_size=options.block_size,
+        is_symmetric=options.symmetric,
+        accuracy_level=options.accuracy_level,
+        bits=bits,
+    )
+    # the quantizer takes every MatMul with a constant weight (`nodes_to_include` only adds to them)
+    others = [n.name for n in model.graph.node if n.op_type == "MatMul" and n.name not in set(nodes)]
+    quantizer = mnq.MatMulNBitsQuantizer(model, bits=bits, nodes_to_exclude=others, algo_config=config)
+    quantizer.process()
+    return quantizer.model.model
+
+
+def _quantizer_module() -> Any:
+    """onnxruntime's ``matmul_nbits_quantizer``, imported without its ``logging.basicConfig`` (a root
+    handler at INFO on import) and with its per-node log at warnings only."""
+    root = logging.getLogger()
+    level, handlers = root.level, list(root.handlers)
+    from onnxruntime.quantization import matmul_nbits_quantizer
+
+    root.setLevel(level)
+    root.handlers[:] = handlers
+    matmul_nbits_quantizer.logger.setLevel(logging.WARNING)
+    return matmul_nbits_quantizer
