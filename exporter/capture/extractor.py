@@ -17,7 +17,7 @@ import sympy
 import torch
 import torch.utils._pytree as pytree
 
-from exporter.capture import dynamic
+from exporter.capture import dynamic, packed_sequences
 from exporter.capture.adapters import flatten_outputs
 from exporter.diagnostics import DiagnosticContext, Level
 from exporter.diagnostics import rules
@@ -138,7 +138,8 @@ class FXGraphExtractor:
                 name = strategy.name + mode.suffix
                 start = time.perf_counter()
                 try:
-                    with _maybe(fake_mode), _flat_outputs(module), full_user_stacks(), dynamic.capturing(shapes is not None, mode.oblivious) as fixed:
+                    with _maybe(fake_mode), _flat_outputs(module), full_user_stacks(), packed_sequences.capturing(), \
+                            dynamic.capturing(shapes is not None, mode.oblivious) as fixed:
                         fixed += carried
                         self.specializations = fixed
                         program = strategy.capture(module, args, kwargs, shapes, mode.assumes)
