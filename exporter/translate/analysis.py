@@ -74,7 +74,9 @@ def summary(nodes: list[torch.fx.Node]) -> str:
         origins = calls.setdefault(str(node.target), [])
         if decomposed_from(node) and user_call(node) not in origins:
             origins.append(user_call(node))
-    return ", ".join(f"{target} (from {'; '.join(origins)})" if origins else target for target, origins in sorted(calls.items()))
+    return ", ".join(
+        f"{target} (from {'; '.join(origins)})" if origins else target for target, origins in sorted(calls.items())
+    )
 
 
 def decomposed_from(node: torch.fx.Node) -> tuple[str, torch._ops.OpOverload] | None:
@@ -93,7 +95,11 @@ def user_call(node: torch.fx.Node) -> str:
     return f"{name} at {os.path.basename(frames[0].path)}:{frames[0].line}" if frames else name
 
 
-_NAMESPACES = {"special_": ("torch.special", torch.special), "linalg_": ("torch.linalg", torch.linalg), "fft_": ("torch.fft", torch.fft)}
+_NAMESPACES = {
+    "special_": ("torch.special", torch.special),
+    "linalg_": ("torch.linalg", torch.linalg),
+    "fft_": ("torch.fft", torch.fft),
+}
 
 
 def _python_name(op: torch._ops.OpOverload) -> str:

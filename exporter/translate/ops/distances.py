@@ -28,7 +28,8 @@ def cdist(x1, x2, p: float = 2.0, compute_mode: int = _MM_IF_NECESSARY):
     """
     if p == 2 and _uses_matrix_product(x1, x2, compute_mode):
         return _euclidean_by_matrix_product(x1, x2)
-    diff = op.Abs(op.Sub(op.Unsqueeze(x1, op.Constant(value_ints=[-2])), op.Unsqueeze(x2, op.Constant(value_ints=[-3]))))
+    rows, columns = op.Unsqueeze(x1, op.Constant(value_ints=[-2])), op.Unsqueeze(x2, op.Constant(value_ints=[-3]))
+    diff = op.Abs(op.Sub(rows, columns))
     last = op.Constant(value_ints=[-1])
     if p == 0:
         return op.ReduceSum(op.CastLike(op.Not(op.Equal(diff, op.CastLike(0, diff))), diff), last, keepdims=0)

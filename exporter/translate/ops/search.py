@@ -8,9 +8,8 @@ the end) and for a sequence that is not sorted, as a second-size check's random 
 
 from __future__ import annotations
 
-from onnxscript import INT32
+from onnxscript import INT32, values
 from onnxscript import opset18 as op
-from onnxscript import values
 
 from exporter.constants import DOMAIN_COMPOSITES
 from exporter.translate.opname import OpName

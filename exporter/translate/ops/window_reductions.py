@@ -12,9 +12,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import onnx_ir as ir
-from onnxscript import INT64
+from onnxscript import INT64, values
 from onnxscript import opset18 as op
-from onnxscript import values
 
 from exporter.constants import DOMAIN_COMPOSITES
 from exporter.translate.opname import OpName
@@ -62,7 +61,8 @@ def _cumulative_extreme(self, dim: int, largest: bool):
     if rank == 0:
         return op.Identity(self), op.Constant(value=ir.tensor(0, dtype=ir.DataType.INT64))
     axis = dim % rank
-    indices = _window_arg_extreme(self, axis, rank, _prefixes(_size(self, axis)), largest, last=True, floating=_floating(self))
+    prefixes = _prefixes(_size(self, axis))
+    indices = _window_arg_extreme(self, axis, rank, prefixes, largest, last=True, floating=_floating(self))
     return op.GatherElements(self, indices, axis=axis), indices
 
 
@@ -109,7 +109,8 @@ def adaptive_windows(size, out: int):
 def _prefixes(size):
     """The ``[n, n]`` mask whose row i is the prefix ``[0, i]``."""
     positions = op.Range(op.Constant(value_int=0), op.Squeeze(size), op.Constant(value_int=1))
-    return op.LessOrEqual(op.Unsqueeze(positions, op.Constant(value_ints=[0])), op.Unsqueeze(positions, op.Constant(value_ints=[1])))
+    row = op.Unsqueeze(positions, op.Constant(value_ints=[0]))
+    return op.LessOrEqual(row, op.Unsqueeze(positions, op.Constant(value_ints=[1])))
 
 
 def _size(x, axis: int):
@@ -140,7 +141,8 @@ def _window_arg_extreme(x, axis: int, rank: int, inside, largest: bool, last: bo
     if floating:
         fill = op.CastLike(float("-inf") if largest else float("inf"), x)
     else:  # any value not above (below) every element: the row's own minimum (maximum)
-        fill = op.Unsqueeze((op.ReduceMin if largest else op.ReduceMax)(x, op.Constant(value_ints=[axis]), keepdims=1), op.Constant(value_ints=[axis]))
+        bound = (op.ReduceMin if largest else op.ReduceMax)(x, op.Constant(value_ints=[axis]), keepdims=1)
+        fill = op.Unsqueeze(bound, op.Constant(value_ints=[axis]))
     reduce = op.ReduceMax if largest else op.ReduceMin
     extreme = reduce(op.Where(inside, spread, fill), reduced, keepdims=1)
     positions = op.Range(op.Constant(value_int=0), op.Squeeze(_size(x, axis)), op.Constant(value_int=1))
