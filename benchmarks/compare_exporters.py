@@ -1,4 +1,7 @@
-"""Side-by-side benchmark: onnxlens vs torch.onnx.export (dynamo and TorchScript) on the corpus.
+"""Side-by-side benchmark: onnxlens vs torch.onnx.export (dynamo and TorchScript) on the corpus, plus
+larger models (`BENCH_CASES`: HF GPT-2 and SigLIP vision, random weights from configs).
+
+Every exporter exports at the same opset (``--opset``, default onnxlens's default).
 
 For every corpus case and every exporter, a fresh worker process (``--worker CASE EXPORTER``)
 builds the case, exports it once to warm up (on a separate model instance), times a second
@@ -8,7 +11,7 @@ worker per case then measures the onnxruntime latency of all the case's models i
 for cores), collects their JSON lines and prints the table and summary. ``--base TREE`` adds
 ``onnxlens-base``: onnxlens (and the corpus) of another source tree, e.g. an export of main.
 
-    python benchmarks/compare_exporters.py [--cases mlp,hf_bert] [--exporters onnxlens,torch-dynamo]
+    python benchmarks/compare_exporters.py [--cases mlp,hf_bert] [--exporters onnxlens,torch-dynamo] [--opset 20]
                                            [--base /path/to/main] [--json results.json] [--timeout 600]
 
 See benchmarks/README.md for what each figure means.
@@ -91,10 +94,52 @@ def _as_module(model: Any) -> Any:
     return CallableModule(model)
 
 
+def _build_gpt2(batch: int = 1, seq: int = 64) -> tuple[Any, tuple, dict]:
+    """GPT-2 (4 layers of width 256, no cache) on a batch of `seq` tokens."""
+    import torch
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    torch.manual_seed(0)
+    config = GPT2Config(vocab_size=1000, n_positions=128, n_embd=256, n_layer=4, n_head=4, use_cache=False)
+    ids = torch.randint(0, 1000, (batch, seq), generator=torch.Generator().manual_seed(0))
+    return GPT2LMHeadModel(config).eval(), (), {"input_ids": ids, "attention_mask": torch.ones_like(ids)}
+
+
+def _build_siglip_vision(batch: int = 1, size: int = 96) -> tuple[Any, tuple, dict]:
+    """SigLIP's vision tower (4 layers of width 256, 16-pixel patches) on `size` x `size` images."""
+    import torch
+    from transformers import SiglipVisionConfig, SiglipVisionModel
+
+    torch.manual_seed(0)
+    config = SiglipVisionConfig(hidden_size=256, intermediate_size=1024, num_hidden_layers=4, num_attention_heads=4,
+                                image_size=size, patch_size=16)
+    return SiglipVisionModel(config).eval(), (torch.randn(batch, 3, size, size),), {}
+
+
+def bench_cases() -> list[Any]:
+    """Models measured beside the corpus, larger than its tiny ones (latency only: no second shape)."""
+    import corpus
+
+    def bench(name: str, build: Callable[..., Any]) -> Any:
+        return corpus.Case(name, build, {}, None, no_second_shape="benchmark only", atol=1e-3, tags=frozenset({"hf"}))
+
+    return [bench("bench_gpt2", _build_gpt2), bench("bench_siglip_vision", _build_siglip_vision)]
+
+
+def get_case(name: str) -> Any:
+    """A corpus case or one of `bench_cases`."""
+    import corpus
+
+    return next((c for c in bench_cases() if c.name == name), None) or corpus.get(name)
+
+
 class ExporterRunner:
-    """How one exporter is called, and how its model is fed and compared with eager."""
+    """How one exporter is called (at `opset`), and how its model is fed and compared with eager."""
 
     name: str
+
+    def __init__(self, opset: int) -> None:
+        self.opset = opset
 
     def prepare(self, case: Any) -> tuple[Any, tuple, dict]:
         """Build the case ready for ``export`` (untimed setup a user would also do)."""
@@ -126,7 +171,8 @@ class OnnxlensRunner(ExporterRunner):
     def export(self, model: Any, args: tuple, kwargs: dict) -> Any:
         import exporter
 
-        return exporter.dynamo_export(model, *args, export_options=exporter.ExportOptions(optimize=self.optimize), **kwargs)
+        options = exporter.ExportOptions(optimize=self.optimize, opset_version=self.opset)
+        return exporter.dynamo_export(model, *args, export_options=options, **kwargs)
 
     def stage_seconds(self, handle: Any) -> dict[str, float]:
         """Seconds per export stage (capture, passes, ..., onnx passes)."""
@@ -190,7 +236,7 @@ class TorchDynamoRunner(TorchRunner):
     def export(self, model: Any, args: tuple, kwargs: dict) -> Any:
         import torch
 
-        return torch.onnx.export(model, args, kwargs=kwargs, dynamo=True)
+        return torch.onnx.export(model, args, kwargs=kwargs, dynamo=True, opset_version=self.opset)
 
     def model_proto(self, handle: Any) -> Any:
         return handle.model_proto
@@ -207,7 +253,7 @@ class TorchScriptRunner(TorchRunner):
         import torch
 
         buffer = io.BytesIO()
-        torch.onnx.export(model, args, buffer, kwargs=kwargs, dynamo=False)
+        torch.onnx.export(model, args, buffer, kwargs=kwargs, dynamo=False, opset_version=self.opset)
         return buffer
 
     def model_proto(self, handle: Any) -> Any:
@@ -369,15 +415,13 @@ def timed_export(runner: ExporterRunner, case: Any) -> tuple[Any, float]:
     return handle, time.perf_counter() - start
 
 
-def run_pair(case_name: str, exporter_name: str, save_dir: Path | None = None) -> Result:
-    """Everything measured for one (case, exporter) pair; failures are recorded, not raised.
-    A model that runs is saved to `save_dir` with its feeds."""
+def run_pair(case_name: str, exporter_name: str, opset: int, save_dir: Path | None = None) -> Result:
+    """Everything measured for one (case, exporter) pair exported at `opset`; failures are recorded,
+    not raised. A model that runs is saved to `save_dir` with its feeds."""
     import torch
 
-    import corpus
-
-    case = corpus.get(case_name)
-    runner = RUNNERS[exporter_name]()
+    case = get_case(case_name)
+    runner = RUNNERS[exporter_name](opset)
     result: Result = {
         "case": case_name,
         "exporter": exporter_name,
@@ -452,12 +496,10 @@ def run_pair(case_name: str, exporter_name: str, save_dir: Path | None = None) -
     return result
 
 
-def run_repeat(case_name: str, exporter_name: str, repeats: int) -> Result:
+def run_repeat(case_name: str, exporter_name: str, repeats: int, opset: int) -> Result:
     """In-process warm export time: one warm-up, then the median of ``repeats`` exports (fresh models)."""
-    import corpus
-
-    case = corpus.get(case_name)
-    runner = RUNNERS[exporter_name]()
+    case = get_case(case_name)
+    runner = RUNNERS[exporter_name](opset)
     result: Result = {"case": case_name, "exporter": exporter_name, "repeats": repeats}
     try:
         timed_export(runner, case)
@@ -469,7 +511,9 @@ def run_repeat(case_name: str, exporter_name: str, repeats: int) -> Result:
     return result
 
 
-def worker_main(mode: str, argv: list[str], repeats: int, tree: Path = ROOT, save_dir: Path | None = None) -> None:
+def worker_main(
+    mode: str, argv: list[str], repeats: int, opset: int = 0, tree: Path = ROOT, save_dir: Path | None = None
+) -> None:
     """Run one worker job; its stdout's last line is the JSON result (exporter chatter goes to stderr)."""
     import contextlib
 
@@ -478,13 +522,13 @@ def worker_main(mode: str, argv: list[str], repeats: int, tree: Path = ROOT, sav
         if mode == "list":
             import corpus
 
-            payload: Any = [c.name for c in corpus.CASES]
+            payload: Any = [c.name for c in corpus.CASES + bench_cases()]
         elif mode == "pair":
-            payload = run_pair(*argv, save_dir=save_dir)
+            payload = run_pair(*argv, opset, save_dir=save_dir)
         elif mode == "latency":
             payload = interleaved_latency_ms(Path(argv[0]))
         else:
-            payload = run_repeat(*argv, repeats)
+            payload = run_repeat(*argv, repeats, opset)
     print(json.dumps(payload), flush=True)
 
 
@@ -525,7 +569,7 @@ def call_worker(worker_args: list[str], timeout: float) -> tuple[Any, str | None
         return None, f"worker crashed (rc={proc.returncode}): {tail[0][:200]}", wall
 
 
-def run_pair_in_worker(case: str, exporter: str, timeout: float, save_dir: Path, base: Path | None = None) -> Result:
+def run_pair_in_worker(case: str, exporter: str, opset: int, timeout: float, save_dir: Path, base: Path | None = None) -> Result:
     """One (case, exporter) pair in a fresh process (`onnxlens-base` importing the `base` tree); a crash
     or timeout is a failed export. The model is saved to `save_dir` for the interleaved latency.
 
@@ -534,7 +578,8 @@ def run_pair_in_worker(case: str, exporter: str, timeout: float, save_dir: Path,
     """
     busy, own = _busy_cpu_seconds(), _children_cpu_seconds()
     tree = ["--tree", str(base)] if exporter == "onnxlens-base" and base else []
-    payload, error, wall = call_worker(["--worker", case, exporter, "--save-dir", str(save_dir), *tree], timeout)
+    worker = ["--worker", case, exporter, "--opset", str(opset), "--save-dir", str(save_dir), *tree]
+    payload, error, wall = call_worker(worker, timeout)
     busy_after = _busy_cpu_seconds()
     other = None if busy is None or busy_after is None else (busy_after - busy) - (_children_cpu_seconds() - own)
     if payload is None:
@@ -586,12 +631,13 @@ def export_ratio(r: Result, by_key: dict[tuple[str, str], Result]) -> float | No
 def print_table(results: list[Result]) -> None:
     """One row per (case, exporter)."""
     by_key = {(r["case"], r["exporter"]): r for r in results}
-    header = ("case", "exporter", "success", "export s", f"/ {BASELINE}", "max abs err", "nodes", "ORT ms")
+    header = ("case", "exporter", "success", "opset", "export s", f"/ {BASELINE}", "max abs err", "nodes", "ORT ms")
     rows = [
         (
             r["case"],
             r["exporter"],
             status(r),
+            str(r.get("opset", "-")),
             _fmt(r.get("export_s"), ".3f"),
             _fmt(export_ratio(r, by_key), ".2f"),
             _fmt(r.get("max_abs_err"), ".2e"),
@@ -719,12 +765,13 @@ def print_stage_medians(results: list[Result]) -> None:
         print(f"  {exporter} stage medians (ms) over {len(stages)} cases: {medians}")
 
 
-def print_repeat_figure(case: str, exporters: list[str], repeats: int, timeout: float) -> list[Result]:
+def print_repeat_figure(case: str, exporters: list[str], repeats: int, opset: int, timeout: float) -> list[Result]:
     """The in-process warm export time of one case (one worker per exporter)."""
     print(f"\nIn-process warm export time of '{case}' (1 warm-up, then median of {repeats} exports):")
     figures = []
     for exporter in exporters:
-        payload, error, _ = call_worker(["--worker-repeat", case, exporter, "--repeats", str(repeats)], timeout)
+        worker = ["--worker-repeat", case, exporter, "--repeats", str(repeats), "--opset", str(opset)]
+        payload, error, _ = call_worker(worker, timeout)
         payload = payload or {"case": case, "exporter": exporter, "error": error}
         figures.append(payload)
         if payload.get("error"):
@@ -744,6 +791,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--exporters", type=_csv, default=list(EXPORTERS), help=f"comma-separated subset of {','.join(EXPORTERS)}")
     parser.add_argument("--json", metavar="OUT", type=Path, help="write all raw results to this JSON file")
     parser.add_argument("--timeout", type=float, default=600.0, help="seconds per worker (default 600)")
+    _worker_setup()
+    from exporter.constants import DEFAULT_OPSET_VERSION  # a leaf module: the parent stays torch-free
+
+    parser.add_argument("--opset", type=int, default=DEFAULT_OPSET_VERSION, help=f"every exporter's opset (default {DEFAULT_OPSET_VERSION})")
     parser.add_argument("--repeat-case", default="mlp", help="case of the in-process warm export figure (default mlp)")
     parser.add_argument("--repeats", type=int, default=10, help="exports in that figure; 0 skips it (default 10)")
     parser.add_argument("--worker", nargs=2, metavar=("CASE", "EXPORTER"), help=argparse.SUPPRESS)
@@ -773,7 +824,8 @@ def main(argv: list[str] | None = None) -> int:
         worker_main("latency", [args.worker_latency], 0)
         return 0
     if args.worker or args.worker_repeat:
-        worker_main("pair" if args.worker else "repeat", args.worker or args.worker_repeat, args.repeats, args.tree, args.save_dir)
+        mode = "pair" if args.worker else "repeat"
+        worker_main(mode, args.worker or args.worker_repeat, args.repeats, args.opset, args.tree, args.save_dir)
         return 0
 
     all_cases, error, _ = call_worker(["--worker-list"], args.timeout)
@@ -790,7 +842,7 @@ def main(argv: list[str] | None = None) -> int:
         with tempfile.TemporaryDirectory(prefix="compare_exporters_") as save_dir:
             case_results = []
             for exporter in exporters:
-                r = run_pair_in_worker(case, exporter, args.timeout, Path(save_dir), args.base)
+                r = run_pair_in_worker(case, exporter, args.opset, args.timeout, Path(save_dir), args.base)
                 case_results.append(r)
                 print(f"[{i}/{len(cases)}] {case} / {exporter}: {status(r)} ({r['worker_wall_s']:.1f} s)  {describe_error(r)}",
                       file=sys.stderr, flush=True)  # fmt: skip
@@ -803,7 +855,8 @@ def main(argv: list[str] | None = None) -> int:
     print_latency_goals(results, exporters)
     figures = []
     if args.repeats > 0:
-        figures = print_repeat_figure(args.repeat_case, [e for e in exporters if e not in ("torchscript", "onnxlens-base")], args.repeats, args.timeout)
+        timed = [e for e in exporters if e not in ("torchscript", "onnxlens-base")]
+        figures = print_repeat_figure(args.repeat_case, timed, args.repeats, args.opset, args.timeout)
     env = environment()
     print("\nEnvironment: " + ", ".join(f"{k} {v}" for k, v in env.items()))
     if args.json:
