@@ -29,7 +29,7 @@ from torch.export import Dim
 from exporter.api import Exporter
 from exporter.diagnostics import Level, rules
 from exporter.errors import OnnxExporterError
-from exporter.generation import genai_config, quality, quantize
+from exporter.generation import fusions, genai_config, quality, quantize
 from exporter.generation.check import Parity, check_generation, default_prompt
 from exporter.options import ExportOptions
 from exporter.output.program import ExportOutput
@@ -40,6 +40,7 @@ TOKENIZER_FILES = (
     "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "tokenizer.model",
     "vocab.json", "merges.txt", "added_tokens.json", "chat_template.jinja",
 )
+DEFAULT_CONTEXT = 4096  # the rotary caches' positions when the config has no context length
 BATCH, SEQUENCE, PAST, TOTAL = "batch_size", "sequence_length", "past_sequence_length", "total_sequence_length"
 
 
@@ -176,6 +177,10 @@ def export_for_generation(
     output_dir = os.fspath(output_dir)
     start = time.perf_counter()
     export_output = export_graph(model, export_options)
+    if export_options.fused_kernels:
+        positions = genai_config.context_length_of(model.config) or DEFAULT_CONTEXT
+        fusion = fusions.fuse(export_output.model, positions)
+        fusions.report(export_output.diagnostic_context, fusion, export_output.model)
     quality_report, verify_seconds = None, 0.0
     if precision != "fp32":
         prompt, attention_mask = _prompt(model, prompt, attention_mask)

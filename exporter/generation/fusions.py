@@ -1,0 +1,319 @@
+"""onnxruntime's fused kernels in a generation graph, and which decoder layers did not fuse (FXE0024).
+
+After the exporter's optimizer, RMS normalizations are ``Mul(weight, Div(x, Sqrt(Add(ReduceMean(
+Pow(x, 2)), eps))))``: `_RmsNormalization` makes them ``SimplifiedLayerNormalization`` (onnxruntime's,
+in the ONNX domain) and onnxscript's skip fusion folds the residual ``Add`` before them into
+``SkipSimplifiedLayerNormalization``. onnxscript's rotary fusion finds ``x * cos + rotate_half(x) *
+sin``; `_RotaryCache` turns its intermediate op into ``com.microsoft.RotaryEmbedding`` with constant
+cos/sin caches up to the context length when cos and sin come from ``position_ids`` times constant
+inverse frequencies (transformers' default rotary embedding, folded by the optimizer into a ``Mul``).
+
+Which layers fused is read from what is left: a layer whose nodes still compute ``Pow`` → ``ReduceMean``
+(a norm) or ``Neg`` (rotate half) did not fuse that part; ``Softmax`` is attention in standard ops.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import re
+
+import numpy as np
+import onnx_ir as ir
+from onnx_ir.passes.common import (
+    CommonSubexpressionEliminationPass,
+    InlinePass,
+    RemoveUnusedFunctionsPass,
+    RemoveUnusedNodesPass,
+)
+from onnxscript import rewriter
+from onnxscript.rewriter import _ir_utils, pattern
+
+from exporter.constants import METADATA_MODULE_STACK, METADATA_STACK
+from exporter.diagnostics import DiagnosticContext, Level, rules
+from exporter.diagnostics.locations import parse_stack_trace
+
+_LAYER = re.compile(r"\.\d+$")  # a ModuleList child: a decoder layer
+# what a layer computes in standard ops when a part did not fuse: (the op left, what it is, the fused op)
+_UNFUSED = {
+    "ReduceMean": ("normalization", "SkipSimplifiedLayerNormalization"),
+    "Neg": ("rotary embedding", "RotaryEmbedding"),
+    "Softmax": ("attention", "GroupQueryAttention"),
+}
+
+
+class _RmsNormalization(pattern.RewriteRuleClassBase):
+    """``weight * (x / sqrt(mean(x ** 2) + eps))`` → ``SimplifiedLayerNormalization``."""
+
+    def pattern(self, op, x, two, axes, epsilon, scale):
+        mean = op.ReduceMean(op.Pow(x, two), axes, keepdims=1, noop_with_empty_axes=0)
+        return op.Mul(scale, op.Div(x, op.Sqrt(op.Add(mean, epsilon))))
+
+    def check(self, context, x, two, axes, epsilon, scale, **_) -> pattern.MatchResult:
+        result = pattern.MatchResult()
+        rank = len(x.shape) if x.shape is not None else None
+        if not _ir_utils.is_singleton_value(two, 2.0, rtol=1e-6) or not _ir_utils.is_singleton_value(
+            axes, lambda a: a in (-1, (rank or 0) - 1)
+        ):
+            return result.fail("not a mean of squares over the last axis", x)
+        if not isinstance(_ir_utils.get_singleton_value(epsilon), float):
+            return result.fail("epsilon is not a constant", epsilon)
+        if scale.const_value is None or len(scale.shape or ()) != 1 or x.dtype != ir.DataType.FLOAT:
+            return result.fail("not a float32 norm with a constant 1-D weight", scale)
+        return result
+
+    def rewrite(self, op, x, epsilon, scale, **_):
+        return op.SimplifiedLayerNormalization(
+            x, scale, axis=-1, epsilon=_ir_utils.get_singleton_value(epsilon), stash_type=1
+        )
+
+
+class _RotaryCache(pattern.RewriteRuleClassBase):
+    """onnxscript's intermediate rotary op with cos/sin of ``position_ids * inv_freq`` →
+    ``com.microsoft.RotaryEmbedding`` with constant caches of `positions` rows."""
+
+    def __init__(self, positions: int) -> None:
+        super().__init__(name="RotaryCache", remove_nodes=False)
+        self._positions = positions
+        self._caches: dict[int, tuple[ir.Value, ir.Value]] = {}
+
+    def pattern(self, op, x, position_ids, axes, inv_freq, one_cos, one_sin):
+        freqs = op.Mul(op.Cast(op.Unsqueeze(position_ids, axes), to=ir.DataType.FLOAT), inv_freq)
+        angles = op.Concat(freqs, freqs, axis=-1)
+        cos, sin = op.Unsqueeze(op.Cos(angles), one_cos), op.Unsqueeze(op.Sin(angles), one_sin)
+        return op.RotaryEmbedding(x, cos, sin, _domain="ai.onnxruntime._fusion", _allow_other_attributes=True)
+
+    def check(self, context, x, position_ids, axes, inv_freq, one_cos, one_sin, **_) -> pattern.MatchResult:
+        result = pattern.MatchResult()
+        if inv_freq.const_value is None or inv_freq.const_value.size != inv_freq.const_value.shape[-1]:
+            return result.fail("the inverse frequencies are not a constant vector", inv_freq)
+        if not (_ir_utils.is_singleton_value(one_cos, 1) and _ir_utils.is_singleton_value(one_sin, 1)):
+            return result.fail("cos and sin are not broadcast over heads", x)
+        if (
+            position_ids.shape is None
+            or len(position_ids.shape) != 2
+            or not _ir_utils.is_singleton_value(axes, lambda a: a in (-1, 2))
+        ):
+            return result.fail("positions are not (batch, sequence)", position_ids)
+        if x.shape is None or len(x.shape) != 4 or x.shape[-1] != 2 * inv_freq.shape[-1]:
+            return result.fail("the rotation does not span the head", x)
+        return result
+
+    def rewrite(self, op, x, position_ids, inv_freq, **_):
+        key = id(inv_freq.const_value)
+        if key not in self._caches:
+            angles = np.arange(self._positions, dtype=np.float32)[:, None] * inv_freq.const_value.numpy().reshape(1, -1)
+            self._caches[key] = (
+                op.initializer(
+                    ir.tensor(np.cos(angles).astype(np.float32)), name=f"rotary_cos_cache_{len(self._caches)}"
+                ),
+                op.initializer(
+                    ir.tensor(np.sin(angles).astype(np.float32)), name=f"rotary_sin_cache_{len(self._caches)}"
+                ),
+            )
+        cos, sin = self._caches[key]
+        return op.RotaryEmbedding(x, position_ids, cos, sin, interleaved=0, _domain="com.microsoft")
+
+
+class _GroupQueryAttention(pattern.RewriteRuleClassBase):
+    """A decoder layer's attention as exported (rotary on BHSD heads, the cache concatenated, keys
+    repeated per group, softmax over ``q·kᵀ`` plus the model's additive mask) → onnxruntime's
+    ``GroupQueryAttention``, with the rotary embeddings on the 3-D projections and the mask as its
+    ``attention_bias`` (left padding stays masked; ``seqlens_k`` is every row's full length)."""
+
+    def __init__(self, repeated: bool, sdpa: bool) -> None:
+        super().__init__(name=f"GroupQueryAttention{'Repeated' if repeated else ''}{'Sdpa' if sdpa else 'Eager'}")
+        self._repeated = repeated
+        self._sdpa = sdpa  # torch's SDPA (scale split over q and k, NaN rows zeroed); else transformers' eager
+
+    def pattern(
+        self,
+        op,
+        q_lin,
+        k_lin,
+        v_lin,
+        q_shape,
+        k_shape,
+        v_shape,
+        position_ids,
+        cos,
+        sin,
+        past_key,
+        past_value,
+        q_scale,
+        k_scale,
+        scale,
+        bias,
+        zero,
+        out_shape,
+    ):
+        def heads(x, shape):
+            return op.Transpose(op.Reshape(x, shape, _allow_other_attributes=True), perm=[0, 2, 1, 3])
+
+        def rotary(x):
+            return op.RotaryEmbedding(x, position_ids, cos, sin, _domain="com.microsoft", _allow_other_attributes=True)
+
+        present_key = op.Concat(past_key, rotary(heads(k_lin, k_shape)), axis=-2)
+        present_value = op.Concat(past_value, heads(v_lin, v_shape), axis=-2)
+        key, value = present_key, present_value
+        if self._repeated:
+            key, value = (
+                op.Reshape(op.Expand(op.Unsqueeze(x, pattern.ANY_VALUE), pattern.ANY_VALUE), pattern.ANY_VALUE,
+                           _allow_other_attributes=True)
+                for x in (present_key, present_value)
+            )  # fmt: skip
+        query, key = rotary(heads(q_lin, q_shape)), op.Transpose(key, perm=[0, 1, 3, 2])
+        if self._sdpa:
+            probs = op.Softmax(op.Add(op.MatMul(op.Mul(query, q_scale), op.Mul(key, k_scale)), bias), axis=-1)
+            probs = op.Where(op.IsNaN(probs), zero, probs)
+        else:
+            probs = op.Softmax(op.Add(op.Mul(op.MatMul(query, key), scale), bias), axis=-1)
+        out = op.Transpose(op.MatMul(probs, value), perm=[0, 2, 1, 3])
+        return op.Reshape(out, out_shape, _allow_other_attributes=True), present_key, present_value
+
+    def check(self, context, q_lin, k_lin, v_lin, past_key, bias, **scales) -> pattern.MatchResult:
+        result = pattern.MatchResult()
+        dims = [x.shape[-1] if x.shape is not None and len(x.shape) == 3 else None for x in (q_lin, k_lin, v_lin)]
+        size = past_key.shape[-1] if past_key.shape is not None and len(past_key.shape) == 4 else None
+        if not all(isinstance(d, int) for d in (*dims, size)) or dims[1] != dims[2] or dims[0] % size or dims[1] % size:
+            return result.fail("projections are not (batch, sequence, heads x head size)", q_lin)
+        if _scale(**scales) is None:
+            return result.fail("the scale is not a constant", bias)
+        if bias.shape is None or len(bias.shape) != 4 or bias.dtype != ir.DataType.FLOAT:
+            return result.fail("the mask is not an additive float (batch, 1, sequence, total) mask", bias)
+        return result
+
+    def rewrite(self, op, q_lin, k_lin, v_lin, position_ids, cos, sin, past_key, past_value, bias, **scales):
+        size = past_key.shape[-1]
+        heads, kv_heads = q_lin.shape[-1] // size, k_lin.shape[-1] // size
+        query = op.RotaryEmbedding(
+            q_lin, position_ids, cos, sin, interleaved=0, num_heads=heads, _domain="com.microsoft"
+        )
+        key = op.RotaryEmbedding(
+            k_lin, position_ids, cos, sin, interleaved=0, num_heads=kv_heads, _domain="com.microsoft"
+        )
+        total = op.Shape(bias, start=3, end=4)
+        rows = op.Shape(q_lin, start=0, end=1)
+        seqlens_k = op.Cast(op.Expand(op.Sub(total, op.Constant(value_ints=[1])), rows), to=ir.DataType.INT32)
+        total = op.Cast(op.Squeeze(total), to=ir.DataType.INT32)
+        scale = _scale(**scales)
+        return op.GroupQueryAttention(
+            query,
+            key,
+            v_lin,
+            past_key,
+            past_value,
+            seqlens_k,
+            total,
+            None,
+            None,
+            None,
+            bias,
+            num_heads=heads,
+            kv_num_heads=kv_heads,
+            scale=scale,
+            _domain="com.microsoft",
+            _outputs=3,
+        )
+
+
+def _scale(
+    q_scale: ir.Value | None = None, k_scale: ir.Value | None = None, scale: ir.Value | None = None, **_
+) -> float | None:
+    """The attention's scale: of the scores, or split over q and k (SDPA's); None if not constant."""
+    factors = [_ir_utils.get_singleton_value(v) for v in (q_scale, k_scale, scale) if v is not None]
+    return float(np.prod(factors)) if factors and all(isinstance(f, float) for f in factors) else None
+
+
+@dataclasses.dataclass(frozen=True)
+class Fusion:
+    """What fused in a generation graph."""
+
+    layers: list[str]  # the decoder layers' module paths
+    unfused: dict[str, list[str]]  # layer -> the parts (normalization, rotary embedding, …) not fused
+    counts: dict[str, int]  # fused op -> how many
+
+    def summary(self) -> str:
+        fused = sum(1 for layer in self.layers if not self.unfused.get(layer))
+        ops = ", ".join(f"{n} {op}" for op, n in sorted(self.counts.items()) if n)
+        return f"{fused}/{len(self.layers)} layers fused ({ops or 'no fused ops'})"
+
+
+def fuse(model: ir.Model, positions: int) -> Fusion:
+    """Rewrite `model` (in place; its local functions inlined) to onnxruntime's fused kernels; the
+    rotary caches get `positions` rows (the context length)."""
+    from onnxscript.rewriter.ort_fusions import rotary_embedding, skip_normalization
+
+    InlinePass()(model)
+    layers_before = _layers(model)
+    rewriter.rewrite(model, _RmsNormalization.rule().commute())
+    skip_normalization.fuse_skip_rms_normalization(model)
+    rotary_embedding.fuse_rotary_embedding(model)
+    rewriter.rewrite(model, [_RotaryCache.rule(positions)])
+    rewriter.rewrite(
+        model, [_GroupQueryAttention.rule(repeated=r, sdpa=s) for r in (True, False) for s in (True, False)]
+    )
+    InlinePass()(model)  # an intermediate rotary op that did not become onnxruntime's: back to standard ops
+    CommonSubexpressionEliminationPass()(model)  # the layers' GroupQueryAttention lengths are computed once
+    RemoveUnusedFunctionsPass()(model)
+    RemoveUnusedNodesPass()(model)
+    counts: dict[str, int] = {}
+    for node in model.graph:
+        if node.op_type in (
+            "SimplifiedLayerNormalization",
+            "SkipSimplifiedLayerNormalization",
+            "RotaryEmbedding",
+            "GroupQueryAttention",
+        ):
+            counts[node.op_type] = counts.get(node.op_type, 0) + 1
+    unfused: dict[str, list[str]] = {}
+    for node in model.graph:
+        part = _UNFUSED.get(node.op_type)
+        layer = _layer_of(node)
+        if part is not None and layer in layers_before and part[0] not in unfused.setdefault(layer, []):
+            unfused[layer].append(part[0])
+    return Fusion(layers_before, {k: v for k, v in unfused.items() if v}, counts)
+
+
+def report(ctx: DiagnosticContext, fusion: Fusion, model: ir.Model) -> None:
+    """A warning located at each layer that did not fuse (its first unfused node's stack), and a note
+    with the fused fraction."""
+    for layer, parts in fusion.unfused.items():
+        node = next(n for n in model.graph if _layer_of(n) == layer and n.op_type in _UNFUSED)
+        frames = parse_stack_trace(node.metadata_props.get(METADATA_STACK, ""))
+        kernels = " / ".join(_UNFUSED[op][1] for op in _UNFUSED if _UNFUSED[op][0] in parts)
+        user = [f for f in frames if f.is_user_code]
+        where = f" (computed at {frames[0]})" if frames and not user else ""
+        ctx.report(
+            rules.KERNEL_NOT_FUSED,
+            Level.WARNING,
+            f"Layer {layer}: its {' and '.join(parts)} did not fuse into onnxruntime's {kernels}{where}; "
+            "it runs as standard ops (slower).",
+            stack=user or frames,
+            layer=layer,
+            unfused=parts,
+        )
+    ctx.report(
+        rules.KERNEL_NOT_FUSED,
+        Level.NOTE,
+        f"Fused kernels: {fusion.summary()}.",
+        layers=len(fusion.layers),
+        fusedLayers=len(fusion.layers) - len(fusion.unfused),
+        fusedOps=fusion.counts,
+    )
+
+
+def _layers(model: ir.Model) -> list[str]:
+    found: dict[str, None] = {}
+    for node in model.graph:
+        layer = _layer_of(node)
+        if layer is not None:
+            found[layer] = None
+    return list(found)
+
+
+def _layer_of(node: ir.Node) -> str | None:
+    """The decoder layer (module path, the generation wrapper's ``model.`` dropped) `node` belongs to."""
+    stack = json.loads(node.metadata_props.get(METADATA_MODULE_STACK, "[]"))
+    layers = [entry[1].removeprefix("model.") for entry in stack if entry[1] and _LAYER.search(entry[1])]
+    return layers[-1] if layers else None

@@ -1,0 +1,135 @@
+"""`export_for_generation` fuses each decoder layer into onnxruntime's kernels (GroupQueryAttention,
+RotaryEmbedding, SkipSimplifiedLayerNormalization) by default: the fused model still generates what
+``generate()`` does, in onnxruntime (left-padded batch) and onnxruntime-genai (right-padded); a layer
+that does not fuse gets a warning located at its code (FXE0024).
+"""
+
+from __future__ import annotations
+
+import collections
+import json
+import os
+
+import numpy as np
+import onnx
+import pytest
+import torch
+from tiny_lms import CONFIGS, DECODER, TOKENS, tiny_model
+from transformers import AutoModelForCausalLM, Qwen2Config
+
+import exporter
+from exporter.options import ExportOptions
+
+NEW_TOKENS = 16
+PROMPT = [[5, 17, 300, 42, 7, 99, 12], [3, 4, 5, 8, 9, 10, 11]]
+
+
+def qwen2() -> torch.nn.Module:
+    torch.manual_seed(0)
+    return AutoModelForCausalLM.from_config(Qwen2Config(**DECODER, **TOKENS)).eval()  # q/k/v biases
+
+
+def llama_eager() -> torch.nn.Module:
+    torch.manual_seed(0)
+    return AutoModelForCausalLM.from_config(CONFIGS["llama"](), attn_implementation="eager").eval()
+
+
+MODELS = {"llama": lambda: tiny_model("llama"), "qwen2": qwen2, "llama-eager": llama_eager}
+
+
+class AbsMeanNorm(torch.nn.Module):
+    """A normalization no fused kernel computes: x / mean(|x|)."""
+
+    def __init__(self, size: int) -> None:
+        super().__init__()
+        self.weight = torch.nn.Parameter(torch.ones(size))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.weight * x / (x.abs().mean(-1, keepdim=True) + 1e-5)
+
+
+@pytest.fixture(scope="module", params=sorted(MODELS))
+def fused(request, tmp_path_factory):
+    model = MODELS[request.param]()
+    return model, exporter.export_for_generation(model, tmp_path_factory.mktemp(request.param))
+
+
+def ops(path: str) -> collections.Counter:
+    return collections.Counter(
+        (n.domain or "ai.onnx", n.op_type) for n in onnx.load(path, load_external_data=False).graph.node
+    )
+
+
+def results(result, rule: str) -> list[dict]:
+    log = json.load(open(os.path.join(result.output_dir, "model.sarif")))
+    return [r for r in log["runs"][0]["results"] if r["ruleId"] == rule]
+
+
+def test_every_layer_is_fused_and_generates_like_generate(fused):
+    model, result = fused
+    found = ops(result.model_path)
+    assert found[("com.microsoft", "GroupQueryAttention")] == 2
+    assert found[("com.microsoft", "RotaryEmbedding")] == 4  # q and k of 2 layers
+    # 5 norms: the first alone, the others with the residual add before them
+    assert (
+        found[("com.microsoft", "SkipSimplifiedLayerNormalization")],
+        found[("ai.onnx", "SimplifiedLayerNormalization")],
+    ) == (4, 1)
+    assert not {"Softmax", "ReduceMean", "Neg"} & {op for _, op in found}
+    assert result.parity.matched and result.parity.steps == NEW_TOKENS  # the left-padded batch, 16/16
+    [note] = results(result, "FXE0024")
+    assert note["level"] == "note" and "2/2 layers fused" in note["message"]["text"]
+    assert (note["properties"]["layers"], note["properties"]["fusedLayers"]) == (2, 2)
+
+
+def test_onnxruntime_genai_generates_the_fused_model_like_generate(fused):
+    import onnxruntime_genai as og
+
+    model, result = fused
+    with torch.no_grad():
+        expected = model.generate(torch.tensor(PROMPT), max_new_tokens=NEW_TOKENS, do_sample=False, pad_token_id=0)[
+            :, 7:
+        ].tolist()
+    genai_model = og.Model(result.output_dir)
+    params = og.GeneratorParams(genai_model)
+    params.set_search_options(max_length=7 + NEW_TOKENS, do_sample=False, batch_size=2)
+    generator = og.Generator(genai_model, params)
+    generator.append_tokens(np.array(PROMPT, dtype=np.int32))
+    while not generator.is_done():
+        generator.generate_next_token()
+    assert [list(generator.get_sequence(i))[7:] for i in range(2)] == expected
+
+
+def test_a_layer_that_does_not_fuse_is_located_at_its_module(tmp_path):
+    model = tiny_model("llama")
+    model.model.layers[1].post_attention_layernorm = AbsMeanNorm(64)
+    result = exporter.export_for_generation(model, tmp_path)
+    assert result.parity.matched
+    warning, note = results(result, "FXE0024")
+    assert warning["level"] == "warning" and warning["properties"] == {
+        "layer": "model.layers.1",
+        "unfused": ["normalization"],
+    }
+    location = warning["locations"][0]["physicalLocation"]
+    assert location["artifactLocation"]["uri"].endswith("test_generation_fusions.py")
+    assert location["region"]["snippet"]["text"] == "return self.weight * x / (x.abs().mean(-1, keepdim=True) + 1e-5)"
+    assert "1/2 layers fused" in note["message"]["text"]
+    found = ops(result.model_path)
+    assert found[("com.microsoft", "GroupQueryAttention")] == 2 and found[("ai.onnx", "ReduceMean")] == 1
+
+
+def test_fused_kernels_off_keeps_the_portable_graph(tmp_path):
+    result = exporter.export_for_generation(
+        tiny_model("llama"), tmp_path, export_options=ExportOptions(fused_kernels=False)
+    )
+    assert result.parity.matched
+    assert not [op for op in ops(result.model_path) if op[0] == "com.microsoft"] and not results(result, "FXE0024")
+
+
+def test_int4_on_fused_kernels(tmp_path):
+    result = exporter.export_for_generation(
+        tiny_model("llama"), tmp_path, export_options=ExportOptions(precision="int4")
+    )
+    found = ops(result.model_path)
+    assert found[("com.microsoft", "MatMulNBits")] == 2 * 7 + 1 and found[("com.microsoft", "GroupQueryAttention")] == 2
+    assert result.quality is not None and 0 <= result.quality.agreement <= 1
