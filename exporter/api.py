@@ -210,7 +210,7 @@ class Exporter:
         return {"generatedFunction": generated.properties()} if generated else {}
 
     def _translate(self, program: torch.export.ExportedProgram):
-        translator = self._translator = GraphTranslator(self.registry, self.ctx, on_node=self._on_node)
+        translator = self._translator = GraphTranslator(self.registry, self.ctx, self.opset_version, on_node=self._on_node)
         self._translated = 0
         self._total = sum(1 for n in program.graph.nodes if n.op == "call_function")
         try:

@@ -130,7 +130,7 @@ def test_the_generated_function_is_in_the_sarif_log(tmp_path):
     (result,) = [r for r in results if r["ruleId"] == "FXE0011"]
     generated = result["properties"]["generatedFunction"]
     assert generated["function"] == "onnxlens_test_scaled_tanh"
-    assert generated["imports"] == ["from onnxscript import script", "from onnxscript.values import Opset", "from onnxscript.onnx_opset import opset18"]
+    assert generated["imports"] == ["from onnxscript import script", "from onnxscript.values import Opset", "from onnxscript.onnx_opset import opset20"]  # the export's opset (the default)
     assert set(generated) == {"function", "imports", "code", "attributes", "specialized", "checkedShapes", "maxAbsError"}
 
 

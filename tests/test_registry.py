@@ -6,6 +6,7 @@ import onnxscript
 import pytest
 import torch
 from onnxscript import opset18 as op
+from onnxscript import opset23 as op23
 
 import exporter
 from fixtures.custom_ops import scaled_tanh
@@ -58,6 +59,33 @@ def test_custom_op_exports_with_registered_function():
     model, x = UsesCustomOp(), torch.randn(3, 4)
     export_output = exporter.dynamo_export(model, x, export_options=exporter.ExportOptions(onnx_registry=registry))
     assert_matches_eager(export_output, model, (x,))
+
+
+@onnxscript.script(custom_domain)
+def scaled_tanh_onnx_23(x, scale: float):
+    return op23.Mul(op23.Tanh(x), op23.CastLike(op23.Constant(value_float=scale), x))
+
+
+@pytest.mark.parametrize("function, opset", [(scaled_tanh_onnx, 20), (scaled_tanh_onnx, 23), (scaled_tanh_onnx_23, 23)])
+def test_a_function_written_for_an_older_or_the_same_opset_inlines(function, opset):
+    """A registered function written for opset 18 joins a model at 20 or 23 (its nodes converted up); one
+    written for 23 joins a model at 23. Every node of the model then belongs to the requested opset."""
+    registry = exporter.OnnxRegistry()
+    registry.register_op(function, "onnxlens_test", "scaled_tanh")
+    model, x = UsesCustomOp(), torch.randn(3, 4)
+    options = exporter.ExportOptions(onnx_registry=registry, opset_version=opset, modularize=False)
+    export_output = exporter.dynamo_export(model, x, export_options=options)
+    assert {o.domain: o.version for o in export_output.model_proto.opset_import}[""] == opset
+    assert {"Tanh", "Mul"} <= {n.op_type for n in export_output.model_proto.graph.node}
+    assert_matches_eager(export_output, model, (x,))
+
+
+def test_a_function_written_for_a_newer_opset_than_the_export_is_a_clear_error():
+    registry = exporter.OnnxRegistry()
+    registry.register_op(scaled_tanh_onnx_23, "onnxlens_test", "scaled_tanh")
+    options = exporter.ExportOptions(onnx_registry=registry, opset_version=20)
+    with pytest.raises(exporter.OnnxExporterError, match=r"written for opset 23, but the export targets opset 20"):
+        exporter.dynamo_export(UsesCustomOp(), torch.randn(3, 4), export_options=options)
 
 
 def test_custom_function_overrides_builtin_aten_op():

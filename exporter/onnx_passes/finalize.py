@@ -25,8 +25,8 @@ class PassFailed(RuntimeError):
 
 
 class ConvertOpsetPass(ir.passes.InPlacePass):
-    """onnxscript's version converter, to the requested default-domain opset (none to do when the
-    model has it already); ensures the model then imports that opset."""
+    """onnxscript's version converter, to the requested default-domain opset: the model's, and the nodes
+    that keep an older version of their own (`FunctionOpsetPass`); ensures the model then imports it."""
 
     def __init__(self, opset_version: int) -> None:
         super().__init__()
@@ -34,7 +34,13 @@ class ConvertOpsetPass(ir.passes.InPlacePass):
 
     def call(self, model: ir.Model) -> ir.passes.PassResult:
         if model.opset_imports.get("") == self.opset_version:
-            return ir.passes.PassResult(model, modified=False)
+            older = [n for n in ir.traversal.RecursiveGraphIterator(model.graph) if n.domain == "" and n.version]
+            if not older:
+                return ir.passes.PassResult(model, modified=False)
+            from onnxscript.version_converter import _version_converter  # the public pass skips a model at its opset
+
+            _version_converter.convert_version(model, self.opset_version)
+            return ir.passes.PassResult(model, modified=True)
         from onnxscript import version_converter
 
         version_converter.convert_version(model, self.opset_version, fallback=True)
@@ -44,6 +50,35 @@ class ConvertOpsetPass(ir.passes.InPlacePass):
         found = model.opset_imports.get("")
         if found != self.opset_version:
             raise ir.passes.PostconditionError(f"the model imports opset {found}, not the requested {self.opset_version}")
+
+
+class FunctionOpsetPass(ir.passes.InPlacePass):
+    """Let the local functions (the user's registered ONNX functions) inline into the model: one written
+    for an older default-domain opset keeps its version on each of its nodes (`ConvertOpsetPass` then
+    converts them up once inlined); one written for a newer opset than the export's is an error."""
+
+    def __init__(self, opset_version: int) -> None:
+        super().__init__()
+        self.opset_version = opset_version
+
+    def call(self, model: ir.Model) -> ir.passes.PassResult:
+        modified = False
+        for function in model.functions.values():
+            written_for = function.opset_imports.get("")
+            if written_for is None or written_for == self.opset_version:
+                continue
+            if written_for > self.opset_version:
+                raise ValueError(
+                    f"the ONNX function {function.domain}::{function.name} is written for opset {written_for}, but the "
+                    f"export targets opset {self.opset_version}: export with ExportOptions(opset_version={written_for}) "
+                    f"or write the function for opset {self.opset_version}"
+                )
+            for node in ir.traversal.RecursiveGraphIterator(function):
+                if node.domain == "" and node.version is None:
+                    node.version = written_for
+            function.opset_imports[""] = self.opset_version
+            modified = True
+        return ir.passes.PassResult(model, modified=modified)
 
 
 class IrVersionPass(ir.passes.InPlacePass):
@@ -66,7 +101,7 @@ def min_ir_version(model: ir.Model) -> int:
 
 def onnx_passes(opset_version: int, *, optimize: bool | str = True, modularize: bool = True) -> ir.passes.Sequential:
     """The passes that bring a translated model into its final shape, in order (`optimize` as in `ExportOptions`)."""
-    passes: list[ir.passes.PassBase] = [common_passes.InlinePass()]
+    passes: list[ir.passes.PassBase] = [FunctionOpsetPass(opset_version), common_passes.InlinePass()]
     if optimize:
         passes.append(OptimizePass())
     passes += [common_passes.RemoveUnusedNodesPass(), ConvertOpsetPass(opset_version)]

@@ -20,7 +20,7 @@ from exporter.diagnostics import rules
 from exporter.capture.dynamic import readable
 from exporter.output.external_data import WEIGHT_META, WEIGHT_NAMES_META
 from exporter.translate.recorder import OpRecorder, SymbolicValue
-from exporter.translate.registry import TORCHLIB_OPSET, OnnxRegistry
+from exporter.translate.registry import OnnxRegistry
 
 # Nodes that only assert facts about shapes at trace time; they compute nothing.
 _ASSERTIONS = {
@@ -83,10 +83,14 @@ def _set_info(value: ir.Value, val: Any, dim_names: dict[str, str] | None = None
 class GraphTranslator:
     """Translates an FX graph (and its nested graphs, for torch.cond) to ONNX IR."""
 
-    def __init__(self, registry: OnnxRegistry, ctx: DiagnosticContext, on_node: NodeHook | None = None) -> None:
+    def __init__(
+        self, registry: OnnxRegistry, ctx: DiagnosticContext, opset_version: int, on_node: NodeHook | None = None
+    ) -> None:
         self.registry = registry
         self.ctx = ctx
-        self.opset = onnxscript.values.Opset("", TORCHLIB_OPSET)  # `finalize` converts to the requested opset
+        # The requested opset (`ExportOptions.target_opset`): torchlib's functions are recorded node by node
+        # in it, and the user's registered functions, written for it, inline into the model.
+        self.opset = onnxscript.values.Opset("", opset_version)
         self.recorder = OpRecorder(self.opset)
         self.on_node = on_node
         self.translated_nodes = 0
@@ -101,7 +105,7 @@ class GraphTranslator:
     def translate_program(self, program: torch.export.ExportedProgram, *, dim_names: dict[str, str]) -> ir.Model:
         """The ONNX model of `program`: user inputs become graph inputs, weights initializers."""
         self.dim_names = dim_names
-        graph = ir.Graph([], [], nodes=[], opset_imports={"": TORCHLIB_OPSET}, name="main_graph")
+        graph = ir.Graph([], [], nodes=[], opset_imports={"": self.opset.version}, name="main_graph")
         env = self.values
         specs = {spec.arg.name: spec for spec in program.graph_signature.input_specs if hasattr(spec.arg, "name")}
         weights = {**program.state_dict, **program.constants}
@@ -147,7 +151,7 @@ class GraphTranslator:
                 onnxNodes=len(graph),
                 fxGraph=program.graph_module.print_readable(print_output=False, include_stride=False, include_device=False),
             )
-        model = ir.Model(graph, ir_version=ir_version(TORCHLIB_OPSET), producer_name=PRODUCER_NAME)
+        model = ir.Model(graph, ir_version=ir_version(self.opset.version), producer_name=PRODUCER_NAME)
         model.meta[WEIGHT_NAMES_META] = sorted(weights)
         for function in self.recorder.functions.values():
             model.functions[function.identifier()] = function

@@ -28,7 +28,6 @@ from exporter.diagnostics import Level
 from exporter.diagnostics import rules
 from exporter.diagnostics.context import io_properties
 from exporter.diagnostics.locations import Frame, stack_of
-from exporter.translate.registry import TORCHLIB_OPSET
 
 if TYPE_CHECKING:
     from exporter.diagnostics import DiagnosticContext
@@ -257,7 +256,7 @@ def _run(graph: ir.Graph, inputs: list[ir.Value], outputs: list[ir.Value], feeds
     import onnxruntime as ort
 
     sub = ir.convenience.extract(graph, inputs, outputs)
-    model = ir.Model(sub, ir_version=ir_version(TORCHLIB_OPSET), functions=list(functions.values()))
+    model = ir.Model(sub, ir_version=ir_version(sub.opset_imports[""]), functions=list(functions.values()))
     for n in ir.traversal.RecursiveGraphIterator(sub):
         if n.domain:
             sub.opset_imports.setdefault(n.domain, 1)
