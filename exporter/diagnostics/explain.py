@@ -21,6 +21,7 @@ _DATA_DEPENDENT = (
     "Data-dependent branching",
     "data dependent control flow",
 )
+_EAGER_QUANTIZED = "torch.classes.quantized."  # the packed params of torch.ao.nn.quantized modules
 _BRANCHING = re.compile(r"^(if|elif|while|assert)\b|\bif\b.*\belse\b")
 
 
@@ -34,12 +35,23 @@ class Explanation:
 def explain(error: BaseException, location: list[Frame]) -> Explanation | None:
     """What `error` (a capture failure) means at the innermost user frame of `location`, if it is a known kind."""
     text = f"{type(error).__name__}: {error}"
-    if not any(marker in text for marker in _DATA_DEPENDENT):
+    eager_quantized = _EAGER_QUANTIZED in text
+    if not eager_quantized and not any(marker in text for marker in _DATA_DEPENDENT):
         return None
     line = ""
     if location:
         line = (location[0].snippet or code_of(linecache.getline(location[0].path, location[0].line))).strip()
     code = f"`{line}`" if line else "This line"
+    if eager_quantized:
+        return Explanation(
+            "eager-mode-quantization",
+            f"{code} calls a module quantized in eager mode (torch.ao.quantization.quantize_dynamic or quantize): "
+            "its packed weights are TorchScript objects that an exported graph cannot hold.",
+            "Quantize with PT2E instead: torchao.quantization.pt2e's prepare_pt2e/convert_pt2e on "
+            "torch.export.export(float_model, args).module() exports as QuantizeLinear/DequantizeLinear pairs "
+            "that onnxruntime fuses; or export the float model and quantize the ONNX weights "
+            "(export_for_generation(..., precision='int8'), onnxruntime.quantization.quantize_dynamic).",
+        )
     if _BRANCHING.search(line) or "Data-dependent branching" in text:
         return Explanation(
             "data-dependent-branch",
