@@ -17,7 +17,7 @@ import sympy
 import torch
 import torch.utils._pytree as pytree
 
-from exporter.capture import dynamic, packed_sequences
+from exporter.capture import dynamic, packed_sequences, vision
 from exporter.capture.adapters import flatten_outputs
 from exporter.diagnostics import DiagnosticContext, Level
 from exporter.diagnostics import rules
@@ -139,6 +139,7 @@ class FXGraphExtractor:
                 start = time.perf_counter()
                 try:
                     with _maybe(fake_mode), _flat_outputs(module), full_user_stacks(), packed_sequences.capturing(), \
+                            vision.capturing(), \
                             dynamic.capturing(shapes is not None, mode.oblivious) as fixed:
                         fixed += carried
                         self.specializations = fixed
