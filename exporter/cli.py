@@ -15,14 +15,15 @@ from exporter.constants import Stage, progress_text
 from exporter.outcome import Kind
 
 DESCRIPTION = """Export PyTorch models to ONNX. A target is a function decorated with
-@exporter.export_target that returns (model, args) or (model, args, kwargs)."""
+@exporter.export_target that returns (model, args) or (model, args, kwargs).
+`onnxlens-export check PATHS...` checks every target under the paths (for CI)."""
+CHECK_DESCRIPTION = """Export every target under PATHS in one process, print a table, write one SARIF log for
+GitHub code scanning (--sarif) and exit 1 when a target has an error (--fail-on warning: or a warning)."""
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     """The command line; the export options' flags come from `exporter.options.SETTINGS`, each read
     and checked by its setting's kind (a bad value is a usage error, exit code 2)."""
-    from exporter.options import SETTINGS
-
     parser = argparse.ArgumentParser(prog="onnxlens-export", description=DESCRIPTION)
     parser.add_argument("target", help="FILE.py or FILE.py:TARGET (default: every target in the file)")
     parser.add_argument(
@@ -36,11 +37,31 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "default: the target's task",
     )
     parser.add_argument("--sarif", help="write the SARIF diagnostics log here (.sarif; one target only)")
+    _add_settings(parser)
+    parser.add_argument("-v", "--verbose", action="store_true", help="also print torch's log output and the warnings raised during export")
+    return parser.parse_args(argv)
+
+
+def parse_check_args(argv: list[str]) -> argparse.Namespace:
+    """The command line of ``onnxlens-export check``."""
+    parser = argparse.ArgumentParser(prog="onnxlens-export check", description=CHECK_DESCRIPTION)
+    parser.add_argument("paths", nargs="+", metavar="PATH", help="model files or folders holding them")
+    parser.add_argument("--sarif", help="write the SARIF log of every target here (.sarif)")
+    parser.add_argument("--baseline", help="a previous check's SARIF log: only new problems fail the check")
+    parser.add_argument("--fail-on", choices=["error", "warning"], default="error",
+                        help="the least severe problem that fails the check (default: error)")
+    parser.add_argument("--category", help="the SARIF automationDetails.id category (default: the paths)")
+    _add_settings(parser)
+    return parser.parse_args(argv)
+
+
+def _add_settings(parser: argparse.ArgumentParser) -> None:
+    """The export options' flags (`exporter.options.SETTINGS`)."""
+    from exporter.options import SETTINGS
+
     options = parser.add_argument_group("export options (override the target's @export_target options)")
     for setting in SETTINGS.values():
         options.add_argument(setting.flag, dest=setting.name, default=None, **setting.kind.cli(setting))
-    parser.add_argument("-v", "--verbose", action="store_true", help="also print torch's log output and the warnings raised during export")
-    return parser.parse_args(argv)
 
 
 def main(argv: list[str] | None = None) -> NoReturn:
@@ -69,6 +90,9 @@ def run(argv: list[str] | None = None) -> int:
     frozen once loaded and the garbage collector (re)enabled, so the collections during the export
     do not walk them again and again (with `main`'s pause while they load, ~0.5 s of a cold run).
     """
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["check"]:
+        return run_check(argv[1:])
     args = parse_args(argv)
     path, _, name = args.target.partition(":")
     progress = _Progress(sys.stderr)
@@ -123,6 +147,44 @@ def run(argv: list[str] | None = None) -> int:
         _print_result(target_name, fn, result, generation, time.perf_counter() - start, args.verbose)
         failures += _fails(result.outcome.kind, bool(flags.get("warnings_as_errors")))
     return 1 if failures else 0
+
+
+def run_check(argv: list[str]) -> int:
+    """``onnxlens-export check``: `exporter.check.check` in this process (warm, as `run`); the exit code."""
+    import json
+
+    from exporter.check import check
+    from exporter.diagnostics.code_scanning import write
+    from exporter.options import SETTINGS
+
+    args = parse_check_args(argv)
+    try:
+        if args.sarif:
+            check_output_path(args.sarif, ".sarif")
+        baseline = None
+        if args.baseline:
+            with open(args.baseline, encoding="utf-8") as f:
+                baseline = json.load(f)
+    except (OSError, ValueError) as e:
+        print(f"onnxlens-export check: error: {e}", file=sys.stderr)
+        return 2
+    _import_pipeline()
+    gc.freeze()
+    gc.enable()
+    flags = {name: value for name, value in vars(args).items() if name in SETTINGS and value is not None}
+    progress = _Progress(sys.stderr)
+    try:
+        report = check(args.paths, overrides=flags, baseline=baseline, category=args.category, progress=progress)
+    except FileNotFoundError as e:
+        progress.done()
+        print(f"onnxlens-export check: error: {e}", file=sys.stderr)
+        return 2
+    progress.done()
+    print(report.table())
+    if args.sarif:
+        write(report.log, args.sarif)
+        print(f"SARIF log: {args.sarif}")
+    return report.exit_code(args.fail_on)
 
 
 def _fails(kind: Kind, warnings_as_errors: bool) -> bool:

@@ -18,18 +18,36 @@ class Level(enum.IntEnum):
     ERROR = logging.ERROR
 
 
+TOOL_TAG = "onnx-export"  # every rule's first tag
+
+
 @dataclasses.dataclass(frozen=True)
 class Rule:
+    """A rule and its metadata (GitHub code scanning shows `tags`, `precision` and `problem_severity`:
+    "error", "warning" or "recommendation", the severity of the problems it reports)."""
+
     id: str
     name: str
     short_description: str
     full_description: str
     help: str
     default_level: Level = Level.NONE
+    tags: tuple[str, ...] = ()
+    precision: str = "high"  # very-high, high, medium, low: how often a reported problem is a real one
+    problem_severity: str = "recommendation"
 
     @property
     def help_uri(self) -> str:
         return f"{HELP_BASE}#{self.id.lower()}-{self.name}"
+
+    @property
+    def all_tags(self) -> tuple[str, ...]:
+        return (TOOL_TAG, *self.tags)
+
+    @property
+    def help_markdown(self) -> str:
+        """The help as markdown: what the rule reports, how to fix it, the reference page."""
+        return f"{self.full_description}\n\n**How to fix:** {self.help}\n\n[{self.id} {self.name}]({self.help_uri})"
 
 
 FX_GRAPH_TO_ONNX = Rule(
@@ -39,6 +57,9 @@ FX_GRAPH_TO_ONNX = Rule(
     "Translates the captured FX graph to an ONNX graph, node by node (see FXE0008). "
     "FX passes run before this step (FXE0010).",
     "Set DiagnosticOptions(verbosity_level=logging.DEBUG) to record every node's translation.",
+    tags=("translation",),
+    precision="very-high",
+    problem_severity="recommendation",
 )
 FX_NODE_TO_ONNX = Rule(
     "FXE0008",
@@ -48,6 +69,9 @@ FX_NODE_TO_ONNX = Rule(
     "by the ONNX function the registry holds for their operator, output nodes become graph outputs.",
     "If a node fails to translate, the message names the operator and the ONNX function used; "
     "register a replacement with OnnxRegistry.register_op.",
+    tags=("translation",),
+    precision="very-high",
+    problem_severity="recommendation",
 )
 FX_PASS = Rule(
     "FXE0010",
@@ -56,6 +80,9 @@ FX_PASS = Rule(
     "Decomposition, functionalization, type promotion and naming passes run on the FX graph.",
     "A failing pass is an exporter bug or a model construct the pass does not handle; "
     "the message holds the pass name and the exception.",
+    tags=("fx-pass",),
+    precision="high",
+    problem_severity="error",
 )
 NO_SYMBOLIC_FUNCTION = Rule(
     "FXE0011",
@@ -71,6 +98,9 @@ NO_SYMBOLIC_FUNCTION = Rule(
     "exporter.dynamo_export(model, *args, export_options=exporter.ExportOptions(onnx_registry=registry)). "
     "Or rewrite the model using operators that are supported.",
     Level.ERROR,
+    tags=("unsupported-operator",),
+    precision="very-high",
+    problem_severity="error",
 )
 UNSUPPORTED_FX_NODE_ANALYSIS = Rule(
     "FXE0012",
@@ -79,6 +109,9 @@ UNSUPPORTED_FX_NODE_ANALYSIS = Rule(
     "All operators in the graph that have no ONNX translation, found before translation starts.",
     "Register an ONNX function for each listed operator (see FXE0011), or avoid them in the model.",
     Level.ERROR,
+    tags=("unsupported-operator",),
+    precision="very-high",
+    problem_severity="error",
 )
 OP_LEVEL_DEBUGGING = Rule(
     "FXE0013",
@@ -89,6 +122,9 @@ OP_LEVEL_DEBUGGING = Rule(
     "nodes translated by functions you registered (a stub or a wrong custom function is a warning).",
     "A mismatch points at an ONNX function that computes something else than the PyTorch op: "
     "fix the custom function registered for it, or report the torchlib function.",
+    tags=("accuracy",),
+    precision="high",
+    problem_severity="warning",
 )
 FIND_OPSCHEMA_MATCHED_SYMBOLIC_FUNCTION = Rule(
     "FXE0014",
@@ -98,6 +134,9 @@ FIND_OPSCHEMA_MATCHED_SYMBOLIC_FUNCTION = Rule(
     "A warning will be issued if the matched OnnxFunction is not an exact match.",
     "A nearest match may compute with other dtypes than the model: enable op_level_debug to check "
     "the numbers, or register a function whose schema matches.",
+    tags=("dtype",),
+    precision="medium",
+    problem_severity="warning",
 )
 FX_NODE_INSERT_TYPE_PROMOTION = Rule(
     "FXE0015",
@@ -106,6 +145,9 @@ FX_NODE_INSERT_TYPE_PROMOTION = Rule(
     "ONNX operators need inputs of one type where PyTorch promotes implicitly; explicit casts are "
     "inserted following torch's elementwise type promotion rules.",
     "Nothing to do unless the promoted type is unexpected; cast explicitly in the model to control it.",
+    tags=("dtype",),
+    precision="high",
+    problem_severity="recommendation",
 )
 FIND_OPERATOR_OVERLOADS_IN_ONNX_REGISTRY = Rule(
     "FXE0016",
@@ -117,6 +159,9 @@ FIND_OPERATOR_OVERLOADS_IN_ONNX_REGISTRY = Rule(
     "error will be issued.",
     "On a fallback to the default overload, check the output (op_level_debug) or register a function "
     "for the exact overload.",
+    tags=("unsupported-operator",),
+    precision="medium",
+    problem_severity="warning",
 )
 GRAPH_CAPTURE = Rule(
     "FXE0017",
@@ -130,6 +175,9 @@ GRAPH_CAPTURE = Rule(
     "condition depend on shapes only. A value used as a size or index (`n = x.item()`): state what "
     "holds with torch._check(...) (e.g. torch._check(n > 0)). Or compute it outside forward() and "
     "pass it in.",
+    tags=("graph-capture",),
+    precision="high",
+    problem_severity="error",
 )
 INPUT_OUTPUT_ADAPTATION = Rule(
     "FXE0018",
@@ -138,6 +186,9 @@ INPUT_OUTPUT_ADAPTATION = Rule(
     "Binds the example inputs to the model's signature and records how nested inputs and outputs "
     "are flattened, and which non-tensor inputs are baked into the graph as constants.",
     "Make inputs tensors if they must vary at run time; Python numbers are constants in the ONNX model.",
+    tags=("inputs-outputs",),
+    precision="high",
+    problem_severity="recommendation",
 )
 ONNX_MODEL_CHECK = Rule(
     "FXE0019",
@@ -148,6 +199,9 @@ ONNX_MODEL_CHECK = Rule(
     "line of the node it names.",
     "A checker failure is an exporter or torchlib bug, or a registered function whose result type is not "
     "PyTorch's: check that function, or report it with the SARIF log attached.",
+    tags=("onnx-checker",),
+    precision="very-high",
+    problem_severity="error",
 )
 DIMENSION_SPECIALIZED = Rule(
     "FXE0020",
@@ -168,6 +222,9 @@ DIMENSION_SPECIALIZED = Rule(
     "code compares (`if x.shape[0] == 1:`) is fixed only because of the example: give it another size. "
     "In the editor, quick fixes do both: they change the example's literal size 1 to 2, or apply "
     "torch's suggested fix to the target's dynamic_shapes, and export the target again.",
+    tags=("dynamic-shapes",),
+    precision="high",
+    problem_severity="warning",
 )
 ACCURACY_DIVERGENCE = Rule(
     "FXE0021",
@@ -187,6 +244,9 @@ ACCURACY_DIVERGENCE = Rule(
     "Check the ONNX function of the named op (a function you registered, or torchlib's) and run the reproducer's "
     "run.py; when the optimizer is at fault, export with optimize=False and report the reproducer to onnxscript. "
     "Values that overflow at the model's scale point at a translation that needs another formulation.",
+    tags=("accuracy",),
+    precision="high",
+    problem_severity="error",
 )
 
 GENERATION_DIVERGENCE = Rule(
@@ -207,6 +267,9 @@ GENERATION_DIVERGENCE = Rule(
     "A divergence at step 0 is in the prefill graph; a later one in decoding with the cache (past "
     "inputs, the attention mask, position ids). Export with ExportOptions(op_level_debug=True) through "
     "exporter.dynamo_export on the same model to find the op, or compare the logits of that step.",
+    tags=("generation", "accuracy"),
+    precision="high",
+    problem_severity="error",
 )
 
 QUANTIZATION_QUALITY = Rule(
@@ -226,6 +289,9 @@ QUANTIZATION_QUALITY = Rule(
     "Raise the precision (int8 rather than int4), keep the output head in int8 (int8_head), use a smaller "
     "block_size, or pass min_token_agreement to keep the most sensitive layers at a higher precision. The "
     "figures only mean something for a trained model: random weights predict near ties everywhere.",
+    tags=("quantization", "accuracy"),
+    precision="medium",
+    problem_severity="warning",
 )
 
 KERNEL_NOT_FUSED = Rule(
@@ -242,6 +308,25 @@ KERNEL_NOT_FUSED = Rule(
     "write it as transformers' own layers do (torch.nn.functional.scaled_dot_product_attention, x * "
     "torch.rsqrt(mean(x**2) + eps) * weight, rotate_half), or export with fused_kernels=False to keep the "
     "portable standard-op graph on purpose.",
+    tags=("generation", "performance"),
+    precision="high",
+    problem_severity="warning",
+)
+
+EXPORT_TARGET = Rule(
+    "FXE0025",
+    "export-target",
+    "The export target could not be loaded, called or exported.",
+    "An export check (onnxlens-export check) reports here what stopped a target before the exporter's own "
+    "rules could: its file raised while being imported, the target function raised or returned something other "
+    "than (model, args[, kwargs]), or the export failed without a located result. The result is at the line that "
+    "raised in your code, else at the target's definition.",
+    "Run the file or call the target in Python to see the full traceback; a target returns (model, args) or "
+    "(model, args, kwargs) with a callable model.",
+    Level.ERROR,
+    tags=("export-target",),
+    precision="very-high",
+    problem_severity="error",
 )
 
 ALL_RULES: tuple[Rule, ...] = (
@@ -262,12 +347,14 @@ ALL_RULES: tuple[Rule, ...] = (
     GENERATION_DIVERGENCE,
     QUANTIZATION_QUALITY,
     KERNEL_NOT_FUSED,
+    EXPORT_TARGET,
 )
 
 
 def rules_markdown() -> str:
     """The rules reference page (docs/rules.md), which each rule's helpUri points into."""
-    lines = ["# onnxlens diagnostic rules", "", "Every SARIF result of an export is reported under one of these rules.", ""]
+    intro = "Every SARIF result of an export is reported under one of these rules."
+    lines = ["# onnxlens diagnostic rules", "", intro, ""]
     for rule in ALL_RULES:
         lines += [
             f"## {rule.id} {rule.name}",

@@ -1,8 +1,9 @@
 """SARIF 2.1.0 logs of an export, built with `sarif-om` objects.
 
 Artifact URIs are relative to the ``SRCROOT`` base id, whose ``originalUriBaseIds`` entry is the
-absolute ``file://`` URI of the directory that holds the user's files (what the SARIF Viewer
-resolves reliably). Results are in report order; rules in a fixed order.
+absolute ``file://`` URI of a root directory: for one export, the directory that holds the user's files
+(what the SARIF Viewer resolves reliably); for an export check, the repository's root
+(`exporter.diagnostics.code_scanning`). Results are in report order; rules in a fixed order.
 """
 
 from __future__ import annotations
@@ -37,23 +38,15 @@ def to_sarif_log(ctx: DiagnosticContext, outcome: Outcome | None = None) -> sari
     decided from the results alone, `exporter.outcome.decide`)."""
     outcome = outcome or decide(ctx.diagnostics)
     root = _source_root(ctx.diagnostics)
-    rules = list(ctx.rules)
-    index = {rule.id: i for i, rule in enumerate(rules)}
+    index = rule_indexes(ctx.rules)
     run = sarif.Run(
-        tool=sarif.Tool(
-            driver=sarif.ToolComponent(
-                name=TOOL_NAME,
-                information_uri=TOOL_URI,
-                version=_version(),
-                rules=[_descriptor(rule) for rule in rules],
-            )
-        ),
-        original_uri_base_ids={SRCROOT: sarif.ArtifactLocation(uri=pathlib.Path(root).as_uri() + "/")},
-        results=[_result(d, index[d.rule.id], root) for d in ctx.diagnostics],
+        tool=tool(ctx.rules),
+        original_uri_base_ids=uri_base_ids(root),
+        results=[to_result(d, index[d.rule.id], root) for d in ctx.diagnostics],
         invocations=[
             sarif.Invocation(
                 execution_successful=not ctx.errors(),
-                end_time_utc=datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ"),
+                end_time_utc=timestamp(),
                 properties=_bag(stageSeconds={k: round(v, 4) for k, v in ctx.timings.items()}),
                 tool_execution_notifications=_notifications(ctx) or None,
             )
@@ -62,6 +55,29 @@ def to_sarif_log(ctx: DiagnosticContext, outcome: Outcome | None = None) -> sari
         properties=_bag(**{OUTCOME_PROPERTY: outcome.to_json()}),
     )
     return sarif.SarifLog(version=SARIF_VERSION, schema_uri=SARIF_SCHEMA, runs=[run])
+
+
+def tool(rules: tuple[Rule, ...]) -> sarif.Tool:
+    """onnxlens as the run's tool, with `rules` in their fixed order."""
+    driver = sarif.ToolComponent(
+        name=TOOL_NAME, information_uri=TOOL_URI, version=_version(), rules=[_descriptor(rule) for rule in rules]
+    )
+    return sarif.Tool(driver=driver)
+
+
+def rule_indexes(rules: tuple[Rule, ...]) -> dict[str, int]:
+    """Each rule id's index in the tool's rules (a result's ``ruleIndex``)."""
+    return {rule.id: i for i, rule in enumerate(rules)}
+
+
+def uri_base_ids(root: str) -> dict[str, sarif.ArtifactLocation]:
+    """``originalUriBaseIds``: `SRCROOT` is `root`'s absolute ``file://`` URI."""
+    return {SRCROOT: sarif.ArtifactLocation(uri=pathlib.Path(root).as_uri() + "/")}
+
+
+def timestamp() -> str:
+    """Now, as SARIF writes times (UTC)."""
+    return datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
 def _notifications(ctx: DiagnosticContext) -> list[sarif.Notification]:
@@ -115,13 +131,18 @@ def _descriptor(rule: Rule) -> sarif.ReportingDescriptor:
         name=rule.name,
         short_description=sarif.MultiformatMessageString(text=rule.short_description),
         full_description=sarif.MultiformatMessageString(text=rule.full_description),
-        help=sarif.MultiformatMessageString(text=rule.help),
+        help=sarif.MultiformatMessageString(text=rule.help, markdown=rule.help_markdown),
         help_uri=rule.help_uri,
         default_configuration=sarif.ReportingConfiguration(level=_level(rule.default_level)),
+        properties=_bag(**{"tags": list(rule.all_tags), "precision": rule.precision,
+                           "problem.severity": rule.problem_severity}),
     )
 
 
-def _result(d: Diagnostic, rule_index: int, root: str) -> sarif.Result:
+def to_result(d: Diagnostic, rule_index: int, root: str, *, primary: Frame | None = None) -> sarif.Result:
+    """The result of `d`, its URIs relative to `root` when under it; located at `primary` (default: the
+    diagnostic's own location, none if it has no source line)."""
+    primary = primary or d.location
     result = sarif.Result(
         message=sarif.Message(text=d.message),
         rule_id=d.rule.id,
@@ -129,8 +150,8 @@ def _result(d: Diagnostic, rule_index: int, root: str) -> sarif.Result:
         level=_level(d.level),
         kind="informational" if d.level == Level.NONE else ("pass" if d.level == Level.NOTE else "fail"),
     )
-    if d.location is not None:
-        result.locations = [_location(d.location, root)]
+    if primary is not None:
+        result.locations = [_location(primary, root)]
     if len(d.stack) > 0:
         result.stacks = [
             sarif.Stack(
@@ -156,10 +177,17 @@ def _bag(**properties: Any) -> sarif.PropertyBag:
     return bag
 
 
+def is_under(frame: Frame, root: str) -> bool:
+    """Whether `frame` is in a user file under the directory `root` (its URI is then relative to it)."""
+    path = os.path.abspath(frame.path)
+    return frame.is_user_code and os.path.commonpath([path, root]) == root
+
+
 def _location(frame: Frame, root: str, *, message: bool = False, id: int | None = None) -> sarif.Location:
     path = os.path.abspath(frame.path)
-    if frame.is_user_code and os.path.commonpath([path, root]) == root:
-        artifact = sarif.ArtifactLocation(uri=pathlib.PurePath(os.path.relpath(path, root)).as_posix(), uri_base_id=SRCROOT)
+    if is_under(frame, root):
+        relative = pathlib.PurePath(os.path.relpath(path, root)).as_posix()
+        artifact = sarif.ArtifactLocation(uri=relative, uri_base_id=SRCROOT)
     else:
         artifact = sarif.ArtifactLocation(uri=pathlib.Path(path).as_uri())
     region = sarif.Region(start_line=frame.line)
