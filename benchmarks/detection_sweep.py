@@ -1,0 +1,151 @@
+"""torchvision's detection models exported by onnxlens and by ``torch.onnx.export(dynamo=True)``, run in
+onnxruntime and compared with eager PyTorch (issue 31 item 3).
+
+Needs torchvision (torch 2.14.1 + torchvision 0.29.1 here, in their own virtualenv)::
+
+    /work/venvs/tv/bin/python benchmarks/detection_sweep.py [--models fasterrcnn,ssd] [--exporters onnxlens]
+
+Models have random weights (``weights=None, weights_backbone=None``), eval mode, small images, and score
+thresholds of 0 so that they detect boxes (up to ``detections_per_img``) whatever the weights. Detections
+are compared after sorting by label and box (their number depends on the data); "static" is the export at
+the example's size run on another image of that size, "dynamic" the export with dynamic image sizes run
+at a second size.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+import traceback
+from collections.abc import Callable
+
+import numpy as np
+import onnxruntime as ort
+import torch
+from torchvision.models import detection
+
+import exporter
+
+SIZE, SECOND_SIZE = (160, 144), (128, 176)
+_RANDOM = {"weights": None, "weights_backbone": None}
+_SMALL = {"min_size": 160, "max_size": 176}
+
+MODELS: dict[str, Callable[[], torch.nn.Module]] = {
+    "FasterRCNN": lambda: detection.fasterrcnn_resnet50_fpn(**_RANDOM, **_SMALL, box_score_thresh=0.0),
+    "RetinaNet": lambda: detection.retinanet_resnet50_fpn(**_RANDOM, **_SMALL, score_thresh=0.0),
+    "MaskRCNN": lambda: detection.maskrcnn_resnet50_fpn(**_RANDOM, **_SMALL, box_score_thresh=0.0),
+    "KeypointRCNN": lambda: detection.keypointrcnn_resnet50_fpn(**_RANDOM, **_SMALL, box_score_thresh=0.0),
+    "SSD": lambda: detection.ssd300_vgg16(**_RANDOM, score_thresh=0.0),
+    "FCOS": lambda: detection.fcos_resnet50_fpn(**_RANDOM, **_SMALL, score_thresh=0.0),
+}
+_FIELDS = ("boxes", "scores", "labels", "masks", "keypoints", "keypoints_scores")
+
+
+class Detector(torch.nn.Module):
+    """A detection model on a batch tensor, returning its first image's detections as a tuple."""
+
+    def __init__(self, model: torch.nn.Module) -> None:
+        super().__init__()
+        self.model = model
+
+    def forward(self, images: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        detections = self.model(list(images))[0]
+        return tuple(detections[k] for k in _FIELDS if k in detections)
+
+
+def _export_onnxlens(model: torch.nn.Module, image: torch.Tensor, dynamic: bool):
+    options = exporter.ExportOptions(dynamic_shapes={"images": {2: "height", 3: "width"}} if dynamic else None)
+    return exporter.dynamo_export(model, image, export_options=options).model_proto
+
+
+def _export_torch_onnx(model: torch.nn.Module, image: torch.Tensor, dynamic: bool):
+    dims = {"images": {2: torch.export.Dim("height", min=64, max=512), 3: torch.export.Dim("width", min=64, max=512)}}
+    program = torch.onnx.export(model, (image,), dynamo=True, dynamic_shapes=dims if dynamic else None, verbose=False)
+    return program.model_proto
+
+
+EXPORTERS = {"onnxlens": _export_onnxlens, "torch.onnx": _export_torch_onnx}
+
+
+def _sorted_detections(outputs: list[np.ndarray]) -> list[np.ndarray]:
+    """The detections ordered by label, then box (rounded, so that float noise keeps the order)."""
+    boxes, labels = outputs[0], outputs[2]
+    order = np.lexsort(tuple(np.round(boxes[:, i], 2) for i in reversed(range(4))) + (labels,))
+    return [o[order] for o in outputs]
+
+
+def compare(actual: list[np.ndarray], expected: list[np.ndarray]) -> tuple[bool, float, str]:
+    """Whether ONNX detections equal eager's (same count and labels, values within 1e-3 + 1e-3 relative):
+    the match, the largest absolute difference, and the box counts."""
+    counts = f"{len(actual[0])}/{len(expected[0])}"
+    if len(actual) != len(expected) or len(actual[0]) != len(expected[0]):
+        return False, float("nan"), counts
+    worst, close = 0.0, True
+    for a, e in zip(_sorted_detections(actual), _sorted_detections(expected)):
+        if a.shape != e.shape:
+            return False, float("nan"), counts
+        if a.size:
+            worst = max(worst, float(np.abs(a.astype(np.float64) - e.astype(np.float64)).max()))
+            close &= bool(np.allclose(a, e, atol=1e-3, rtol=1e-3))
+    return close, worst, counts
+
+
+def _run(model_proto, image: torch.Tensor) -> list[np.ndarray]:
+    session = ort.InferenceSession(model_proto.SerializeToString(), providers=["CPUExecutionProvider"])
+    return session.run(None, {session.get_inputs()[0].name: image.numpy()})
+
+
+def check(model: torch.nn.Module, export, dynamic: bool) -> dict:
+    """Export `model` and compare it with eager on a second image (at a second size if `dynamic`)."""
+    generator = torch.Generator().manual_seed(1)
+    example = torch.rand(1, 3, *SIZE, generator=generator)
+    image = torch.rand(1, 3, *(SECOND_SIZE if dynamic else SIZE), generator=generator)
+    start = time.perf_counter()
+    try:
+        model_proto = export(model, example, dynamic)
+    except Exception as e:  # noqa: BLE001 - the table reports it
+        return {"ok": False, "error": f"export: {type(e).__name__}: {str(e).splitlines()[0][:90]}", "seconds": None}
+    seconds = time.perf_counter() - start
+    with torch.no_grad():
+        expected = [t.numpy() for t in model(image)]
+    try:
+        actual = _run(model_proto, image)
+    except Exception as e:  # noqa: BLE001
+        return {"ok": False, "error": f"onnxruntime: {str(e).splitlines()[0][:90]}", "seconds": seconds}
+    ok, worst, counts = compare(actual, expected)
+    return {"ok": ok, "max_error": worst, "counts": counts, "seconds": seconds, "error": ""}
+
+
+def _cell(result: dict) -> str:
+    if result.get("counts") is None:
+        return "fail"
+    return f"{'match' if result['ok'] else 'DIFFER'} {result['max_error']:.1e} ({result['counts']} boxes)"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--models", default=",".join(MODELS))
+    parser.add_argument("--exporters", default=",".join(EXPORTERS))
+    args = parser.parse_args()
+    torch.manual_seed(0)
+    rows, errors = [], []
+    for name in args.models.split(","):
+        model = Detector(MODELS[name]()).eval()
+        for exporter_name in args.exporters.split(","):
+            results = [check(model, EXPORTERS[exporter_name], dynamic) for dynamic in (False, True)]
+            seconds = "/".join(f"{r['seconds']:.0f}" if r["seconds"] is not None else "-" for r in results)
+            rows.append((name, exporter_name, _cell(results[0]), _cell(results[1]), seconds))
+            errors += [f"{name} {exporter_name} {kind}: {r['error']}" for kind, r in zip(("static", "dynamic"), results)
+                       if r["error"]]
+            print(" | ".join(rows[-1]), flush=True)
+    header = ("model", "exporter", "static: match, max abs error (boxes onnx/eager)", "dynamic (second size)",
+              "export s (static/dynamic)")
+    print("\n| " + " | ".join(header) + " |\n|" + "---|" * len(header))
+    for row in rows:
+        print("| " + " | ".join(row) + " |")
+    for line in errors:
+        print(line)
+
+
+if __name__ == "__main__":
+    main()
