@@ -47,7 +47,8 @@ def _torchlib_table() -> dict[OpName, tuple[ONNXFunction, ...]]:
         from onnxscript.function_libs.torch_lib import ops, registration  # importing ops registers them
 
         from exporter.translate.ops import complex as complex_ops
-        from exporter.translate.ops import composites, corrections, distances, packed_rnn, search, special, vision, window_reductions
+        from exporter.translate.ops import composites, corrections, distances, packed_rnn, search, special
+        from exporter.translate.ops import vision, window_reductions
 
     del ops
     table: dict[OpName, list[ONNXFunction]] = {}
@@ -60,7 +61,8 @@ def _torchlib_table() -> dict[OpName, tuple[ONNXFunction, ...]]:
             table.setdefault(name, []).append(ONNXFunction(function, qualified_name))
         for function in functions.complex:
             table.setdefault(name, []).append(ONNXFunction(function, qualified_name, is_complex=True))
-    for module in (composites, distances, packed_rnn, search, special, vision, window_reductions):  # what torchlib leaves to decomposition
+    # what torchlib leaves to decomposition
+    for module in (composites, distances, packed_rnn, search, special, vision, window_reductions):
         for name, function in module.FUNCTIONS.items():
             table.setdefault(name, [ONNXFunction(function, name.qualified_name())])
     for name, function in complex_ops.FUNCTIONS.items():  # gaps torchlib leaves for complex inputs
