@@ -108,7 +108,7 @@ def check(
         for path in find_files(paths):
             checked += check_file(path, overrides or {}, out, progress)
     problems = [p for target in checked for p in _problems(target, root)]
-    category = category or ",".join(_relative(os.path.realpath(p), root) for p in paths) or "."
+    category = category or _category(paths, root)
     targets = [
         {"target": t.name, "file": _relative(t.path, root), "line": t.line, "outcome": t.result.outcome.to_json()}
         for t in checked
@@ -173,6 +173,7 @@ def check_file(
     not parse or import, each target found statically (or the file itself) is a failed check."""
     with open(path, encoding="utf-8") as f:
         source = f.read()
+    linecache.cache[path] = (len(source), None, source.splitlines(keepends=True), path)  # this text, not an old one
     try:
         lines = static_targets(ast.parse(source, path))
     except SyntaxError as e:
@@ -220,6 +221,12 @@ def _problems(target: TargetCheck, root: str) -> list[Any]:
         diagnostics.append(Diagnostic(EXPORT_TARGET, Level.ERROR, message, frames))
     name = f"{_relative(target.path, root)}:{target.name}"
     return [Problem(d, name, target.definition) for d in diagnostics]
+
+
+def _category(paths: Sequence[str], root: str) -> str:
+    """The paths checked, relative to the root ("root" for the root itself), comma-separated."""
+    names = [_relative(os.path.realpath(p), root) for p in paths]
+    return ",".join("root" if name == "." else name for name in names)
 
 
 def _first_line(message: str) -> str:

