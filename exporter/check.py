@@ -18,7 +18,8 @@ import time
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from exporter.diagnostics.code_scanning import TARGET_PROPERTY
+from exporter.diagnostics.code_scanning import TARGET_PROPERTY, Problem, check_log, repository_root
+from exporter.diagnostics.context import Diagnostic
 from exporter.diagnostics.locations import Frame
 from exporter.diagnostics.rules import EXPORT_TARGET, Level
 from exporter.runner import ExportResult, Progress, export_target, failure
@@ -100,20 +101,15 @@ def check(
     report them: a SARIF log relative to `root` (default: the git repository holding the working directory,
     else the working directory), compared with a `baseline` log when given; ``automationDetails.id`` is
     ``onnxlens/<category>/`` (default: the paths relative to the root)."""
-    from exporter.diagnostics import code_scanning
-
-    root = os.path.realpath(root or code_scanning.repository_root())
-    checked: list[TargetCheck] = []
-    with tempfile.TemporaryDirectory(prefix="onnxlens-check-") as out:
-        for path in find_files(paths):
-            checked += check_file(path, overrides or {}, out, progress)
+    root = os.path.realpath(root or repository_root())
+    checked = [target for path in find_files(paths) for target in check_file(path, overrides or {}, progress)]
     problems = [p for target in checked for p in _problems(target, root)]
     category = category or _category(paths, root)
     targets = [
         {"target": t.name, "file": _relative(t.path, root), "line": t.line, "outcome": t.result.outcome.to_json()}
         for t in checked
     ]
-    log = code_scanning.check_log(problems, root, category, targets, baseline=baseline)
+    log = check_log(problems, root, category, targets, baseline=baseline)
     return CheckReport(checked, log, root)
 
 
@@ -166,11 +162,10 @@ def _is_marker(decorator: ast.expr) -> bool:
     )
 
 
-def check_file(
-    path: str, overrides: Mapping[str, Any], out: str, progress: Progress | None = None
-) -> list[TargetCheck]:
-    """Import the model file `path` and export each of its targets into the folder `out`. When the file does
-    not parse or import, each target found statically (or the file itself) is a failed check."""
+def check_file(path: str, overrides: Mapping[str, Any], progress: Progress | None = None) -> list[TargetCheck]:
+    """Import the model file `path` and export each of its targets (into a temporary folder, removed after
+    it). When the file does not parse or import, each target found statically (or the file itself) is a
+    failed check."""
     with open(path, encoding="utf-8") as f:
         source = f.read()
     linecache.cache[path] = (len(source), None, source.splitlines(keepends=True), path)  # this text, not an old one
@@ -192,10 +187,10 @@ def check_file(
         if fn is None:
             result = failure(TypeError(f"{name} is not an export target once its file is imported"), name)
         else:
-            stem = os.path.join(out, f"{len(os.listdir(out))}.{name}")
-            output = stem if target_task(fn) == TEXT_GENERATION else stem + ".onnx"
-            report = _progress_of(progress, name)
-            result = export_target(fn, {}, overrides, output, None, progress=report)
+            with tempfile.TemporaryDirectory(prefix="onnxlens-check-") as out:
+                stem = os.path.join(out, name)
+                output = stem if target_task(fn) == TEXT_GENERATION else stem + ".onnx"
+                result = export_target(fn, {}, overrides, output, None, progress=_progress_of(progress, name))
         checked.append(TargetCheck(path, name, line, result, time.perf_counter() - start))
     return checked
 
@@ -206,12 +201,9 @@ def _progress_of(progress: Progress | None, name: str) -> Progress | None:
     return lambda stage, info: progress(f"{name}: {stage}", info)
 
 
-def _problems(target: TargetCheck, root: str) -> list[Any]:
+def _problems(target: TargetCheck, root: str) -> list[Problem]:
     """The problems of a target for code scanning: its warnings and errors and, when it failed without an
     error result (in the file, the target function, or writing), an FXE0025 error at the user's line."""
-    from exporter.diagnostics.code_scanning import Problem
-    from exporter.diagnostics.context import Diagnostic
-
     result, ctx = target.result, target.result.context
     diagnostics = [d for d in ctx.diagnostics if d.level >= Level.WARNING] if ctx is not None else []
     if not result.ok and not any(d.level == Level.ERROR for d in diagnostics):
