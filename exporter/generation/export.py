@@ -181,12 +181,13 @@ def export_for_generation(
         positions = genai_config.context_length_of(model.config) or DEFAULT_CONTEXT
         fusion = fusions.fuse(export_output.model, positions)
         fusions.report(export_output.diagnostic_context, fusion, export_output.model)
-    quality_report, verify_seconds = None, 0.0
+    quality_report, reference, verify_seconds = None, None, 0.0
     if precision != "fp32":
-        prompt, attention_mask = _prompt(model, prompt, attention_mask)
-        verify_start = time.perf_counter()
-        reference = quality.reference(model, prompt, attention_mask, max_new_tokens, tokenizer)
-        verify_seconds = time.perf_counter() - verify_start
+        if verify_generation or min_token_agreement is not None:
+            prompt, attention_mask = _prompt(model, prompt, attention_mask)
+            verify_start = time.perf_counter()
+            reference = quality.reference(model, prompt, attention_mask, max_new_tokens, tokenizer)
+            verify_seconds = time.perf_counter() - verify_start
         quality_report = _lower_precision(export_output, export_options, reference, min_token_agreement)
     export_seconds = time.perf_counter() - start - verify_seconds
     uses_positions = "position_ids" in [v.name for v in export_output.model.graph.inputs]
@@ -230,7 +231,7 @@ def _prompt(
 
 
 def _lower_precision(
-    export_output: ExportOutput, options: ExportOptions, reference: quality.Reference, minimum: float | None
+    export_output: ExportOutput, options: ExportOptions, reference: quality.Reference | None, minimum: float | None
 ) -> quality.Quality | None:
     """Put the exported model's weights at `options.precision` (in place); with `minimum`, keep the
     most sensitive groups higher until the agreement meets it, and return that measure."""
@@ -243,7 +244,7 @@ def _lower_precision(
 
     measured = None
     if minimum is None:
-        model = lowered()
+        model = quantize.quantize(fp32, options, groups, in_place=True)
     else:
         model, measured = quality.quantize_to_agreement(lowered, list(groups), reference, options.precision, minimum)
     export_output.model = ir.serde.deserialize_model(model)

@@ -121,9 +121,11 @@ class _GroupQueryAttention(pattern.RewriteRuleClassBase):
     ``GroupQueryAttention``, with the rotary embeddings on the 3-D projections and the mask as its
     ``attention_bias`` (left padding stays masked; ``seqlens_k`` is every row's full length)."""
 
-    def __init__(self, repeated: bool, sdpa: bool) -> None:
-        super().__init__(name=f"GroupQueryAttention{'Repeated' if repeated else ''}{'Sdpa' if sdpa else 'Eager'}")
+    def __init__(self, repeated: bool, sdpa: bool, rotary: bool) -> None:
+        kind = f"{'Repeated' if repeated else ''}{'Sdpa' if sdpa else 'Eager'}{'Rotary' if rotary else ''}"
+        super().__init__(name=f"GroupQueryAttention{kind}")
         self._repeated = repeated
+        self._rotary = rotary  # RotaryEmbedding on q and k (else positions are elsewhere: GPT-2's, ALiBi's)
         self._sdpa = sdpa  # torch's SDPA (scale split over q and k, NaN rows zeroed); else transformers' eager
 
     def pattern(
@@ -151,6 +153,8 @@ class _GroupQueryAttention(pattern.RewriteRuleClassBase):
             return op.Transpose(op.Reshape(x, shape, _allow_other_attributes=True), perm=[0, 2, 1, 3])
 
         def rotary(x):
+            if not self._rotary:
+                return x
             return op.RotaryEmbedding(x, position_ids, cos, sin, _domain="com.microsoft", _allow_other_attributes=True)
 
         present_key = op.Concat(past_key, rotary(heads(k_lin, k_shape)), axis=-2)
@@ -183,38 +187,38 @@ class _GroupQueryAttention(pattern.RewriteRuleClassBase):
             return result.fail("the mask is not an additive float (batch, 1, sequence, total) mask", bias)
         return result
 
-    def rewrite(self, op, q_lin, k_lin, v_lin, position_ids, cos, sin, past_key, past_value, bias, **scales):
+    def rewrite(
+        self,
+        op,
+        q_lin,
+        k_lin,
+        v_lin,
+        past_key,
+        past_value,
+        bias,
+        out_shape,
+        position_ids=None,
+        cos=None,
+        sin=None,
+        **scales,
+    ):
         size = past_key.shape[-1]
         heads, kv_heads = q_lin.shape[-1] // size, k_lin.shape[-1] // size
-        query = op.RotaryEmbedding(
-            q_lin, position_ids, cos, sin, interleaved=0, num_heads=heads, _domain="com.microsoft"
-        )
-        key = op.RotaryEmbedding(
-            k_lin, position_ids, cos, sin, interleaved=0, num_heads=kv_heads, _domain="com.microsoft"
-        )
+        query, key = q_lin, k_lin
+        if self._rotary:
+            rotary = dict(interleaved=0, _domain="com.microsoft")
+            query = op.RotaryEmbedding(q_lin, position_ids, cos, sin, num_heads=heads, **rotary)
+            key = op.RotaryEmbedding(k_lin, position_ids, cos, sin, num_heads=kv_heads, **rotary)
         total = op.Shape(bias, start=3, end=4)
         rows = op.Shape(q_lin, start=0, end=1)
         seqlens_k = op.Cast(op.Expand(op.Sub(total, op.Constant(value_ints=[1])), rows), to=ir.DataType.INT32)
         total = op.Cast(op.Squeeze(total), to=ir.DataType.INT32)
         scale = _scale(**scales)
-        return op.GroupQueryAttention(
-            query,
-            key,
-            v_lin,
-            past_key,
-            past_value,
-            seqlens_k,
-            total,
-            None,
-            None,
-            None,
-            bias,
-            num_heads=heads,
-            kv_num_heads=kv_heads,
-            scale=scale,
-            _domain="com.microsoft",
-            _outputs=3,
-        )
+        out, present_key, present_value = op.GroupQueryAttention(
+            query, key, v_lin, past_key, past_value, seqlens_k, total, None, None, None, bias,
+            num_heads=heads, kv_num_heads=kv_heads, scale=scale, _domain="com.microsoft", _outputs=3,
+        )  # fmt: skip
+        return op.Reshape(out, out_shape), present_key, present_value  # the layout the output projection takes
 
 
 def _scale(
@@ -251,7 +255,7 @@ def fuse(model: ir.Model, positions: int) -> Fusion:
     rotary_embedding.fuse_rotary_embedding(model)
     rewriter.rewrite(model, [_RotaryCache.rule(positions)])
     rewriter.rewrite(
-        model, [_GroupQueryAttention.rule(repeated=r, sdpa=s) for r in (True, False) for s in (True, False)]
+        model, [_GroupQueryAttention.rule(repeated=r, sdpa=s, rotary=p) for r in (1, 0) for s in (1, 0) for p in (1, 0)]
     )
     InlinePass()(model)  # an intermediate rotary op that did not become onnxruntime's: back to standard ops
     CommonSubexpressionEliminationPass()(model)  # the layers' GroupQueryAttention lengths are computed once
@@ -268,7 +272,7 @@ def fuse(model: ir.Model, positions: int) -> Fusion:
             counts[node.op_type] = counts.get(node.op_type, 0) + 1
     unfused: dict[str, list[str]] = {}
     for node in model.graph:
-        part = _UNFUSED.get(node.op_type)
+        part = _UNFUSED.get(node.op_type) if _left_unfused(node) else None
         layer = _layer_of(node)
         if part is not None and layer in layers_before and part[0] not in unfused.setdefault(layer, []):
             unfused[layer].append(part[0])
@@ -279,7 +283,7 @@ def report(ctx: DiagnosticContext, fusion: Fusion, model: ir.Model) -> None:
     """A warning located at each layer that did not fuse (its first unfused node's stack), and a note
     with the fused fraction."""
     for layer, parts in fusion.unfused.items():
-        node = next(n for n in model.graph if _layer_of(n) == layer and n.op_type in _UNFUSED)
+        node = next(n for n in model.graph if _layer_of(n) == layer and n.op_type in _UNFUSED and _left_unfused(n))
         frames = parse_stack_trace(node.metadata_props.get(METADATA_STACK, ""))
         kernels = " / ".join(_UNFUSED[op][1] for op in _UNFUSED if _UNFUSED[op][0] in parts)
         user = [f for f in frames if f.is_user_code]
@@ -301,6 +305,16 @@ def report(ctx: DiagnosticContext, fusion: Fusion, model: ir.Model) -> None:
         fusedLayers=len(fusion.layers) - len(fusion.unfused),
         fusedOps=fusion.counts,
     )
+
+
+def _left_unfused(node: ir.Node) -> bool:
+    """Whether `node` is what an unfused part computes: a softmax is attention's when its
+    probabilities weigh values (a MatMul, maybe after SDPA's NaN guard), not a router's (MoE)."""
+    if node.op_type != "Softmax":
+        return True
+    users = [u for u, _ in node.outputs[0].uses()]
+    users += [w for u in users if u.op_type == "Where" for w, _ in u.outputs[0].uses()]
+    return any(u.op_type == "MatMul" for u in users)
 
 
 def _layers(model: ir.Model) -> list[str]:

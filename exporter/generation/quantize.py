@@ -64,16 +64,17 @@ def quantize(
     options: ExportOptions,
     groups: dict[str, list[str]],
     keep: Collection[str] = (),
-    only: Collection[str] | None = None,
+    only: Collection[str] | None = None, in_place: bool = False,
 ) -> onnx.ModelProto:
     """`model` (fp32, weights in memory) at `options.precision`; the groups in `keep` stay one step
     higher: int8 in an int4 export, fp32 in an int8 one. The head is int8 in an int4 export with
-    `options.int8_head`. With `only`, the other groups stay fp32. `model` is left as it is."""
+    `options.int8_head`. With `only`, the other groups stay fp32. `model` is left as it is unless
+    `in_place` (onnxruntime's tools rewrite the model they are given)."""
     if options.precision == "fp32":
         return model
-    copy = onnx.ModelProto()
-    copy.CopyFrom(model)  # onnxruntime's tools rewrite the model they are given
-    model = copy
+    if not in_place:
+        model, original = onnx.ModelProto(), model
+        model.CopyFrom(original)
     if options.precision == "fp16":
         from onnxruntime.transformers.float16 import convert_float_to_float16
 
