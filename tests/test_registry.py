@@ -72,12 +72,14 @@ def test_a_function_written_for_an_older_or_the_same_opset_inlines(function, ops
     written for 23 joins a model at 23. Every node of the model then belongs to the requested opset."""
     registry = exporter.OnnxRegistry()
     registry.register_op(function, "onnxlens_test", "scaled_tanh")
+    written_for = function.function_ir.opset_imports[""]
     model, x = UsesCustomOp(), torch.randn(3, 4)
     options = exporter.ExportOptions(onnx_registry=registry, opset_version=opset, modularize=False)
     export_output = exporter.dynamo_export(model, x, export_options=options)
     assert {o.domain: o.version for o in export_output.model_proto.opset_import}[""] == opset
     assert {"Tanh", "Mul"} <= {n.op_type for n in export_output.model_proto.graph.node}
     assert_matches_eager(export_output, model, (x,))
+    assert function.function_ir.opset_imports[""] == written_for  # the registered function itself is untouched
 
 
 def test_a_function_written_for_a_newer_opset_than_the_export_is_a_clear_error():

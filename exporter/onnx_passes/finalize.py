@@ -63,7 +63,7 @@ class FunctionOpsetPass(ir.passes.InPlacePass):
 
     def call(self, model: ir.Model) -> ir.passes.PassResult:
         modified = False
-        for function in model.functions.values():
+        for key, function in list(model.functions.items()):
             written_for = function.opset_imports.get("")
             if written_for is None or written_for == self.opset_version:
                 continue
@@ -73,6 +73,8 @@ class FunctionOpsetPass(ir.passes.InPlacePass):
                     f"export targets opset {self.opset_version}: export with ExportOptions(opset_version={written_for}) "
                     f"or write the function for opset {self.opset_version}"
                 )
+            # A copy: the registry's function object is shared by every export of the process.
+            function = model.functions[key] = ir.serde.deserialize_function(ir.serde.serialize_function(function))
             for node in ir.traversal.RecursiveGraphIterator(function):
                 if node.domain == "" and node.version is None:
                     node.version = written_for
