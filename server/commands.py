@@ -19,6 +19,7 @@ import uuid
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+import attrs
 from lsprotocol import types
 from pygls.lsp.server import LanguageServer
 from pygls.uris import to_fs_path
@@ -26,7 +27,7 @@ from pygls.uris import to_fs_path
 from exporter import outcome
 from exporter.constants import Prop, Stage, progress_text
 from exporter.diagnostics import rules
-from onnxlens_server import documents, outputs, sarif_log, sarif_to_lsp, shape_fixes
+from onnxlens_server import documents, notebooks, outputs, sarif_log, sarif_to_lsp, shape_fixes
 from onnxlens_server.protocol import (
     EXPORT_FINISHED,
     EXPORT_PROGRESS,
@@ -59,8 +60,10 @@ class Commands:
         path, source = text.path, text.source
         versions = {**documents.open_versions(self.ls.workspace), path: text.version}  # the problems' versions
         if found.syntax_error:
-            self._show_syntax_error(path, found.syntax_error, text.version)
+            self._show_syntax_error(text, found.syntax_error)
             raise RequestError(ErrorCode.SYNTAX_ERROR, f"{os.path.basename(path)}:{found.syntax_error.line + 1}: SyntaxError: {found.syntax_error.message}")
+        if text.notebook is not None:  # the line of the cell: the program's
+            args = attrs.evolve(args, line=text.notebook.program_line(args.uri, args.line) or 0)
         chosen_targets = _select_targets(args, found, path)
         root = outputs.workspace_folder(path, self._workspace_folders())
         configuration = await read_configuration(self.ls, args.uri)
@@ -83,7 +86,8 @@ class Commands:
             for target in chosen_targets
         ]
         jobs = await asyncio.gather(
-            *(self._run(request, chosen.timeout, target, versions) for request, target in zip(requests, chosen_targets))
+            *(self._run(request, chosen.timeout, target, versions, text)
+              for request, target in zip(requests, chosen_targets))
         )
         return {"jobs": list(jobs)}
 
@@ -101,7 +105,8 @@ class Commands:
 
     async def graph(self, args: TargetArgs) -> dict[str, Any]:
         """The model the target's last export wrote, as a graph with its SARIF log's numbers."""
-        path = to_fs_path(args.uri) or args.uri
+        notebook = notebooks.of_cell(self.ls.workspace, args.uri)  # a cell's target: its notebook's
+        path = notebook.path if notebook is not None else (to_fs_path(args.uri) or args.uri)
         state = self.states.get(target_key(path, args.target))
         name = f"{args.target} ({os.path.basename(path)})"
         if state is None:
@@ -116,9 +121,12 @@ class Commands:
                 {"sarif": state.sarif},
             )
         try:
-            return {**await asyncio.to_thread(_graph_json, state.onnx, state.log), "outcome": state.outcome}
+            graph = await asyncio.to_thread(_graph_json, state.onnx, state.log)
         except (OSError, ValueError) as e:
             raise RequestError(ErrorCode.UNREADABLE_MODEL, f"The model of {args.target} cannot be read: {e}. Export it again.") from None
+        if state.notebook is not None:  # a notebook's lines: its cells'
+            graph = notebooks.locate_graph(graph, state.notebook)
+        return {**graph, "outcome": state.outcome}
 
     async def discover(self, uri: str) -> tuple[documents.Text, Discovery]:
         """The text and discovery of document `uri` (off the event loop: `Discoveries`). The syntax
@@ -126,11 +134,11 @@ class Commands:
         targets starts the export fork server (it warms up in the background: exports wait for it,
         nothing else does); a workspace without models never loads torch."""
         text = documents.read(self.ls.workspace, uri)
-        found = await self.discoveries.get(uri, text.source)
+        found = await self.discoveries.get(text.notebook.uri if text.notebook else uri, text.source)
         if found.imports_torch or found.targets:
             self.pool.warm()
         if found.syntax_error is None:
-            self._show_syntax_error(text.path, None, text.version)
+            self._show_syntax_error(text, None)
         return text, found
 
     def _workspace_folders(self) -> list[str]:
@@ -138,16 +146,19 @@ class Commands:
         uris = [folder.uri for folder in workspace.folders.values()] or [workspace.root_uri or ""]
         return [path for uri in uris if (path := to_fs_path(uri))]
 
-    def publish(self, path: str, version: int | None) -> None:
-        """Send the problems of every target in `path` to the client, as of the document's `version`."""
-        diagnostics = self.states.diagnostics(path)
-        uri = pathlib.Path(path).as_uri()
+    def publish(self, key: str, version: int | None) -> None:
+        """Send the problems of every target in document `key` (a path, a cell's URI) to the client, as of the
+        document's `version`."""
+        diagnostics = self.states.diagnostics(key)
+        uri = documents.uri_of(key)
         self.ls.text_document_publish_diagnostics(types.PublishDiagnosticsParams(uri, diagnostics, version))
 
     async def _run(
-        self, request: ExportRequest, timeout: float, target: Target, versions: dict[str, int | None]
+        self, request: ExportRequest, timeout: float, target: Target, versions: dict[str, int | None],
+        text: documents.Text,
     ) -> dict[str, Any]:
-        """Export `request` (its `target` as discovered when the export started), apply and announce its result."""
+        """Export `request` (its `target` as discovered in `text` when the export started), apply and announce
+        its result."""
         logger.info("Export of %s (job %s) with %s, overrides %s", request.target, request.job_id, request.settings, request.overrides)
         progress = self.ls.work_done_progress
         token = str(uuid.uuid4())
@@ -168,32 +179,38 @@ class Commands:
             progress.end(token, types.WorkDoneProgressEnd(message=f"{request.target}: {result.status}"))
             progress.tokens.pop(token, None)
         logger.info("Export of %s (job %s): %s in %.1f s %s", request.target, request.job_id, result.status, result.seconds, result.message)
-        state = await self._apply(result, target, versions)
+        state = await self._apply(result, target, versions, text)
         job = _job_json(result, state)
         self.ls.protocol.notify(EXPORT_FINISHED, job)
         if result.data.get("onnx") and "onnxlens_server.graph" not in sys.modules:  # Show Graph is next
             asyncio.ensure_future(asyncio.to_thread(importlib.import_module, "onnxlens_server.graph"))
         return job
 
-    async def _apply(self, result: JobResult, target: Target, versions: dict[str, int | None]) -> TargetState:
-        """Replace the target's problems and traces with this export's (its SARIF log parsed here, once),
-        and publish them."""
+    async def _apply(
+        self, result: JobResult, target: Target, versions: dict[str, int | None], text: documents.Text
+    ) -> TargetState:
+        """Replace the target's problems and traces with this export's (its SARIF log parsed here, once;
+        a notebook's lines moved to its cells: `text.locate`), and publish them."""
         request = result.request
         state = TargetState(sarif=result.data.get("sarif"), onnx=result.data.get("onnx"), outcome=_outcome(result))
         state.log = await asyncio.to_thread(sarif_log.read, state.sarif) if state.sarif else None
+        if state.log is not None and text.notebook is not None:
+            state.log, state.notebook = notebooks.locate_log(state.log, text.notebook), text.notebook
         line_text = self._line_text
         if state.log is not None:
-            data = {"target": request.target, "targetUri": pathlib.Path(request.path).as_uri()}
+            data = {"target": request.target, "targetUri": documents.uri_of(text.locate(request.path, target.line)[0])}
             places = await fixed_dimension_places(state.log, request, target, self.discoveries.run)
+            places = {key: text.locate(*where) for key, where in places.items()}
             state.diagnostics = sarif_to_lsp.diagnostics_by_path(
                 state.log, line_text, lambda result: places.get(id(result)), data
             )
             state.traces = state.log.traces
         if result.status != "ok" and not any(d.severity == types.DiagnosticSeverity.Error for ds in state.diagnostics.values() for d in ds):
-            path, line = _failure_location(result, target)
+            path, line = text.locate(*_failure_location(result, target))
             failure = sarif_to_lsp.failure(f"Export of {request.target} {result.status}: {result.message}", f"export-{result.status}", line, line_text(path, line))
             state.diagnostics.setdefault(path, []).append(failure)
-        for path in self.states.replace(request.key, state) | {request.path}:  # the target's file always
+        target_document = text.locate(request.path, target.line)[0]  # the target's file (cell) always
+        for path in self.states.replace(request.key, state) | {target_document}:
             self.publish(path, versions.get(path))
         workspace = getattr(self.ls.client_capabilities, "workspace", None)
         if getattr(getattr(workspace, "inlay_hint", None), "refresh_support", False):
@@ -202,14 +219,17 @@ class Commands:
             self.ls.workspace_code_lens_refresh(None)
         return state
 
-    def _show_syntax_error(self, path: str, error: SyntaxProblem | None, version: int | None) -> None:
-        """Publish `error` as the file's problem (None: remove the one published, if any) of the text at `version`."""
-        key = target_key(path, "")  # the file's own problems (no target has an empty name)
+    def _show_syntax_error(self, text: documents.Text, error: SyntaxProblem | None) -> None:
+        """Publish `error` as the file's problem (None: remove the one published, if any) of `text`."""
+        key = target_key(text.path, "")  # the file's own problems (no target has an empty name)
         if error is None and not getattr(self.states.get(key), "diagnostics", None):
             return
-        problems = [sarif_to_lsp.failure(f"SyntaxError: {error.message}", "syntax-error", error.line, self._line_text(path, error.line))] if error else []
+        path, line = text.locate(text.path, error.line) if error else (text.path, 0)
+        problems = [sarif_to_lsp.failure(f"SyntaxError: {error.message}", "syntax-error", line, self._line_text(path, line))
+                    ] if error else []
+        versions = documents.open_versions(self.ls.workspace)
         for changed in self.states.replace(key, TargetState(diagnostics={path: problems} if problems else {})):
-            self.publish(changed, version)
+            self.publish(changed, versions.get(changed, text.version))
 
     def _line_text(self, path: str, line: int) -> str | None:
         return documents.line_text(self.ls.workspace, path, line)

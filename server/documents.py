@@ -1,15 +1,27 @@
-"""Documents as the server sees them: the editor's text when open, else the file on disk."""
+"""Documents as the server sees them: the editor's text when open, else the file on disk; a notebook
+cell's text is its notebook's program (`notebooks`).
+
+The server's state keys a document by its path, a notebook cell by its URI as the client gave it
+(`key_of`, `uri_of`)."""
 
 from __future__ import annotations
 
 import dataclasses
 import os
 import pathlib
+import re
+from typing import TYPE_CHECKING
+from urllib.parse import unquote
 
 from pygls.uris import to_fs_path
 from pygls.workspace import Workspace
 
 from onnxlens_server.protocol import ErrorCode, RequestError
+
+if TYPE_CHECKING:
+    from onnxlens_server.notebooks import Notebook
+
+_URI = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]+:")  # a scheme of two or more characters (C: is a drive)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -17,10 +29,32 @@ class Text:
     path: str
     source: str
     version: int | None  # the open document's version; None: the file on disk
+    notebook: Notebook | None = None  # a cell's notebook: `source` is its program, `path` the notebook's
+
+    def locate(self, path: str, line: int) -> tuple[str, int]:
+        """The document key and line of `line` of `path` (the notebook's program: the cell's)."""
+        return self.notebook.locate(path, line) if self.notebook is not None else (path, line)
+
+
+def key_of(uri: str) -> str | None:
+    """The state's key of document `uri`: a file's path, a notebook cell's URI (None: neither)."""
+    if uri.startswith("vscode-notebook-cell:"):
+        return uri
+    return to_fs_path(uri)
+
+
+def uri_of(key: str) -> str:
+    """The URI of the document with state key `key` (a cell's, exactly as the client gave it)."""
+    return key if _URI.match(key) else pathlib.Path(key).as_uri()
 
 
 def read(workspace: Workspace, uri: str) -> Text:
-    """The text of the document `uri`; `RequestError` if it is not a UTF-8 file on disk."""
+    """The text of the document `uri` (a notebook cell: its notebook's program); `RequestError` if it is
+    not a UTF-8 file on disk."""
+    from onnxlens_server import notebooks
+
+    if (notebook := notebooks.of_cell(workspace, uri)) is not None:
+        return Text(notebook.path, notebook.program.source, notebook.version, notebook)
     path = to_fs_path(uri)
     if path is None:
         raise RequestError(ErrorCode.NOT_ON_DISK, f"{uri} is not a file on disk: save it first, then export.")
@@ -38,18 +72,20 @@ def read(workspace: Workspace, uri: str) -> Text:
 
 
 def open_versions(workspace: Workspace) -> dict[str, int]:
-    """The version of each open document, by path."""
+    """The version of each open document, by key (`key_of`)."""
     return {
-        path: document.version
-        for uri, document in workspace.text_documents.items()
-        if document.version is not None and (path := to_fs_path(uri))
+        key: document.version
+        for document in workspace.text_documents.values()
+        if document.version is not None and (key := key_of(document.uri))
     }
 
 
-def line_text(workspace: Workspace, path: str, line: int) -> str | None:
-    """The text of a 0-based line of `path` (None past its end)."""
-    document = workspace.text_documents.get(pathlib.Path(path).as_uri())
-    lines = document.lines if document is not None else _file_lines(path)
+def line_text(workspace: Workspace, key: str, line: int) -> str | None:
+    """The text of a 0-based line of the document `key` (a path or a cell's URI; None past its end)."""
+    document = workspace.text_documents.get(unquote(uri_of(key)))
+    if document is None and _URI.match(key):  # a cell no longer open
+        return None
+    lines = document.lines if document is not None else _file_lines(key)
     return lines[line] if 0 <= line < len(lines) else None
 
 

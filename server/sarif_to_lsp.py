@@ -1,4 +1,5 @@
-"""SARIF results (a parsed `sarif_log.SarifLog`) → LSP diagnostics, by the file each result points into."""
+"""SARIF results (a parsed `sarif_log.SarifLog`) → LSP diagnostics, by the document each result points into
+(a file's path, or a notebook cell's URI once `notebooks.locate_log` moved the log's locations there)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from lsprotocol import types
 from exporter.constants import Prop
 from exporter.diagnostics import rules
 from exporter.diagnostics.code import code_of
+from onnxlens_server.documents import uri_of
 from onnxlens_server.sarif_log import Location, Result, SarifLog
 
 SOURCE = "onnxlens"
@@ -108,7 +110,7 @@ def _placed(result: Result, place: Place | None) -> Result:
 
 
 def _lsp_location(where: Location, at: types.Range) -> types.Location:
-    return types.Location(pathlib.Path(where.path).as_uri(), at)
+    return types.Location(uri_of(where.path), at)  # a path, or a notebook cell's URI (`notebooks.locate_log`)
 
 
 def _reproducer(directory: str) -> types.DiagnosticRelatedInformation:

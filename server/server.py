@@ -10,11 +10,12 @@ import logging
 import os
 from typing import Any
 
+import attrs
 from lsprotocol import types
 from pygls.lsp.server import LanguageServer
 from pygls.uris import to_fs_path
 
-from onnxlens_server import documents, features, protocol
+from onnxlens_server import documents, features, notebooks, protocol
 from onnxlens_server.commands import Commands
 from onnxlens_server.logs import log_to_client
 from onnxlens_server.settings import export_settings, read_configuration
@@ -27,7 +28,7 @@ logger = logging.getLogger(__name__)
 
 class OnnxlensServer(LanguageServer):
     def __init__(self) -> None:
-        super().__init__("onnxlens", VERSION)
+        super().__init__("onnxlens", VERSION, notebook_document_sync=notebooks.SYNC_OPTIONS)
         self.pool = WorkerPool()
         self.states = States()
         self.commands = Commands(self, self.states, self.pool)
@@ -106,29 +107,51 @@ def did_close(ls: OnnxlensServer, params: types.DidCloseTextDocumentParams) -> N
     ls.commands.discoveries.forget(params.text_document.uri)
 
 
+@server.feature(types.NOTEBOOK_DOCUMENT_DID_CHANGE)
+def notebook_did_change(ls: OnnxlensServer, params: types.DidChangeNotebookDocumentParams) -> None:
+    """An edited cell's problems and traces go (its lines are stale); all the notebook's when cells were moved,
+    deleted or changed language."""
+    for key in ls.states.clear(notebooks.stale_cells(params, ls.workspace)):
+        ls.commands.publish(key, None)
+
+
+@server.feature(types.NOTEBOOK_DOCUMENT_DID_CLOSE)
+def notebook_did_close(ls: OnnxlensServer, params: types.DidCloseNotebookDocumentParams) -> None:
+    for key in ls.states.clear([cell.uri for cell in params.cell_text_documents]):
+        ls.commands.publish(key, None)
+    ls.commands.discoveries.forget(params.notebook_document.uri)
+
+
 @server.feature(types.TEXT_DOCUMENT_CODE_LENS)
 async def code_lens(ls: OnnxlensServer, params: types.CodeLensParams) -> list[types.CodeLens]:
     uri = params.text_document.uri
     text, found = await ls.commands.discover(uri)
+    if text.notebook is not None:  # a cell: the targets defined in it
+        found = text.notebook.in_cell(found, uri)
     return features.code_lenses(uri, text.path, found, ls.states)
 
 
 @server.feature(types.TEXT_DOCUMENT_INLAY_HINT)
 def inlay_hints(ls: OnnxlensServer, params: types.InlayHintParams) -> list[types.InlayHint]:
-    path = to_fs_path(params.text_document.uri)
-    return features.inlay_hints(path, params.range, ls.states, ls.line_text) if path else []
+    key = documents.key_of(params.text_document.uri)
+    return features.inlay_hints(key, params.range, ls.states, ls.line_text) if key else []
 
 
 @server.feature(types.TEXT_DOCUMENT_HOVER)
 def hover(ls: OnnxlensServer, params: types.HoverParams) -> types.Hover | None:
-    return features.hover(to_fs_path(params.text_document.uri), params.position.line, ls.states)
+    return features.hover(documents.key_of(params.text_document.uri), params.position.line, ls.states)
 
 
 @server.feature(types.TEXT_DOCUMENT_CODE_ACTION, types.CodeActionOptions(code_action_kinds=[types.CodeActionKind.QuickFix]))
 async def code_actions(ls: OnnxlensServer, params: types.CodeActionParams) -> list[types.CodeAction]:
     uri = params.text_document.uri
     text, found = await ls.commands.discover(uri)
-    actions = await features.code_actions(uri, text.source, found, params, ls.text_of, ls.commands.discoveries.run)
+    asked = params
+    if text.notebook is not None:  # a cell: the program's lines in, the cells' edits out
+        asked = attrs.evolve(params, range=text.notebook.to_program(params.range, uri) or params.range)
+    actions = await features.code_actions(uri, text.source, found, asked, ls.text_of, ls.commands.discoveries.run)
+    if text.notebook is not None:
+        actions = text.notebook.in_cells(actions)
     if ls.protocol.trace != types.TraceValue.Off:  # the client asked for a trace (VS Code: the log level Trace)
         line = params.range.start.line
         trigger = params.context.trigger_kind.name.lower() if params.context.trigger_kind else "unknown"

@@ -14,12 +14,13 @@ from onnxlens_server.sarif_log import LineTrace, SarifLog
 
 @dataclasses.dataclass
 class TargetState:
-    diagnostics: dict[str, list[types.Diagnostic]] = dataclasses.field(default_factory=dict)  # path -> problems
+    diagnostics: dict[str, list[types.Diagnostic]] = dataclasses.field(default_factory=dict)  # key -> problems
     traces: list[LineTrace] = dataclasses.field(default_factory=list)
     sarif: str | None = None
     onnx: str | None = None
     log: SarifLog | None = None  # the log at `sarif`, parsed when the export's result arrived
     outcome: dict[str, Any] | None = None  # the export's (`exporter.outcome.Outcome.to_json`); a wrong one has a model
+    notebook: Any = None  # the `notebooks.Notebook` exported (its cells' map), for a notebook's target
 
 
 class States:
@@ -43,6 +44,17 @@ class States:
 
     def traces(self, path: str | None) -> list[LineTrace]:
         return [t for state in self._by_target.values() for t in state.traces if t.path == path]
+
+    def clear(self, keys: list[str]) -> set[str]:
+        """Remove every target's problems and traces in the documents `keys` (stale); those that had some."""
+        cleared = set()
+        for state in self._by_target.values():
+            for key in keys:
+                if state.diagnostics.pop(key, None):
+                    cleared.add(key)
+            cleared |= {t.path for t in state.traces if t.path in keys}
+            state.traces = [t for t in state.traces if t.path not in keys]
+        return cleared
 
     def follow_edits(self, path: str, changes: list[tuple[int, int]]) -> bool:
         """Move `path`'s problems and traces with edits above them: `changes` are (last line replaced,

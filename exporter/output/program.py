@@ -134,14 +134,17 @@ class ExportOutput:
         with atomic_path(path) as tmp, open(tmp, "wb") as f:
             serializer.serialize(self, f)
 
-    def save_diagnostics(self, destination: str | os.PathLike) -> None:
-        """Write the SARIF log of this export; `destination` must end in `.sarif`."""
+    def save_diagnostics(self, destination: str | os.PathLike, *, notebook: str | os.PathLike | None = None) -> None:
+        """Write the SARIF log of this export; `destination` must end in `.sarif`. In a Jupyter kernel, frames
+        of the notebook's cells point into `notebook` (default: the notebook VS Code or Jupyter runs), at the
+        cell's line (`exporter.diagnostics.notebook_frames`)."""
         path = os.fspath(destination)
         if not path.endswith(".sarif"):
             raise ValueError(f"'destination' must end in '.sarif', got {path!r}")
+        from exporter.diagnostics.notebook_frames import in_notebook
         from exporter.diagnostics.sarif import write_sarif  # sarif_om: ~0.2 s of import, only for SARIF
 
-        write_sarif(self._diagnostic_context, path)
+        write_sarif(in_notebook(self._diagnostic_context, notebook), path)
 
 
 def count_nodes(model: ir.Model) -> int:
