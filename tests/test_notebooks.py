@@ -14,7 +14,7 @@ from lsprotocol import types
 from pytest_lsp import ClientServerConfig, LanguageClient
 
 from exporter.diagnostics.notebook_program import program
-from onnxlens_server.protocol import EXPORT, EXPORT_FINISHED, EXPORT_PROGRESS, EXPORT_TARGET
+from onnxlens_server.protocol import EXPORT, EXPORT_FINISHED, EXPORT_PROGRESS, EXPORT_TARGET, GRAPH
 
 IMPORTS = "import torch\n%load_ext autoreload\nimport exporter"
 NOTES = "# The model\nA custom op without an ONNX translation."
@@ -209,6 +209,12 @@ async def test_op_level_debug_hints_and_hovers_on_a_cell(client: LanguageClient,
     assert "Sigmoid" in hints[0].label
     assert "aten.sigmoid" in (await hover(client, small, line)).contents.value
     assert await hover(client, cell_uri(notebook, 0), 0) is None  # another cell's line
+
+    # The graph view's node -> line links: the cell's URI and its (1-based) line.
+    graph = await client.workspace_execute_command_async(
+        types.ExecuteCommandParams(command=GRAPH, arguments=[{"uri": small, "target": "small"}]))
+    sources = {(n["op"], n["source"]["path"], n["source"]["line"]) for n in graph["nodes"] if n["source"]}
+    assert ("Sigmoid", small, line + 1) in sources
 
 
 @pytest.mark.asyncio(loop_scope="module")
