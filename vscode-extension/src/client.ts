@@ -95,7 +95,9 @@ export class ServerConnection implements vscode.Disposable {
       options: { env: { ...process.env, PYTHONUNBUFFERED: '1' } },
     };
     const clientOptions: LanguageClientOptions = {
-      documentSelector: [{ scheme: 'file', language: 'python' }],
+      // Python files, and the Python cells of notebooks: the server asks for notebook sync (a notebook is one
+      // program to it), and lenses, hints, hovers, fixes and problems land on the cells.
+      documentSelector: [{ scheme: 'file', language: 'python' }, { notebook: '*', language: 'python' }],
       outputChannel: this.log,
       traceOutputChannel: this.log,
       synchronize: { configurationSection: CONFIGURATION_SECTION }, // didChangeConfiguration: the server checks the settings
