@@ -272,3 +272,21 @@ def test_ir_version_follows_onnx_table_for_the_imported_opsets(opset, ir_version
     assert proto.ir_version == ir_version  # onnx's table: opset 23 needs IR 11, 25 IR 13; 10 at least (node metadata)
     onnx.checker.check_model(proto, full_check=True)
     assert_matches_eager(exporter.dynamo_export(model, x, export_options=exporter.ExportOptions(opset_version=opset)), model, (x,))
+
+
+class Spectrum(torch.nn.Module):
+    def forward(self, x):
+        return torch.fft.rfft(x, dim=-1).abs()
+
+
+@pytest.mark.parametrize("opset", [18, 20, 23])
+def test_torchlibs_opset_18_ops_are_converted_to_the_requested_opset(opset):
+    """torchlib writes DFT with an ``axis`` attribute (opset 17-19); from opset 20 the axis is an input. The
+    recorded nodes keep the opset they were written for and are converted, so the model checks and runs."""
+    model, x = Spectrum(), torch.randn(2, 16)
+    export_output = exporter.dynamo_export(model, x, export_options=exporter.ExportOptions(opset_version=opset))
+    proto = export_output.model_proto
+    onnx.checker.check_model(proto, full_check=True)
+    (dft,) = [n for n in proto.graph.node if n.op_type == "DFT"]
+    assert ([a.name for a in dft.attribute if a.name == "axis"] == []) == (opset >= 20), dft
+    assert_matches_eager(export_output, model, (x,))

@@ -34,7 +34,10 @@ class ConvertOpsetPass(ir.passes.InPlacePass):
 
     def call(self, model: ir.Model) -> ir.passes.PassResult:
         if model.opset_imports.get("") == self.opset_version:
-            older = [n for n in ir.traversal.RecursiveGraphIterator(model.graph) if n.domain == "" and n.version]
+            older = [
+                n for n in ir.traversal.RecursiveGraphIterator(model.graph)
+                if n.domain == "" and n.version and n.version < self.opset_version
+            ]
             if not older:
                 return ir.passes.PassResult(model, modified=False)
             from onnxscript.version_converter import _version_converter  # the public pass skips a model at its opset

@@ -87,7 +87,10 @@ class OpRecorder(evaluator.Evaluator):
         if signature is None:
             raise ValueError(f"ONNX op {op.name!r} has no schema in opset {op.opset}")
         inputs, attrs = bind(signature, args, kwargs)
-        outputs = self._add_node(signature, inputs, attrs, _output_count(signature, attrs))
+        # An op of another default-domain opset than the model's (torchlib's functions are written for 18) keeps
+        # its version: `finalize` converts it to the model's opset (DFT's axis, for one, moved to an input in 20).
+        written_for = op.opset.version if not op.opset.domain and op.opset.version != self.opset.version else None
+        outputs = self._add_node(signature, inputs, attrs, _output_count(signature, attrs), written_for)
         return outputs[0] if len(outputs) == 1 else outputs
 
     def eval_function(self, function: onnxscript.OnnxFunction, args: Sequence[Arg], kwargs: Mapping[str, Arg]):
@@ -123,7 +126,9 @@ class OpRecorder(evaluator.Evaluator):
 
     # -- internals -----------------------------------------------------------------------
 
-    def _add_node(self, signature, inputs: dict[str, Arg], attrs: dict[str, Any], num_outputs: int):
+    def _add_node(
+        self, signature, inputs: dict[str, Arg], attrs: dict[str, Any], num_outputs: int, version: int | None = None
+    ):
         inputs = self._materialize_constants(signature, inputs)
         inputs = self._materialize_sequences(signature, inputs)
         flat: list[ir.Value | None] = []
@@ -141,7 +146,7 @@ class OpRecorder(evaluator.Evaluator):
             inputs=flat,
             attributes=attributes,
             outputs=[SymbolicValue(self.opset) for _ in range(num_outputs)],
-            version=signature.since_version if signature.domain else None,
+            version=signature.since_version if signature.domain else version,
         )
         self.nodes.append(node)
         return node.outputs

@@ -256,6 +256,9 @@ def _run(graph: ir.Graph, inputs: list[ir.Value], outputs: list[ir.Value], feeds
     import onnxruntime as ort
 
     sub = ir.convenience.extract(graph, inputs, outputs)
+    # Nodes recorded from another opset's function (torchlib's 18) run in that opset, as they were written.
+    versions = {n.version for n in ir.traversal.RecursiveGraphIterator(sub) if n.domain == "" and n.version}
+    sub.opset_imports[""] = min(versions, default=sub.opset_imports[""])
     model = ir.Model(sub, ir_version=ir_version(sub.opset_imports[""]), functions=list(functions.values()))
     for n in ir.traversal.RecursiveGraphIterator(sub):
         if n.domain:
