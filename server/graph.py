@@ -10,19 +10,29 @@ stack the exporter recorded in its ``pkg.onnxlens.stack_trace`` metadata; op-lev
 and verification (FXE0021) numbers come from the SARIF log's per-line results, by FX node. Nodes in
 subgraphs (``If``, ``Loop``) are not listed.
 
-The model is read without its external data and no tensor data goes into the JSON. Needs onnx_ir
+A node is ``plumbing`` when what it computes depends on no graph input's values: constants, initializers, shapes,
+and ops over only those (the view folds them away by default). A node at the line of a located FXE0020 result
+(a dimension the export specialized) has that result in its ``marks``. Another producer's model (no module
+functions) is grouped by the module scopes it recorded: torch.onnx's ``pkg.torch.onnx.name_scopes`` metadata,
+else the ``/``-separated scopes of its node names (``/encoder/layer.0/MatMul``); without either it is flat.
+
+The model is read without its external data and no tensor data goes into the JSON (an initializer's size in
+``bytes`` is from its type); `tensor_json` reads the first values of one tensor, and only those bytes. Needs onnx_ir
 (imported by the caller off the event loop: it takes most of a second).
 """
 
 from __future__ import annotations
 
+import ast
 import functools
 import json
+import math
 import os
 import re
 import sysconfig
 from typing import Any
 
+import numpy as np
 import onnx_ir as ir
 
 from exporter.constants import (
@@ -46,6 +56,11 @@ _LIBRARY_ROOTS = tuple(
         *(sysconfig.get_paths()[key] for key in ("stdlib", "purelib", "platlib")),
     )
 )
+_MARK_RULES = ("FXE0020",)  # located results whose line's nodes are marked (a dimension specialized)
+_STATIC_OPS = ("Constant", "Shape", "Size")  # outputs known without any graph input's values
+_TORCH_SCOPES = "pkg.torch.onnx.name_scopes"  # torch.onnx's node metadata: each level's module path, then the op
+_TORCH_CLASSES = "pkg.torch.onnx.class_hierarchy"  # each level's class, then the op's target
+_TENSOR_VALUES = 16  # the values `tensor_json` reads
 _DTYPES = {"FLOAT": "float32", "DOUBLE": "float64"}  # the others' ONNX names read well in lower case
 _LIST_ITEMS = 16  # longer attribute lists are cut
 
@@ -53,18 +68,62 @@ _LIST_ITEMS = 16  # longer attribute lists are cut
 def graph_json(onnx_path: str, log: SarifLog | None) -> dict[str, Any]:
     """The model at `onnx_path` (without its external data) as a graph, with the checks of its export's
     SARIF log `log` if there is one. Raises OSError or ValueError for a missing or unreadable model."""
+    model = load(onnx_path)
+    return {"path": onnx_path, **model_graph(model, node_checks(log) if log else {}, line_marks(log) if log else {})}
+
+
+def load(onnx_path: str) -> ir.Model:
+    """The model at `onnx_path`, its external data not read (onnx_ir reads a tensor's bytes when asked for them)."""
     if not os.path.isfile(onnx_path):
         raise FileNotFoundError(f"{onnx_path} does not exist (deleted since the export?)")
     try:
-        model = ir.load(onnx_path)
+        return ir.load(onnx_path)
     except Exception as e:  # protobuf's DecodeError and friends
         raise ValueError(f"{onnx_path} is not a readable ONNX model ({type(e).__name__}: {e})") from None
-    return {"path": onnx_path, **model_graph(model, node_checks(log) if log else {})}
 
 
-def model_graph(model: ir.Model, checks: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
-    """`model` inlined as a graph; `checks` are each FX node's numbers (`node_checks`)."""
-    return _Builder(model, checks).build()
+def model_graph(
+    model: ir.Model, checks: dict[str, list[dict[str, Any]]], marks: dict[tuple[str, int], list[dict[str, Any]]] | None = None
+) -> dict[str, Any]:
+    """`model` inlined as a graph; `checks` are each FX node's numbers (`node_checks`), `marks` each source line's
+    results (`line_marks`)."""
+    return _Builder(model, checks, marks or {}).build()
+
+
+def line_marks(log: SarifLog) -> dict[tuple[str, int], list[dict[str, Any]]]:
+    """The located results of `_MARK_RULES` (levels error and warning) by (path, 1-based line)."""
+    marks: dict[tuple[str, int], list[dict[str, Any]]] = {}
+    for result in log.results:
+        if result.rule_id in _MARK_RULES and result.level in ("error", "warning") and result.location is not None:
+            mark = {"rule": result.rule_id, "level": result.level, "message": result.message.splitlines()[0]}
+            marks.setdefault((result.location.path, result.location.line + 1), []).append(mark)
+    return marks
+
+
+def tensor_json(onnx_path: str, name: str, count: int = _TENSOR_VALUES) -> dict[str, Any]:
+    """Initializer `name` of the model at `onnx_path`: its type and size, where its bytes are, and its first `count`
+    values, read from its external data file (only those bytes: `read`) or from the model."""
+    model = load(onnx_path)
+    value = model.graph.initializers.get(name)
+    if value is None or value.const_value is None:
+        raise KeyError(f"{os.path.basename(onnx_path)} has no initializer {name!r}")
+    tensor, dtype = value.const_value, value.const_value.dtype
+    info = {**_value_info(value), "bytes": _nbytes(value), "external": None, "values": [], "read": 0}
+    itemsize = dtype.itemsize
+    if isinstance(tensor, ir.ExternalTensor):
+        info["external"] = {"location": tensor.location, "offset": tensor.offset or 0, "length": tensor.length}
+        if itemsize != int(itemsize) or dtype.numpy() is None:
+            return info  # sub-byte types: their bytes are not values one by one
+        wanted = min(count, math.prod(tensor.shape.numpy())) * int(itemsize)
+        with open(os.path.join(tensor.base_dir, tensor.location), "rb") as f:
+            f.seek(tensor.offset or 0)
+            data = f.read(wanted)
+        info["read"] = len(data)
+        values = np.frombuffer(data, dtype=dtype.numpy())
+    else:
+        values = tensor.numpy().reshape(-1)[:count]
+    info["values"] = [_scalar_text(v.item()) for v in values]
+    return info
 
 
 def node_checks(log: SarifLog) -> dict[str, list[dict[str, Any]]]:
@@ -79,9 +138,11 @@ def node_checks(log: SarifLog) -> dict[str, list[dict[str, Any]]]:
 
 
 class _Builder:
-    def __init__(self, model: ir.Model, checks: dict[str, list[dict[str, Any]]]) -> None:
+    def __init__(self, model: ir.Model, checks: dict[str, list[dict[str, Any]]], marks: dict[tuple[str, int], list[dict[str, Any]]]) -> None:
         self.model = model
         self.checks = checks
+        self.marks = marks
+        self.static: set[str] = set()  # value ids computed from no graph input's values
         self.values: dict[str, dict[str, Any]] = {}  # value id -> {name, dtype, shape}
         self.producers: dict[str, str] = {}  # value id -> node id, or "input:<name>"
         self.nodes: list[dict[str, Any]] = []
@@ -98,7 +159,11 @@ class _Builder:
         for value in graph.initializers.values():
             if value not in env:
                 env[value] = self._define(value, value.name or "", None)
+                self.static.add(env[value])
         self._walk(graph, env, "", None)
+        scopes = [node.pop("scopes") for node in self.nodes]
+        if not self.groups:
+            self._scope_groups(scopes)
         outputs = []
         for value in graph.outputs:
             vid = env[value]
@@ -113,7 +178,8 @@ class _Builder:
             "inputs": [_value_info(v) for v in graph.inputs],
             "outputs": outputs,
             "initializers": [
-                {**_value_info(v), "external": isinstance(v.const_value, ir.ExternalTensor)} for v in graph.initializers.values()
+                {**_value_info(v), "bytes": _nbytes(v), "external": isinstance(v.const_value, ir.ExternalTensor)}
+                for v in graph.initializers.values()
             ],
             "groups": self.groups,
             "nodes": self.nodes,
@@ -161,6 +227,10 @@ class _Builder:
             self.classes.setdefault(path, cls)
         fx_node = node.metadata_props.get(METADATA_FX_NODE, "").split(": ", 1)[0] or None
         source, stack = _source(node)
+        present = [vid for vid in inputs if vid is not None]
+        plumbing = node.op_type in _STATIC_OPS or (bool(present) and all(vid in self.static for vid in present))
+        if plumbing:
+            self.static.update(outputs)
         self.nodes.append(
             {
                 "id": node_id,
@@ -176,8 +246,48 @@ class _Builder:
                 "source": source,
                 "stack": stack,
                 "checks": self.checks.get(fx_node, []) if fx_node else [],
+                "marks": self.marks.get((source["path"], source["line"]), []) if source else [],
+                "plumbing": plumbing,
+                "scopes": _scopes(node),
             }
         )
+
+    def _scope_groups(self, node_scopes: list[list[tuple[str, str | None]]]) -> None:
+        """Groups from the module scopes another producer recorded (`_scopes`, of each node), one per distinct path."""
+        ids: dict[tuple[str, ...], str] = {}
+        for node, scopes in zip(self.nodes, node_scopes):
+            for depth, (module, cls) in enumerate(scopes, 1):
+                path = tuple(m for m, _ in scopes[:depth])
+                if path not in ids:
+                    ids[path] = f"scope:{'/'.join(path)}"
+                    group = {"id": ids[path], "parent": ids.get(path[:-1]), "function": module, "module": module, "source": None}
+                    self.groups.append(group)
+                    self.classes.setdefault(module, cls)
+            if scopes:
+                node["group"], node["module"] = ids[tuple(m for m, _ in scopes)], scopes[-1][0]
+
+
+def _scopes(node: ir.Node) -> list[tuple[str, str | None]]:
+    """The module scopes another producer recorded for `node`, outermost first (the root module left out): each
+    (module path, class name or None)."""
+    raw = node.metadata_props.get(_TORCH_SCOPES)  # "['', 'layers', 'layers.0', 'linear']": the last is the op's
+    if raw:
+        try:
+            names = ast.literal_eval(raw)
+            classes = ast.literal_eval(node.metadata_props.get(_TORCH_CLASSES, "[]"))
+        except (ValueError, SyntaxError):
+            return []
+        classes = [c.rsplit(".", 1)[-1] for c in classes] if len(classes) == len(names) else [None] * len(names)
+        return [(name, cls) for name, cls in zip(names[1:-1], classes[1:-1]) if name]
+    name = node.name or ""  # torch.onnx's older exporter: "/layers/layers.0/Gemm"
+    return [(part, None) for part in name.split("/")[1:-1] if part] if name.startswith("/") else []
+
+
+def _nbytes(value: ir.Value) -> int | None:
+    """The size of an initializer's data, from its type and shape (nothing read)."""
+    if value.dtype is None or value.shape is None or not all(isinstance(d, int) for d in value.shape):
+        return None
+    return math.ceil(math.prod(value.shape) * value.dtype.itemsize)
 
 
 def _value_info(value: ir.Value) -> dict[str, Any]:

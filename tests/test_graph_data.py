@@ -23,7 +23,7 @@ from pygls.exceptions import JsonRpcException
 
 import exporter
 from onnxlens_server import sarif_log
-from onnxlens_server.graph import graph_json, model_graph
+from onnxlens_server.graph import graph_json, model_graph, tensor_json
 from onnxlens_server.protocol import GRAPH, ErrorCode
 
 from test_server_reliability import ANSWER_TIMEOUT, export, model, server
@@ -269,3 +269,68 @@ async def test_server_gives_the_last_exports_graph(tmp_path: pathlib.Path):
     assert not_yet.value.code == never.value.code == ErrorCode.NOT_EXPORTED
     assert never.value.message == "never (small.py) has not been exported in this session: export it first."
     assert gone.value.code == ErrorCode.UNREADABLE_MODEL and "does not exist" in gone.value.message
+
+
+def test_a_tensor_is_read_only_when_asked_and_only_its_first_values(exported, tmp_path):
+    net, path, graph = exported
+    onnx.save(onnx.load(str(path)), str(tmp_path / "big.onnx"), save_as_external_data=True, location="big.data", size_threshold=0)
+    sizes = {i["name"]: i["bytes"] for i in graph_json(str(tmp_path / "big.onnx"), None)["initializers"]}
+    assert sizes == {name: t.nbytes for name, t in net.state_dict().items()}  # from the types, nothing read
+    weight = net.layers[2].weight.detach().flatten()
+    tensor = tensor_json(str(tmp_path / "big.onnx"), "layers.2.weight")
+    assert (tensor["shape"], tensor["bytes"], tensor["external"]["location"]) == ([256, 256], 256 * 256 * 4, "big.data")
+    assert tensor["read"] == 16 * 4 and [float(v) for v in tensor["values"]] == pytest.approx(weight[:16].tolist(), rel=1e-5)
+    inside = tensor_json(str(path), "head.bias")  # in the model itself
+    assert inside["external"] is None and [float(v) for v in inside["values"]] == pytest.approx(net.head.bias.tolist(), rel=1e-5)
+    with pytest.raises(KeyError, match="no initializer 'nope'"):
+        tensor_json(str(path), "nope")
+
+
+def test_shape_plumbing_is_marked(tmp_path):
+    output = exporter.dynamo_export(TwoBlocks().eval(), torch.randn(2, 5, 8), export_options=exporter.ExportOptions(dynamic_shapes=True))
+    output.save(str(tmp_path / "m.onnx"))
+    graph = graph_json(str(tmp_path / "m.onnx"), None)
+    nodes = {n["id"]: n for n in graph["nodes"]}
+    assert all(n["plumbing"] for n in graph["nodes"] if n["op"] in ("Shape", "Constant"))
+    assert not any(n["plumbing"] for n in graph["nodes"] if n["op"] in ("Slice", "MatMul", "Softmax", "Gemm", "Split"))
+    for edge in graph["edges"]:  # what a graph input's values reach is never plumbing
+        if not edge["from"].startswith("input:") and not edge["to"].startswith("output:") and not nodes[edge["from"]]["plumbing"]:
+            assert not nodes[edge["to"]]["plumbing"], edge
+    assert any(n["plumbing"] for n in graph["nodes"]) and not all(n["plumbing"] for n in graph["nodes"])
+
+
+class Reshaped(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = torch.nn.Linear(4, 4)
+
+    def forward(self, x):
+        return self.fc(x).reshape(8)  # fixes the batch
+
+
+def test_nodes_at_a_specialized_dimensions_line_are_marked(tmp_path):
+    output = exporter.dynamo_export(Reshaped().eval(), torch.randn(2, 4), export_options=exporter.ExportOptions(dynamic_shapes=True))
+    output.save(str(tmp_path / "r.onnx"))
+    output.save_diagnostics(str(tmp_path / "r.sarif"))
+    graph = graph_json(str(tmp_path / "r.onnx"), sarif_log.read(str(tmp_path / "r.sarif")))
+    line = source_line("# fixes the batch")
+    marked = [n for n in graph["nodes"] if n["marks"]]
+    assert marked and all(n["source"]["line"] == line for n in marked)
+    assert {m["rule"] for n in marked for m in n["marks"]} == {"FXE0020"}
+    assert not any(n["marks"] for n in graph["nodes"] if n["source"] and n["source"]["line"] != line)
+
+
+@pytest.mark.parametrize("dynamo", [True, False], ids=["torch.onnx-dynamo", "torch.onnx-torchscript"])
+def test_another_producers_model_is_grouped_by_its_scopes(tmp_path, dynamo):
+    net = Net().eval()
+    torch.onnx.export(net, (torch.randn(3, 8),), str(tmp_path / "t.onnx"), dynamo=dynamo)
+    graph = graph_json(str(tmp_path / "t.onnx"), None)
+    groups = {g["id"]: g for g in graph["groups"]}
+    assert {g["module"] for g in groups.values()} == {name for name, m in net.named_modules() if name and not isinstance(m, torch.nn.ReLU)} | (
+        {"layers.1"} if any(n["op"] == "Relu" and n["module"] == "layers.1" for n in graph["nodes"]) else set()
+    )
+    for group in groups.values():
+        assert group["module"].rpartition(".")[0] == (groups[group["parent"]]["module"] if group["parent"] else "")
+    gemms = sorted(n["module"] for n in graph["nodes"] if n["op"] == "Gemm")
+    assert gemms == ["head", "layers.0", "layers.2"]
+    assert all(groups[n["group"]]["module"] == n["module"] for n in graph["nodes"] if n["group"])

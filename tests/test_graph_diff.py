@@ -1,0 +1,111 @@
+"""Two exports of a model compared (`onnxlens_server.graph_diff`): real exports of a small model whose code
+differs by one line, checked against the ONNX models' own op counts and the model files' lines."""
+
+from __future__ import annotations
+
+import collections
+import importlib.util
+import pathlib
+
+import onnx
+import onnx.inliner
+import torch
+
+import exporter
+from onnxlens_server.graph import graph_json
+from onnxlens_server.graph_diff import compare
+
+MODEL = '''import torch
+
+
+class Small(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc1 = torch.nn.Linear(8, 16)
+        self.fc2 = torch.nn.Linear(16, 4)
+
+    def forward(self, x):
+        h = self.fc1(x)  # the first layer
+        h = torch.relu(h)  # the activation
+        return self.fc2(h)  # the second layer
+'''
+
+
+def export(folder: pathlib.Path, name: str, source: str) -> tuple[pathlib.Path, pathlib.Path]:
+    """`source` written to `folder`/small.py (as the user edits the file), its `Small` exported to
+    `folder`/`name`.onnx; the model file and the model."""
+    folder.mkdir(exist_ok=True)
+    path = folder / "small.py"
+    path.write_text(source)
+    spec = importlib.util.spec_from_file_location(f"diff_{name}", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    torch.manual_seed(0)
+    onnx_path = folder / f"{name}.onnx"
+    exporter.dynamo_export(module.Small().eval(), torch.randn(3, 8)).save(str(onnx_path))
+    return path, onnx_path
+
+
+def line_of(path: pathlib.Path, marker: str) -> int:
+    (line,) = [i for i, text in enumerate(path.read_text().splitlines(), 1) if text.endswith(marker)]
+    return line
+
+
+def ops(onnx_path: pathlib.Path) -> collections.Counter:
+    return collections.Counter(n.op_type for n in onnx.inliner.inline_local_functions(onnx.load(str(onnx_path))).graph.node)
+
+
+def test_an_activation_changed_on_its_line(tmp_path):
+    _, before = export(tmp_path, "relu", MODEL)
+    gelu, after = export(tmp_path, "gelu", MODEL.replace("torch.relu(h)", "torch.nn.functional.gelu(h)"))
+    diff = compare(graph_json(str(before), None), graph_json(str(after), None))
+    old, new = ops(before), ops(after)
+    assert old - new == {"Relu": 1} and new - old == {"Gelu": 1}  # what the two models hold, by onnx
+    summary = {row["op"]: (row["before"], row["after"]) for row in diff["summary"]}
+    assert summary == {op: (old[op], new[op]) for op in old | new}
+    assert diff["summary"][:2] == [{"op": "Gelu", "before": 0, "after": 1}, {"op": "Relu", "before": 1, "after": 0}]
+    (added,) = [n for n in diff["after"]["nodes"] if n["diff"] == "added"]
+    (removed,) = [n for n in diff["before"]["nodes"] if n["diff"] == "removed"]
+    assert (added["op"], added["source"]["line"], added["source"]["path"]) == ("Gelu", line_of(gelu, "# the activation"), str(gelu))
+    assert removed["op"] == "Relu"
+    assert {n["diff"] for n in diff["after"]["nodes"] if n is not added} == {"same"}
+    assert (diff["added"], diff["removed"], diff["changed"]) == (1, 1, 0)
+
+
+def test_a_line_inserted_above_moves_the_others_without_changing_them(tmp_path):
+    _, before = export(tmp_path, "plain", MODEL)
+    doubled, after = export(tmp_path, "doubled", MODEL.replace("        h = self.fc1(x)", "        x = x * 2  # a new line\n        h = self.fc1(x)"))
+    diff = compare(graph_json(str(before), None), graph_json(str(after), None))
+    assert ops(after) - ops(before) == {"Mul": 1}
+    added = [n for n in diff["after"]["nodes"] if n["diff"] == "added"]
+    assert [(n["op"], n["source"]["line"]) for n in added] == [("Mul", line_of(doubled, "# a new line"))]
+    assert all(n["diff"] == "same" for n in diff["before"]["nodes"])
+    moved = [n for n in diff["after"]["nodes"] if n["op"] == "Relu"]
+    assert [n["source"]["line"] for n in moved] == [line_of(doubled, "# the activation")]  # one line lower, same op
+
+
+def test_a_layers_new_width_changes_its_ops(tmp_path):
+    _, before = export(tmp_path, "narrow", MODEL)
+    _, after = export(tmp_path, "wide", MODEL.replace("Linear(16, 4)", "Linear(16, 6)"))
+    diff = compare(graph_json(str(before), None), graph_json(str(after), None))
+    changed = [n for n in diff["after"]["nodes"] if n["diff"] == "changed"]
+    assert changed and {n["module"] for n in changed} == {"fc2"}
+    assert all(n["outputs"][0]["shape"][-1] == 6 for n in changed)
+    assert (diff["added"], diff["removed"]) == (0, 0)
+    assert all(row["before"] == row["after"] for row in diff["summary"])
+
+
+def test_another_exporters_file_aligns_by_module(tmp_path):
+    """onnxlens's export against torch.onnx's of the same model: no source lines on one side, so modules and ops
+    align; the summary still counts both."""
+    _, ours = export(tmp_path, "ours", MODEL)
+    spec = importlib.util.spec_from_file_location("diff_theirs", tmp_path / "small.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    theirs = tmp_path / "theirs.onnx"
+    torch.onnx.export(module.Small().eval(), (torch.randn(3, 8),), str(theirs), dynamo=False)
+    diff = compare(graph_json(str(ours), None), graph_json(str(theirs), None))
+    assert {row["op"]: (row["before"], row["after"]) for row in diff["summary"]} == {
+        op: (ops(ours)[op], ops(theirs)[op]) for op in ops(ours) | ops(theirs)
+    }
+    assert {n["module"] for n in diff["after"]["nodes"]} == {"fc1", "fc2", ""}
