@@ -14,6 +14,7 @@ import importlib
 import logging
 import os
 import pathlib
+import shutil
 import sys
 import uuid
 from collections.abc import Awaitable, Callable
@@ -32,11 +33,13 @@ from onnxlens_server.protocol import (
     EXPORT_FINISHED,
     EXPORT_PROGRESS,
     CancelArgs,
+    CompareArgs,
     DocumentArgs,
     ErrorCode,
     ExportArgs,
     RequestError,
     TargetArgs,
+    TensorArgs,
 )
 from onnxlens_server.request import ExportRequest, target_key
 from onnxlens_server.settings import export_settings, read_configuration
@@ -105,6 +108,40 @@ class Commands:
 
     async def graph(self, args: TargetArgs) -> dict[str, Any]:
         """The model the target's last export wrote, as a graph with its SARIF log's numbers."""
+        state = self._exported(args)
+        graph = await self._read_model(_graph_json, state.onnx, state.log)
+        if state.notebook is not None:  # a notebook's lines: its cells'
+            graph = notebooks.locate_graph(graph, state.notebook)
+        return {**graph, "outcome": state.outcome}
+
+    async def graph_file(self, args: DocumentArgs) -> dict[str, Any]:
+        """Any .onnx file as a graph, with the SARIF log of its stem beside it (an onnxlens export's) if there is one."""
+        path = to_fs_path(args.uri) or args.uri
+        sarif = os.path.splitext(path)[0] + ".sarif"
+        log = await asyncio.to_thread(sarif_log.read, sarif) if os.path.isfile(sarif) else None
+        return {**await self._read_model(_graph_json, path, log), "outcome": None}
+
+    async def compare_graphs(self, args: CompareArgs) -> dict[str, Any]:
+        """Two models compared: two files, or the target's previous export (kept by `_run`) and its last."""
+        if args.before and args.after:
+            before, after = to_fs_path(args.before) or args.before, to_fs_path(args.after) or args.after
+        else:
+            after = self._exported(TargetArgs(uri=args.uri, target=args.target)).onnx
+            before = _graph_diff().previous_path(after)
+            if not os.path.isfile(before):
+                message = f"{args.target} has no previous export to compare with: export it again after a change."
+                raise RequestError(ErrorCode.NO_PREVIOUS, message)
+        return await self._read_model(_compare_json, before, after)
+
+    async def tensor(self, args: TensorArgs) -> dict[str, Any]:
+        """An initializer's size and first values (only those bytes read)."""
+        try:
+            return await self._read_model(_tensor_json, to_fs_path(args.uri) or args.uri, args.name)
+        except KeyError as e:
+            raise RequestError(ErrorCode.INVALID_OPTIONS, str(e.args[0])) from None
+
+    def _exported(self, args: TargetArgs) -> TargetState:
+        """The state of the target's last export, which wrote a model (else the request's error)."""
         notebook = notebooks.of_cell(self.ls.workspace, args.uri)  # a cell's target: its notebook's
         path = notebook.path if notebook is not None else (to_fs_path(args.uri) or args.uri)
         state = self.states.get(target_key(path, args.target))
@@ -120,13 +157,14 @@ class Commands:
                 "Its problems say what stopped it.",
                 {"sarif": state.sarif},
             )
+        return state
+
+    async def _read_model(self, read: Callable[..., dict[str, Any]], *args: Any) -> dict[str, Any]:
+        """`read(*args)` in a thread; an unreadable model is the request's error."""
         try:
-            graph = await asyncio.to_thread(_graph_json, state.onnx, state.log)
+            return await asyncio.to_thread(read, *args)
         except (OSError, ValueError) as e:
-            raise RequestError(ErrorCode.UNREADABLE_MODEL, f"The model of {args.target} cannot be read: {e}. Export it again.") from None
-        if state.notebook is not None:  # a notebook's lines: its cells'
-            graph = notebooks.locate_graph(graph, state.notebook)
-        return {**graph, "outcome": state.outcome}
+            raise RequestError(ErrorCode.UNREADABLE_MODEL, f"The model cannot be read: {e}.") from None
 
     async def discover(self, uri: str) -> tuple[documents.Text, Discovery]:
         """The text and discovery of document `uri` (off the event loop: `Discoveries`). The syntax
@@ -174,6 +212,7 @@ class Commands:
             if token in progress.tokens:
                 progress.report(token, types.WorkDoneProgressReport(message=message, percentage=_percent(stage)))
 
+        await asyncio.to_thread(_keep_previous, getattr(self.states.get(request.key), "onnx", None))
         result = await self.pool.export(request, report, timeout)
         if token in progress.tokens:
             progress.end(token, types.WorkDoneProgressEnd(message=f"{request.target}: {result.status}"))
@@ -240,6 +279,30 @@ def _graph_json(onnx_path: str, log: sarif_log.SarifLog | None) -> dict[str, Any
     from onnxlens_server import graph
 
     return graph.graph_json(onnx_path, log)
+
+
+def _compare_json(before: str, after: str) -> dict[str, Any]:
+    from onnxlens_server import graph
+
+    return _graph_diff().compare(graph.graph_json(before, None), graph.graph_json(after, None))
+
+
+def _tensor_json(onnx_path: str, name: str) -> dict[str, Any]:
+    from onnxlens_server import graph
+
+    return graph.tensor_json(onnx_path, name)
+
+
+def _graph_diff() -> Any:
+    from onnxlens_server import graph_diff
+
+    return graph_diff
+
+
+def _keep_previous(onnx_path: str | None) -> None:
+    """A copy of the model an export is about to replace (`graph_diff.previous_path`), for Compare with Previous."""
+    if onnx_path and os.path.isfile(onnx_path):
+        shutil.copyfile(onnx_path, _graph_diff().previous_path(onnx_path))
 
 
 def _select_targets(args: ExportArgs, found: Discovery, path: str) -> list[Target]:

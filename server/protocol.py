@@ -8,6 +8,10 @@ Commands (``workspace/executeCommand``), each taking one JSON object, checked by
 - `LIST_TARGETS` `DocumentArgs` → ``{targets: [{name, line}], modules: [{name, line}]}``
 - `CANCEL` `CancelArgs` → ``{cancelled: bool}``
 - `GRAPH` `TargetArgs` → the target's last exported model as a graph (`onnxlens_server.graph`)
+- `GRAPH_FILE` `DocumentArgs` → any ``.onnx`` file as a graph (with the SARIF log of the same stem beside it, if any)
+- `COMPARE_GRAPHS` `CompareArgs` → two models compared (`onnxlens_server.graph_diff`): two files, or a target's
+  previous and last exports
+- `TENSOR` `TensorArgs` → an initializer's type, size and first values (only those bytes read)
 """
 
 from __future__ import annotations
@@ -24,6 +28,9 @@ EXPORT = "onnxlens.server.export"
 LIST_TARGETS = "onnxlens.server.listTargets"
 CANCEL = "onnxlens.server.cancel"
 GRAPH = "onnxlens.server.graph"
+GRAPH_FILE = "onnxlens.server.graphFile"
+COMPARE_GRAPHS = "onnxlens.server.compareGraphs"
+TENSOR = "onnxlens.server.tensor"
 # Client commands (the extension implements them), used by code lenses:
 OPEN_SARIF_LOG = "onnxlens.openSarifLog"  # [sarif path]
 EXPORT_TARGET = "onnxlens.exportTarget"  # [ExportArgs]: exports as EXPORT does, and shows the result as every export does
@@ -55,6 +62,7 @@ class ErrorCode(enum.IntEnum):
     NOT_EXPORTED = 1009  # the target has not been exported in this session
     UNREADABLE_MODEL = 1010  # the exported .onnx file is gone or is not a readable ONNX model
     NO_MODEL = 1011  # the target's last export wrote no model (it failed before); data: {sarif} (its log, or null)
+    NO_PREVIOUS = 1012  # the target has no previous export to compare with (exported once in this folder)
 
 
 class RequestError(JsonRpcException):
@@ -104,6 +112,26 @@ class ExportArgs:
 class TargetArgs:
     uri: str = attrs.field(validator=_json(str))
     target: str = attrs.field(validator=_json(str))
+
+
+@attrs.define
+class CompareArgs:
+    """Two models (`before`, `after`: file URIs), or target `target` of `uri`'s previous and last exports."""
+
+    before: str | None = attrs.field(default=None, validator=_json(str, type(None)))
+    after: str | None = attrs.field(default=None, validator=_json(str, type(None)))
+    uri: str | None = attrs.field(default=None, validator=_json(str, type(None)))
+    target: str | None = attrs.field(default=None, validator=_json(str, type(None)))
+
+    def __attrs_post_init__(self) -> None:
+        if not ((self.before and self.after) or (self.uri and self.target)):
+            raise ValueError("expects 'before' and 'after' (two models), or 'uri' and 'target' (its last two exports)")
+
+
+@attrs.define
+class TensorArgs:
+    uri: str = attrs.field(validator=_json(str))  # the model's
+    name: str = attrs.field(validator=_json(str))
 
 
 @attrs.define

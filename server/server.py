@@ -69,6 +69,21 @@ async def graph_command(ls: OnnxlensServer, *arguments: Any) -> dict[str, Any]:
     return await ls.commands.graph(protocol.parse_arguments(protocol.GRAPH, protocol.TargetArgs, arguments))
 
 
+@server.command(protocol.GRAPH_FILE)
+async def graph_file_command(ls: OnnxlensServer, *arguments: Any) -> dict[str, Any]:
+    return await ls.commands.graph_file(protocol.parse_arguments(protocol.GRAPH_FILE, protocol.DocumentArgs, arguments))
+
+
+@server.command(protocol.COMPARE_GRAPHS)
+async def compare_graphs_command(ls: OnnxlensServer, *arguments: Any) -> dict[str, Any]:
+    return await ls.commands.compare_graphs(protocol.parse_arguments(protocol.COMPARE_GRAPHS, protocol.CompareArgs, arguments))
+
+
+@server.command(protocol.TENSOR)
+async def tensor_command(ls: OnnxlensServer, *arguments: Any) -> dict[str, Any]:
+    return await ls.commands.tensor(protocol.parse_arguments(protocol.TENSOR, protocol.TensorArgs, arguments))
+
+
 @server.feature(types.INITIALIZED)
 async def initialized(ls: OnnxlensServer, params: types.InitializedParams) -> None:
     log_to_client(ls)  # the fork server starts with the first model file (`Commands.discover`)

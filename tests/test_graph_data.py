@@ -24,7 +24,7 @@ from pygls.exceptions import JsonRpcException
 import exporter
 from onnxlens_server import sarif_log
 from onnxlens_server.graph import graph_json, model_graph, tensor_json
-from onnxlens_server.protocol import GRAPH, ErrorCode
+from onnxlens_server.protocol import COMPARE_GRAPHS, GRAPH, GRAPH_FILE, TENSOR, ErrorCode
 
 from test_server_reliability import ANSWER_TIMEOUT, export, model, server
 
@@ -334,3 +334,43 @@ def test_another_producers_model_is_grouped_by_its_scopes(tmp_path, dynamo):
     gemms = sorted(n["module"] for n in graph["nodes"] if n["op"] == "Gemm")
     assert gemms == ["head", "layers.0", "layers.2"]
     assert all(groups[n["group"]]["module"] == n["module"] for n in graph["nodes"] if n["group"])
+
+
+async def command(client, name: str, args: dict) -> dict:
+    return await asyncio.wait_for(client.workspace_execute_command_async(types.ExecuteCommandParams(command=name, arguments=[args])), ANSWER_TIMEOUT)
+
+
+@pytest.mark.asyncio
+async def test_server_shows_any_file_compares_with_the_previous_export_and_reads_a_tensor(tmp_path: pathlib.Path):
+    path = tmp_path / "small.py"
+    path.write_text(model())
+    other = tmp_path / "other.onnx"
+    onnx.save(onnx.helper.make_model(onnx.helper.make_graph(
+        [onnx.helper.make_node("Relu", ["x"], ["y"], name="relu")], "g",
+        [onnx.helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [2])], [onnx.helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [2])],
+    ), producer_name="helper"), str(other))
+    async with server(tmp_path) as client:
+        first = await export(client, path)
+        with pytest.raises(JsonRpcException) as no_previous:
+            await command(client, COMPARE_GRAPHS, {"uri": path.as_uri(), "target": "t"})
+        path.write_text(model().replace("self.linear(x).relu()", "self.linear(x).sigmoid()"))
+        second = await export(client, path)
+        diff = await command(client, COMPARE_GRAPHS, {"uri": path.as_uri(), "target": "t"})
+        files = await command(client, COMPARE_GRAPHS, {"before": other.as_uri(), "after": pathlib.Path(second["onnx"]).as_uri()})
+        plain = await command(client, GRAPH_FILE, {"uri": other.as_uri()})
+        ours = await command(client, GRAPH_FILE, {"uri": pathlib.Path(second["onnx"]).as_uri()})
+        tensor = await command(client, TENSOR, {"uri": pathlib.Path(second["onnx"]).as_uri(), "name": "linear.weight"})
+        with pytest.raises(JsonRpcException) as bad:
+            await command(client, COMPARE_GRAPHS, {"before": other.as_uri()})
+    assert first["onnx"] == second["onnx"] and no_previous.value.code == ErrorCode.NO_PREVIOUS
+    assert {(n["op"], n["diff"]) for n in diff["after"]["nodes"] if n["diff"] != "same"} == {("Sigmoid", "added")}
+    assert {(n["op"], n["diff"]) for n in diff["before"]["nodes"] if n["diff"] != "same"} == {("Relu", "removed")}
+    assert files["before"]["producer"] == "helper"  # no sources there: nodes align by module and op
+    assert [(n["op"], n["diff"]) for n in files["before"]["nodes"]] == [("Relu", "removed")]  # the second has a Sigmoid
+    assert {r["op"]: (r["before"], r["after"]) for r in files["summary"]}["Sigmoid"] == (0, 1)
+    assert [(n["op"], n["group"], n["source"]) for n in plain["nodes"]] == [("Relu", None, None)] and plain["groups"] == []
+    assert [g["module"] for g in ours["groups"]] == ["linear"] and ours["path"] == second["onnx"]
+    weight = onnx.numpy_helper.to_array(next(t for t in onnx.load(second["onnx"]).graph.initializer if t.name == "linear.weight"))
+    assert (tensor["shape"], tensor["bytes"], tensor["external"]) == ([2, 4], 2 * 4 * 4, None)
+    assert [float(v) for v in tensor["values"]] == pytest.approx(weight.flatten().tolist(), rel=1e-5)  # 6 digits shown
+    assert bad.value.code == ErrorCode.INVALID_OPTIONS and "'before' and 'after'" in bad.value.message

@@ -24,7 +24,8 @@ TS_CONSTANTS = dict(re.findall(r"^export const (\w+) = '([^']*)';", PROTOCOL_TS,
 
 def test_names_are_spelled_the_same_on_both_sides():
     constants = {name: value for name, value in TS_CONSTANTS.items() if not name.startswith("RULE_")}
-    names = ["EXPORT", "LIST_TARGETS", "CANCEL", "GRAPH", "OPEN_SARIF_LOG", "EXPORT_TARGET", "EXPORT_AFTER_FIX",
+    names = ["EXPORT", "LIST_TARGETS", "CANCEL", "GRAPH", "GRAPH_FILE", "COMPARE_GRAPHS", "TENSOR", "OPEN_SARIF_LOG",
+             "EXPORT_TARGET", "EXPORT_AFTER_FIX",
              "EXPORT_PROGRESS", "EXPORT_FINISHED", "CONFIGURATION_SECTION", "OUTPUT_FOLDER_SCOPE"]
     assert constants == {**{name: getattr(protocol, name) for name in names}, "OP_LEVEL_DEBUG_OPTION": SETTINGS["op_level_debug"].editor_key}
 

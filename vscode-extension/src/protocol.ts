@@ -6,6 +6,9 @@ export const EXPORT = 'onnxlens.server.export';
 export const LIST_TARGETS = 'onnxlens.server.listTargets';
 export const CANCEL = 'onnxlens.server.cancel';
 export const GRAPH = 'onnxlens.server.graph'; // takes `TargetArgs`: the target's last exported model as a graph
+export const GRAPH_FILE = 'onnxlens.server.graphFile'; // takes `{uri}`: any .onnx file as a graph
+export const COMPARE_GRAPHS = 'onnxlens.server.compareGraphs'; // takes `CompareArgs`: two models compared
+export const TENSOR = 'onnxlens.server.tensor'; // takes `{uri, name}`: an initializer's size and first values
 /** Commands of the extension the server's code lenses invoke. */
 export const OPEN_SARIF_LOG = 'onnxlens.openSarifLog';
 export const EXPORT_TARGET = 'onnxlens.exportTarget'; // takes `ExportArgs`: exports as EXPORT does and shows the result
@@ -39,6 +42,7 @@ export enum ErrorCode {
   NotExported = 1009, // the target has not been exported in this session
   UnreadableModel = 1010, // the exported .onnx file is gone or is not a readable ONNX model
   NoModel = 1011, // the target's last export wrote no model (it failed before); data: `NoModelData`
+  NoPrevious = 1012, // the target has no previous export to compare with
 }
 
 /** `EXPORT`'s argument: a target by name, all targets of the file, or the one at `line` (0-based). */
@@ -60,6 +64,14 @@ export interface NoModelData {
 export interface TargetArgs {
   uri: string;
   target: string;
+}
+
+/** `COMPARE_GRAPHS`'s argument: two model files (URIs), or a target's previous and last exports. */
+export interface CompareArgs {
+  before?: string;
+  after?: string;
+  uri?: string;
+  target?: string;
 }
 
 /** A result of an export's SARIF log, as the server parsed it (level none left out). */
