@@ -60,6 +60,22 @@ def save_model(arch: str, size: dict, folder: str) -> None:
     )
     torch.manual_seed(0)
     transformers.AutoModelForCausalLM.from_config(config).save_pretrained(folder)
+    save_tokenizer(folder, config.vocab_size)
+
+
+def save_tokenizer(folder: str, vocab_size: int) -> None:
+    """A word-level tokenizer of `vocab_size` made-up tokens: the builder loads the folder's tokenizer
+    (Llama's own class would need sentencepiece); the benchmark feeds token ids."""
+    import tokenizers
+    import transformers
+
+    vocab = {"<pad>": 0, "<s>": 1, "</s>": 2, **{f"t{i}": i for i in range(3, vocab_size)}}
+    backend = tokenizers.Tokenizer(tokenizers.models.WordLevel(vocab, unk_token="<pad>"))
+    backend.pre_tokenizer = tokenizers.pre_tokenizers.Whitespace()
+    fast = transformers.PreTrainedTokenizerFast(
+        tokenizer_object=backend, bos_token="<s>", eos_token="</s>", pad_token="<pad>"
+    )
+    fast.save_pretrained(folder)
 
 
 def save_trained(folder: str) -> list[list[int]]:
@@ -92,6 +108,7 @@ def save_trained(folder: str) -> list[list[int]]:
         loss.backward()
         optimizer.step()
     model.save_pretrained(folder)
+    save_tokenizer(folder, config.vocab_size)
     return [list(text[i : i + 9].encode()) for i in (0, 10, 20, 30)]
 
 

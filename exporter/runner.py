@@ -162,8 +162,7 @@ def _export_for_generation(
     ctx = result.export_output.diagnostic_context
     outcome = decide(ctx.diagnostics, name=_name(fn), model=True)
     _save_log(result.export_output, sarif, outcome)
-    check = result.parity.summary() if result.parity is not None else "generation not verified"
-    summary = {**_summary(result.export_output), "generation": check}
+    summary = {**_summary(result.export_output), "generation": result.check}
     stages = {**ctx.timings, "generation check": result.verify_seconds}
     log = sarif or os.path.join(output, SARIF_FILE)
     return ExportResult("ok", "", result.model_path, log, result.files, stages, summary, context=ctx, outcome=outcome)

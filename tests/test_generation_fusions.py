@@ -76,6 +76,8 @@ def test_every_layer_is_fused_and_generates_like_generate(fused):
         found[("ai.onnx", "SimplifiedLayerNormalization")],
     ) == (4, 1)
     assert not {"Softmax", "ReduceMean", "Neg"} & {op for _, op in found}
+    # one MatMul per layer for q/k/v and one for gate/up (each then split), o, down; and the head
+    assert (found[("ai.onnx", "MatMul")], found[("ai.onnx", "Split")]) == (2 * 4 + 1, 2 * 2)
     assert result.parity.matched and result.parity.steps == NEW_TOKENS  # the left-padded batch, 16/16
     [note] = results(result, "FXE0024")
     assert note["level"] == "note" and "2/2 layers fused" in note["message"]["text"]
@@ -131,5 +133,6 @@ def test_int4_on_fused_kernels(tmp_path):
         tiny_model("llama"), tmp_path, export_options=ExportOptions(precision="int4")
     )
     found = ops(result.model_path)
-    assert found[("com.microsoft", "MatMulNBits")] == 2 * 7 + 1 and found[("com.microsoft", "GroupQueryAttention")] == 2
+    # per layer: q/k/v merged, o, gate/up merged, down; and the head
+    assert found[("com.microsoft", "MatMulNBits")] == 2 * 4 + 1 and found[("com.microsoft", "GroupQueryAttention")] == 2
     assert result.quality is not None and 0 <= result.quality.agreement <= 1

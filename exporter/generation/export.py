@@ -60,11 +60,15 @@ class GenerationExport:
     def model_path(self) -> str:
         return os.path.join(self.output_dir, MODEL_FILE)
 
-    def summary(self) -> str:
-        check = self.parity.summary() if self.parity is not None else "generation not verified"
+    @property
+    def check(self) -> str:
+        """What the generation check found, or the quality report of a non-fp32 export, in a sentence."""
         if self.quality is not None:
-            check = self.quality.summary()
-        return f"{len(self.files)} files in {self.output_dir} ({', '.join(self.files)}); {check}"
+            return self.quality.summary()
+        return self.parity.summary() if self.parity is not None else "generation not verified"
+
+    def summary(self) -> str:
+        return f"{len(self.files)} files in {self.output_dir} ({', '.join(self.files)}); {self.check}"
 
 
 class CausalLMWithCache(torch.nn.Module):
@@ -160,8 +164,14 @@ def export_for_generation(
     external data in ``model_initializers/``. Without real weights there is nothing to generate with:
     the generation check is skipped (a note says so).
     """
-    if getattr(model.config, "is_encoder_decoder", False):
-        raise ValueError(f"{type(model).__name__} is an encoder-decoder model: export_for_generation exports decoder-only causal LMs (AutoModelForCausalLM).")
+    if getattr(model.config, "is_encoder_decoder", False):  # Whisper, T5, BART, Marian, …: two graphs (seq2seq.py)
+        from exporter.generation.seq2seq import export_seq2seq_for_generation
+
+        return export_seq2seq_for_generation(
+            model, output_dir, verify_generation=verify_generation, max_new_tokens=max_new_tokens, prompt=prompt,
+            attention_mask=attention_mask, tokenizer=tokenizer, export_options=export_options,
+            model_state_dict=model_state_dict, sarif=sarif, min_token_agreement=min_token_agreement,
+        )
     export_options = export_options or ExportOptions()
     fixed = [name for name in ("dynamic_shapes", "op_level_debug", "verify") if getattr(export_options, name)]
     if fixed:

@@ -221,6 +221,71 @@ class _GroupQueryAttention(pattern.RewriteRuleClassBase):
         return op.Reshape(out, out_shape), present_key, present_value  # the layout the output projection takes
 
 
+def merge_parallel_matmuls(model: ir.Model) -> int:
+    """Merge the MatMuls that multiply one input by constant weights (a layer's q/k/v projections, its
+    gate and up projections) into one MatMul (and one bias Add when each has one) and a Split: one
+    kernel instead of several small ones per decode step. Returns how many MatMuls were merged."""
+    graph = model.graph
+    by_input: dict[ir.Value, list[ir.Node]] = {}
+    for node in graph:
+        if node.op_type == "MatMul" and node.domain == "" and _weight(node) is not None:
+            by_input.setdefault(node.inputs[0], []).append(node)
+    merged = 0
+    for source, nodes in by_input.items():
+        weights = [_weight(n) for n in nodes]
+        if len(nodes) < 2 or len({(w.shape[0], w.dtype) for w in weights}) != 1:
+            continue
+        biases = [_bias(n) for n in nodes]
+        with_bias = all(b is not None for b in biases)
+        olds = [b[0].outputs[0] if with_bias else n.outputs[0] for n, b in zip(nodes, biases)]
+        if any(old.is_graph_output() for old in olds):
+            continue
+        name = nodes[0].name
+        weight = _initializer(graph, f"{name}_merged_weight", np.concatenate(weights, axis=1))
+        new = [ir.node("MatMul", [source, weight], name=f"{name}_merged")]
+        if with_bias:
+            bias = _initializer(graph, f"{name}_merged_bias", np.concatenate([b[1] for b in biases]))
+            new.append(ir.node("Add", [new[-1].outputs[0], bias], name=f"{name}_merged_bias_add"))
+        sizes = _initializer(graph, f"{name}_merged_sizes", np.array([w.shape[1] for w in weights], dtype=np.int64))
+        new.append(ir.node("Split", [new[-1].outputs[0], sizes], attributes={"axis": -1}, num_outputs=len(nodes)))
+        for node in new:
+            node.metadata_props.update(nodes[0].metadata_props)  # the layer, for the quantizer's groups
+        graph.insert_before(nodes[0], new)
+        for old, output in zip(olds, new[-1].outputs):
+            output.shape, output.dtype = old.shape, old.dtype
+            ir.convenience.replace_all_uses_with(old, output)
+        for node, bias in zip(nodes, biases):
+            graph.remove([bias[0], node] if with_bias else [node], safe=True)
+        merged += len(nodes)
+    return merged
+
+
+def _initializer(graph: ir.Graph, name: str, array: np.ndarray) -> ir.Value:
+    tensor = ir.tensor(array, name=name)
+    value = ir.Value(name=name, shape=ir.Shape(array.shape), type=ir.TensorType(tensor.dtype), const_value=tensor)
+    graph.register_initializer(value)
+    return value
+
+
+def _weight(node: ir.Node) -> np.ndarray | None:
+    weight = node.inputs[1]
+    if weight is None or weight.const_value is None or len(weight.shape or ()) != 2:
+        return None
+    return weight.const_value.numpy()
+
+
+def _bias(node: ir.Node) -> tuple[ir.Node, np.ndarray] | None:
+    """The Add of a constant 1-D bias that is the only use of `node`'s output, with the bias."""
+    uses = list(node.outputs[0].uses())
+    if len(uses) != 1 or uses[0][0].op_type != "Add":
+        return None
+    add = uses[0][0]
+    bias = add.inputs[1 - uses[0][1]]
+    if bias is None or bias.const_value is None or len(bias.shape or ()) != 1:
+        return None
+    return add, bias.const_value.numpy()
+
+
 def _scale(
     q_scale: ir.Value | None = None, k_scale: ir.Value | None = None, scale: ir.Value | None = None, **_
 ) -> float | None:
@@ -261,6 +326,7 @@ def fuse(model: ir.Model, positions: int) -> Fusion:
     CommonSubexpressionEliminationPass()(model)  # the layers' GroupQueryAttention lengths are computed once
     RemoveUnusedFunctionsPass()(model)
     RemoveUnusedNodesPass()(model)
+    merge_parallel_matmuls(model)
     counts: dict[str, int] = {}
     for node in model.graph:
         if node.op_type in (
