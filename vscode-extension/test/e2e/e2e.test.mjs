@@ -1177,4 +1177,109 @@ scenario('19 Show Graph of a target whose export wrote no model says so and keep
   await screenshot('19-no-model.png');
 });
 
+// Notebooks (issue 35): the server syncs notebooks; results land on cells. No kernel: the server exports the cells' text.
+
+/** The open notebook's cell `index` (0-based, markdown cells counted): its row in the notebook's list. */
+function notebookCell(index) {
+  return page().locator(`.notebook-editor .monaco-list-row[data-index="${index}"]`).first();
+}
+
+/** Opens a notebook from the quick open (the notebook editor, not a text editor). */
+async function openNotebook(name) {
+  await page().keyboard.press('Control+P');
+  const input = page().locator('.quick-input-widget input');
+  await input.waitFor({ state: 'visible', timeout: UI_TIMEOUT });
+  await input.fill(name);
+  await page().locator('.quick-input-list .monaco-list-row', { hasText: name }).first().click();
+  await notebookCell(0).locator('.monaco-editor').waitFor({ timeout: UI_TIMEOUT });
+}
+
+/** 1-based line and column of the first line of code cell `index` of a workspace notebook containing `text`. */
+function cellLineOf(file, index, text) {
+  const source = JSON.parse(readFileSync(join(env.workspace, file), 'utf8')).cells[index].source.join('');
+  const lines = source.split('\n');
+  const at = lines.findIndex((line) => line.includes(text));
+  assert.ok(at >= 0, `${text} not in cell ${index + 1} of ${file}`);
+  return { line: at + 1, column: lines[at].length - lines[at].trimStart().length + 1, code: lines[at].length };
+}
+
+/** Scrolls the notebook (the mouse wheel over its cells) until `target`, in a cell, shows. */
+async function scrollNotebookTo(target) {
+  await waitUntil(async () => {
+    if (await target.isVisible()) {
+      return true;
+    }
+    const box = await page().locator('.notebook-editor').first().boundingBox();
+    await page().mouse.move(box.x + box.width / 2, box.y + box.height / 2);
+    await page().mouse.wheel(0, 200);
+    return false;
+  }, 'the notebook scrolled to what the scenario needs');
+}
+
+/** The notebook's status bar item ("Cell 2 of 5"). */
+async function notebookStatus() {
+  const item = page().locator('.statusbar-item', { hasText: /^Cell \d+ of \d+$/ }).first();
+  return (await item.count()) ? (await item.innerText()).trim() : null;
+}
+
+/** The text of the line of `editor` holding its selection (null: nothing selected). */
+async function selectedLine(editor) {
+  return editor.evaluate((root) => {
+    const selected = root.querySelector('.view-overlays .selected-text');
+    const top = selected?.parentElement?.style.top;
+    const line = top && [...root.querySelectorAll('.view-lines .view-line')].find((l) => l.style.top === top);
+    return line ? line.textContent.replace(/\u00a0/g, ' ') : null;
+  });
+}
+
+scenario('20 a notebook: export from a cell\'s lens, the problem on the model\'s cell, hints in a cell, a quick fix in a cell', async () => {
+  const file = 'notebook_model.ipynb'; // cell 1 imports, cell 2 the model, cell 3 its target, cell 5 a model that exports
+  const call = cellLineOf(file, 1, 'return twist(x) + 1');
+  await openNotebook(file);
+  await waitForServerRunning();
+  await showProblems();
+  const lens = codeLens(notebookCell(2), 'Export to ONNX');
+  await lens.waitFor({ timeout: EXPORT_TIMEOUT });
+  const before = exportAnswers().length;
+  await lens.click();
+  assert.deepEqual(await onlyExportAnswer(before), [['notebook_net', 'failed']]);
+  const row = problemsRows('FXE0011').first();
+  await row.waitFor({ timeout: UI_TIMEOUT });
+  const text = await row.innerText();
+  assert.match(text, /onnxlens_nb::twist/);
+  assert.ok(text.includes(`[Ln ${call.line}, Col ${call.column}]`), `FXE0011 row: ${JSON.stringify(text)}; expected cell 2's Ln ${call.line}, Col ${call.column}`);
+  await screenshot('20-notebook-problem-on-cell.png');
+
+  await row.click(); // the model's cell, its problem's range selected (a notebook's status bar has no Ln/Col: the cell's)
+  const model = notebookCell(1).locator('.monaco-editor').first();
+  await waitUntil(async () => (await notebookStatus()) === 'Cell 2 of 5' && (await selectedLine(model))?.trim() === 'return twist(x) + 1',
+    async () => `cell 2 selected at its line ${call.line} (status bar: ${await notebookStatus()}, selected: ${await selectedLine(model)})`);
+
+  // Op-level debug of the target in cell 5: its hints in that cell.
+  const exported = exportAnswers().length;
+  const debugLens = codeLens(notebookCell(4), 'Export with op-level debug');
+  await scrollNotebookTo(debugLens);
+  await debugLens.click();
+  assert.deepEqual(await onlyExportAnswer(exported), [['notebook_small', 'ok']]);
+  const small = notebookCell(4).locator('.monaco-editor').first();
+  await waitUntil(async () => OP_HINT.test(await visibleText(small)), 'op-level debug inlay hints in cell 5', EXPORT_TIMEOUT);
+  assert.match((await small.locator('.view-line', { hasText: 'torch.sigmoid(x)' }).first().innerText()).replace(/\u00a0/g, ' '), /Δ \S+ · .*Sigmoid/);
+  await screenshot('20-notebook-hints.png');
+
+  // The FXE0011 quick fix from the model's cell: the stub after the last cell's code, its import in cell 1.
+  await row.click(); // Ctrl+. on the problem's row: its fixes in a menu
+  const action = page().locator('.context-view .action-label', { hasText: 'Add an ONNX function stub' }).first();
+  await pressQuickFixUntil(action);
+  await action.click();
+  const saved = () => JSON.parse(readFileSync(join(env.workspace, file), 'utf8')).cells.map((c) => c.source.join(''));
+  await waitUntil(async () => { // saved again until the edit has landed
+    await runPaletteCommand('File: Save');
+    return saved()[4].includes('register_op(');
+  }, `the stub in cell 5 of the saved ${file}`);
+  await waitUntil(async () => !OP_HINT.test(await visibleText(small)), 'the hints of the edited cell 5 gone (stale)');
+  assert.match(saved()[4], /def onnxlens_nb_twist\(x\):/);
+  assert.match(saved()[0], /^import onnxscript$/m);
+  assert.ok(!saved()[1].includes('onnxscript') && !saved()[2].includes('register_op'), 'cells 2 and 3 untouched');
+});
+
 registerScenarios();
