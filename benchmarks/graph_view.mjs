@@ -1,5 +1,6 @@
 // The graph view's webview bundle in Chromium (playwright-core from .tools/): per graph JSON, the first
-// (collapsed) render and expanding the first collapsed group, timed in the page. Run by graph_view.py.
+// (collapsed) render and expanding the largest collapsed group, timed in the page, and the page's JS heap after
+// each (Chromium's Performance.getMetrics; ELK's worker has its own heap, not counted). Run by graph_view.py.
 //   node benchmarks/graph_view.mjs [--repeats N] graph.json...
 import { readFileSync, statSync } from 'node:fs';
 import { createRequire } from 'node:module';
@@ -16,10 +17,13 @@ const graphs = (args[0] === '--repeats' ? args.slice(2) : args).map((file) => ({
 
 // The page graphPanel.ts makes, with the same Content-Security-Policy; acquireVsCodeApi records the view's messages.
 const PAGE = `<!DOCTYPE html><html><head>
-<meta http-equiv="Content-Security-Policy" content="default-src 'none'; script-src 'nonce-n0nce'; style-src http://bench.local; img-src 'none'; connect-src 'none'; font-src 'none'">
+<meta http-equiv="Content-Security-Policy" content="default-src 'none'; script-src 'nonce-n0nce'; worker-src blob:; style-src http://bench.local; img-src 'none'; connect-src 'none'; font-src 'none'">
 <link rel="stylesheet" href="http://bench.local/graph.css"></head><body>
-<div id="toolbar"><input id="search"><span id="status"></span></div><div id="legend"></div>
-<svg id="graph"><defs><marker id="arrow"><path d="M0,0L8,4L0,8z"/></marker></defs><g id="viewport"></g></svg><div id="details"></div>
+<div id="toolbar"><input id="search" type="search"><label><input id="plumbing" type="checkbox">constants &amp; shapes</label>
+<button id="side">Show before</button><span id="status"></span><span id="outcome"></span>
+<span id="legend"><button id="legend-toggle">Legend</button><span id="legend-items"></span></span></div>
+<svg id="graph"><defs><marker id="arrow" viewBox="0 0 8 8" refX="8" refY="4" markerWidth="6" markerHeight="6" orient="auto"><path d="M0,0L8,4L0,8z"/></marker></defs><g id="viewport"></g></svg>
+<div id="details"><button id="details-close">×</button><div id="details-rows"></div></div>
 <script nonce="n0nce">window.messages = []; window.acquireVsCodeApi = () => ({ postMessage: (m) => window.messages.push({ ...m, at: performance.now() }) });</script>
 <script nonce="n0nce" src="http://bench.local/graph.js"></script></body></html>`;
 
@@ -37,6 +41,7 @@ for (const { name, runs } of graphs) {
   const median = (key) => runs.map((r) => r[key]).sort((a, b) => a - b)[Math.floor(runs.length / 2)];
   console.log(`${name}: ${runs[0].nodes} nodes; first render ${median('first')} ms (layout ${median('firstLayout')} ms, ${runs[0].firstBoxes} boxes); ` +
     `toggle ${runs[0].expanded}: ${median('expand')} ms (layout ${median('expandLayout')} ms, ${runs[0].expandBoxes} boxes); median of ${runs.length}; ` +
+    `JS heap ${median('heapFirst')} MiB after the first render, ${median('heapExpand')} MiB after the expand; ` +
     `all first renders ${runs.map((r) => r.first).join(', ')} ms, expands ${runs.map((r) => r.expand).join(', ')} ms`);
 }
 const js = statSync(join(BUNDLE, 'graph.js')).size;
@@ -48,8 +53,16 @@ async function largestCollapsed(page) {
   return ops.length ? page.locator('g.box.collapsed').nth(ops.indexOf(Math.max(...ops))) : null;
 }
 
+async function heapMiB(cdp) {
+  await cdp.send('HeapProfiler.collectGarbage');
+  const { metrics } = await cdp.send('Performance.getMetrics');
+  return Math.round(metrics.find((m) => m.name === 'JSHeapUsedSize').value / 2 ** 20);
+}
+
 async function run(graph) {
   const page = await browser.newPage({ viewport: { width: 1200, height: 900 } });
+  const cdp = await page.context().newCDPSession(page);
+  await cdp.send('Performance.enable');
   const errors = [];
   page.on('pageerror', (e) => errors.push(e.message));
   page.on('console', (m) => m.type() === 'error' && errors.push(m.text()));
@@ -73,6 +86,7 @@ async function run(graph) {
     const m = window.messages.find((m) => m.type === 'rendered');
     return { ms: Math.round(m.at - posted), layoutMs: m.layoutMs, boxes: m.boxes, nodes: graph.nodes.length };
   }, graph.json);
+  const heapFirst = await heapMiB(cdp);
   // the collapsed group with the most ops (a layer of GPT-2), else the first open one (collapsing it)
   const group = await largestCollapsed(page) ?? page.locator('g.box.group').first();
   const expanded = await group.getAttribute('data-id');
@@ -84,6 +98,7 @@ async function run(graph) {
     const m = window.messages.slice(n).find((m) => m.type === 'rendered');
     return { ms: Math.round(m.at - t), layoutMs: m.layoutMs, boxes: m.boxes };
   }, [before, clicked]);
+  const heapExpand = await heapMiB(cdp);
   if (errors.length) {
     throw new Error(`${graph.name}: errors in the page: ${errors.join('; ')}`);
   }
@@ -91,5 +106,5 @@ async function run(graph) {
     await page.screenshot({ path: graph.file.replace(/\.json$/, '.png') }); // beside the JSON: after the toggle
   }
   await page.close();
-  return { nodes: first.nodes, first: first.ms, firstLayout: first.layoutMs, firstBoxes: first.boxes, expanded, expand: expand.ms, expandLayout: expand.layoutMs, expandBoxes: expand.boxes };
+  return { heapFirst, heapExpand, nodes: first.nodes, first: first.ms, firstLayout: first.layoutMs, firstBoxes: first.boxes, expanded, expand: expand.ms, expandLayout: expand.layoutMs, expandBoxes: expand.boxes };
 }

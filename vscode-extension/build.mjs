@@ -1,7 +1,15 @@
 // Bundles the extension with esbuild (vscode-languageclient included) and the graph view's webview code (elkjs
 // included: the webview loads nothing else); --tests also compiles unit tests.
 import * as esbuild from 'esbuild';
-import { copyFileSync, readdirSync } from 'node:fs';
+import { copyFileSync, readdirSync, readFileSync } from 'node:fs';
+
+/** ELK's worker script as a string in the view's bundle: the view starts it from a blob: URL (its page loads nothing). */
+const workerAsText = {
+  name: 'elk-worker-as-text',
+  setup(build) {
+    build.onLoad({ filter: /elk-worker\.min\.js$/ }, (args) => ({ contents: readFileSync(args.path, 'utf8'), loader: 'text' }));
+  },
+};
 
 const production = process.argv.includes('--production');
 await esbuild.build({
@@ -24,6 +32,7 @@ await esbuild.build({
   format: 'iife',
   target: 'chrome120',
   minify: true, // elkjs is most of it
+  plugins: [workerAsText],
 });
 copyFileSync('node_modules/elkjs/LICENSE.md', 'dist/webview/elkjs-LICENSE.md'); // EPL-2.0: its notice ships with the bundle
 if (process.argv.includes('--tests')) {

@@ -1,5 +1,6 @@
 // The graph view: a webview panel drawing a target's last exported model (the server's GRAPH command),
-// linked to the editor both ways. The view's code is webview/graph/ (bundled into dist/webview/).
+// linked to the editor both ways; the same view is the custom editor of .onnx files (GRAPH_FILE, `OnnxEditor`)
+// and shows two exports compared (COMPARE_GRAPHS). The view's code is webview/graph/ (bundled into dist/webview/).
 import { randomBytes } from 'node:crypto';
 import { realpathSync } from 'node:fs';
 import * as path from 'node:path';
@@ -8,8 +9,9 @@ import { ExecuteCommandRequest } from 'vscode-languageclient/node';
 
 import { ServerConnection } from './client';
 import {
-  ErrorCode, errorCode, EXPORT_TARGET, GRAPH, LIST_TARGETS, ListTargetsResult, NoModelData, OPEN_SARIF_LOG,
-  RULE_ACCURACY_DIVERGENCE, RULE_NO_SYMBOLIC_FUNCTION, RULE_OP_LEVEL_DEBUGGING, TargetArgs,
+  COMPARE_GRAPHS, CompareArgs, ErrorCode, errorCode, EXPORT_TARGET, GRAPH, GRAPH_FILE, LIST_TARGETS, ListTargetsResult,
+  NoModelData, OPEN_SARIF_LOG, RULE_ACCURACY_DIVERGENCE, RULE_NO_SYMBOLIC_FUNCTION, RULE_OP_LEVEL_DEBUGGING, TargetArgs,
+  TENSOR,
 } from './protocol';
 import { openLogsAction, SHOW_PROBLEMS } from './reports';
 import { debounce } from './settings';
@@ -17,6 +19,9 @@ import { targetAt } from './targets';
 
 export const SHOW_GRAPH = 'onnxlens.showGraph';
 export const SHOW_IN_GRAPH = 'onnxlens.showInGraph';
+export const COMPARE_MODELS = 'onnxlens.compareModels';
+export const COMPARE_WITH_PREVIOUS = 'onnxlens.compareWithPrevious';
+export const ONNX_EDITOR = 'onnxlens.onnxGraph'; // the custom editor of .onnx files (package.json customEditors)
 const OPEN_SARIF_LOG_ACTION = openLogsAction(1);
 /** Problems whose lines have graph nodes: untranslatable ops (if the export went on), op-level debug, verification. */
 const GRAPH_RULES = new Set([RULE_NO_SYMBOLIC_FUNCTION, RULE_OP_LEVEL_DEBUGGING, RULE_ACCURACY_DIVERGENCE]);
@@ -24,13 +29,110 @@ const GRAPH_RULES = new Set([RULE_NO_SYMBOLIC_FUNCTION, RULE_OP_LEVEL_DEBUGGING,
 /** Messages from the view (webview/graph/main.ts). */
 type FromView =
   | { type: 'ready'; pageMs: number }
-  | { type: 'reveal'; path: string; line: number }
+  | { type: 'reveal'; path: string; line: number; preserveFocus?: boolean }
   | { type: 'rendered'; reason: string; boxes: number; layoutMs: number; renderMs: number }
-  | { type: 'highlighted'; path: string; line: number; nodes: number };
+  | { type: 'highlighted'; path: string; line: number; nodes: number }
+  | { type: 'tensor'; name: string };
+
+/** Every open view, for the editor's cursor line. */
+const views = new Set<GraphView>();
+
+/** One webview showing a graph (or a comparison): its page, what it draws, its messages. Revealing a source line
+ * and reading a tensor are handled here; the rest goes to `onMessage`. */
+export class GraphView {
+  readonly ready: Promise<void>;
+  pageMs = 0; // the view's page: from its start to the script ready
+  model: string | undefined; // the drawn model's path (a comparison's second)
+  files = new Set<string>(); // the source files of its nodes
+
+  constructor(readonly panel: vscode.WebviewPanel, extensionUri: vscode.Uri, private readonly server: ServerConnection, onMessage: (m: FromView) => void) {
+    const bundle = vscode.Uri.joinPath(extensionUri, 'dist', 'webview');
+    panel.webview.options = { enableScripts: true, localResourceRoots: [bundle] };
+    this.ready = new Promise((resolve) => {
+      panel.webview.onDidReceiveMessage((message: FromView) => {
+        if (message.type === 'ready') {
+          this.pageMs = message.pageMs;
+          resolve();
+        } else if (message.type === 'reveal') {
+          void revealLine(message.path, message.line, message.preserveFocus ?? false, panel.viewColumn);
+        } else if (message.type === 'tensor') {
+          void this.tensor(message.name);
+        } else {
+          onMessage(message);
+        }
+      });
+    });
+    views.add(this);
+    panel.onDidDispose(() => views.delete(this));
+    panel.webview.html = html(panel.webview, bundle);
+  }
+
+  /** Draws `graph` (the server's answer; its node stacks left out of the message), or a comparison. */
+  async show(title: string, graph: any, comparison?: any): Promise<void> {
+    const graphs = comparison ? [comparison.before, comparison.after] : [graph];
+    this.files = new Set<string>(graphs.flatMap((g: any) => g.nodes.flatMap((n: any) => (n.source ? [n.source.path] : []))));
+    for (const node of graphs.flatMap((g: any) => g.nodes)) {
+      delete node.stack; // a third of the JSON, which the view does not show: the message to it is that much shorter
+    }
+    this.model = (comparison?.after ?? graph).path;
+    await this.ready;
+    await this.panel.webview.postMessage(comparison ? { type: 'compare', comparison, title } : { type: 'graph', graph, title });
+  }
+
+  postCursor(file: string, line: number): void {
+    if (this.files.has(file)) {
+      void this.panel.webview.postMessage({ type: 'cursor', path: file, line: line + 1 });
+    }
+  }
+
+  /** A tensor's size and first values, read by the server only now. */
+  private async tensor(name: string): Promise<void> {
+    try {
+      const client = await this.server.ready();
+      const tensor = await client!.sendRequest(ExecuteCommandRequest.type, { command: TENSOR, arguments: [{ uri: vscode.Uri.file(this.model!).toString(), name }] });
+      await this.panel.webview.postMessage({ type: 'tensor', name, tensor });
+    } catch (error) {
+      await this.panel.webview.postMessage({ type: 'tensor', name, error: (error as Error)?.message ?? String(error) });
+    }
+  }
+}
+
+/** The custom editor of .onnx files: any model file as a graph (module groups from onnxlens's metadata or torch.onnx's
+ * scopes, flat otherwise), its export's SARIF log beside it coloured in. */
+class OnnxEditor implements vscode.CustomReadonlyEditorProvider {
+  constructor(private readonly server: ServerConnection, private readonly extensionUri: vscode.Uri) {}
+
+  openCustomDocument(uri: vscode.Uri): vscode.CustomDocument {
+    return { uri, dispose: () => undefined };
+  }
+
+  async resolveCustomEditor(document: vscode.CustomDocument, panel: vscode.WebviewPanel): Promise<void> {
+    const requested = Date.now();
+    const name = path.basename(document.uri.fsPath);
+    const log = this.server.log;
+    const view = new GraphView(panel, this.extensionUri, this.server, (message) => {
+      if (message.type === 'rendered') {
+        const timing = `layout ${message.layoutMs} ms, render ${message.renderMs} ms, ${message.boxes} boxes`;
+        log.info(`Graph of ${name}: ${message.reason} in ${message.reason === 'first' ? Date.now() - requested : message.layoutMs + message.renderMs} ms (${timing})`);
+      }
+    });
+    const client = await this.server.ready();
+    if (!client) {
+      void vscode.window.showWarningMessage('The onnxlens server is not running: see onnxlens: Show Log.');
+      return;
+    }
+    try {
+      const graph: any = await client.sendRequest(ExecuteCommandRequest.type, { command: GRAPH_FILE, arguments: [{ uri: document.uri.toString() }] });
+      log.info(`Graph of ${name} (${graph.nodes.length} nodes) read by the server in ${Date.now() - requested} ms`);
+      await view.show(name, graph);
+    } catch (error) {
+      void vscode.window.showErrorMessage(`onnxlens: ${(error as Error)?.message ?? String(error)}`);
+    }
+  }
+}
 
 interface Shown {
   target: TargetArgs;
-  files: Set<string>; // the source files of its nodes
   requested: number; // Date.now() of the command
   serverMs: number; // the graph command
   viewMs: number; // both the command and the view loaded
@@ -39,8 +141,8 @@ interface Shown {
 
 export class GraphPanel implements vscode.Disposable {
   private panel: vscode.WebviewPanel | undefined;
+  private view: GraphView | undefined;
   private ready: Promise<void> | undefined;
-  private pageMs = 0; // the view's page: from its start to the script ready
   private shown: Shown | undefined;
   private readonly disposables: vscode.Disposable[] = [];
   private cursor: vscode.TextEditor | undefined;
@@ -57,6 +159,11 @@ export class GraphPanel implements vscode.Disposable {
         this.cursor = e.textEditor;
         this.sendCursor();
       }),
+      vscode.window.registerCustomEditorProvider(ONNX_EDITOR, new OnnxEditor(this.server, this.extensionUri), {
+        webviewOptions: { retainContextWhenHidden: true }, // re-laying out a large graph each time the tab shows is slower
+      }),
+      vscode.commands.registerCommand(COMPARE_MODELS, (uri?: vscode.Uri, uris?: vscode.Uri[]) => this.compareModels(uri, uris)),
+      vscode.commands.registerCommand(COMPARE_WITH_PREVIOUS, (uri?: string, target?: string) => this.compareWithPrevious(uri, target)),
       vscode.languages.registerCodeActionsProvider({ scheme: 'file', language: 'python' }, { provideCodeActions: (document, range, context) => this.codeActions(document, context) }),
     );
   }
@@ -95,13 +202,54 @@ export class GraphPanel implements vscode.Disposable {
     if (this.panel) {
       this.panel.title = title; // only now: the title names what is drawn
     }
-    const files = new Set<string>(graph.nodes.flatMap((n: any) => (n.source ? [n.source.path] : [])));
-    for (const node of graph.nodes) {
-      delete node.stack; // a third of the JSON, which the view does not show: the message to it is that much shorter
-    }
-    this.shown = { target: args, files, requested, serverMs, viewMs: Date.now() - requested, nodes: graph.nodes.length };
-    await this.panel?.webview.postMessage({ type: 'graph', graph, title });
+    this.shown = { target: args, requested, serverMs, viewMs: Date.now() - requested, nodes: graph.nodes.length };
+    await this.view?.show(title, graph);
     return true;
+  }
+
+  /** Two .onnx files compared: the explorer's two selected, or the one clicked and one picked, or two picked. */
+  async compareModels(uri?: vscode.Uri, uris?: vscode.Uri[]): Promise<void> {
+    let [before, after]: (vscode.Uri | undefined)[] = uris && uris.length === 2 ? uris : [uri];
+    const pick = async (title: string) => (await vscode.window.showOpenDialog({ title, filters: { 'ONNX models': ['onnx'] }, canSelectMany: false }))?.[0];
+    before ??= await pick('The first model (before)');
+    after ??= before && (await pick(`Compare ${path.basename(before.fsPath)} with (after)`));
+    if (before && after) {
+      await this.compare(`Compare: ${path.basename(before.fsPath)} ↔ ${path.basename(after.fsPath)}`, { before: before.toString(), after: after.toString() });
+    }
+  }
+
+  /** The target at the cursor: its previous export (kept by the server when it exports again) and its last. */
+  async compareWithPrevious(uri?: string, target?: string): Promise<void> {
+    const editor = vscode.window.activeTextEditor;
+    uri ??= editor?.document.uri.toString();
+    target ??= uri ? await this.pickTarget(uri, editor?.document.uri.toString() === uri ? editor.selection.active.line : undefined) : undefined;
+    if (uri && target) {
+      await this.compare(`Compare: ${target}, previous ↔ last export`, { uri, target });
+    }
+  }
+
+  private async compare(title: string, args: CompareArgs): Promise<void> {
+    const client = await this.server.ready();
+    if (!client) {
+      void vscode.window.showWarningMessage('The onnxlens server is not running: see onnxlens: Show Log.');
+      return;
+    }
+    const requested = Date.now();
+    const log = this.server.log;
+    const panel = vscode.window.createWebviewPanel('onnxlens.compare', title, { viewColumn: vscode.ViewColumn.Beside, preserveFocus: true }, { retainContextWhenHidden: true });
+    const view = new GraphView(panel, this.extensionUri, this.server, (message) => {
+      if (message.type === 'rendered') {
+        log.info(`${title}: ${message.reason} in ${message.reason === 'first' ? Date.now() - requested : message.layoutMs + message.renderMs} ms (${message.boxes} boxes)`);
+      }
+    });
+    try {
+      const comparison: any = await client.sendRequest(ExecuteCommandRequest.type, { command: COMPARE_GRAPHS, arguments: [args] });
+      log.info(`${title}: ${comparison.added} added, ${comparison.removed} removed, ${comparison.changed} changed ops`);
+      await view.show(title, undefined, comparison);
+    } catch (error) {
+      panel.dispose();
+      void vscode.window.showErrorMessage(`onnxlens: ${(error as Error)?.message ?? String(error)}`);
+    }
   }
 
   /** Why there is no graph to show, with the action that helps: an export for a target never exported in this
@@ -148,40 +296,27 @@ export class GraphPanel implements vscode.Disposable {
       this.panel.reveal(vscode.ViewColumn.Beside, true);
       return this.ready;
     }
-    const bundle = vscode.Uri.joinPath(this.extensionUri, 'dist', 'webview');
     const panel = vscode.window.createWebviewPanel('onnxlens.graph', title, { viewColumn: vscode.ViewColumn.Beside, preserveFocus: true }, {
-      enableScripts: true,
-      localResourceRoots: [bundle],
       retainContextWhenHidden: true, // re-laying out a large graph each time the tab shows is slower than keeping it
     });
     this.panel = panel;
-    this.ready = new Promise((resolve) => {
-      panel.webview.onDidReceiveMessage((message: FromView) => {
-        if (message.type === 'ready') {
-          this.pageMs = message.pageMs;
-          resolve();
-        } else {
-          void this.fromView(message);
-        }
-      }, undefined, this.disposables);
-    });
+    this.view = new GraphView(panel, this.extensionUri, this.server, (message) => void this.fromView(message));
     panel.onDidDispose(() => {
       this.panel = undefined;
+      this.view = undefined;
       this.shown = undefined;
     }, undefined, this.disposables);
-    panel.webview.html = html(panel.webview, bundle);
+    this.ready = this.view.ready;
     return this.ready;
   }
 
   private async fromView(message: FromView): Promise<void> {
     const log = this.server.log;
     const shown = this.shown;
-    if (message.type === 'reveal') {
-      await revealLine(message.path, message.line);
-    } else if (message.type === 'rendered' && shown) {
+    if (message.type === 'rendered' && shown) {
       const timing = `layout ${message.layoutMs} ms, render ${message.renderMs} ms, ${message.boxes} boxes`;
       if (message.reason === 'first') {
-        log.info(`Graph of ${shown.target.target} (${shown.nodes} nodes) shown in ${Date.now() - shown.requested} ms (graph command ${shown.serverMs} ms, view loaded at ${shown.viewMs} ms (its page ${this.pageMs} ms), ${timing})`);
+        log.info(`Graph of ${shown.target.target} (${shown.nodes} nodes) shown in ${Date.now() - shown.requested} ms (graph command ${shown.serverMs} ms, view loaded at ${shown.viewMs} ms (its page ${this.view?.pageMs} ms), ${timing})`);
       } else {
         log.info(`Graph of ${shown.target.target}: ${message.reason} in ${message.layoutMs + message.renderMs} ms (${timing})`);
       }
@@ -190,11 +325,11 @@ export class GraphPanel implements vscode.Disposable {
     }
   }
 
-  /** Tells the view the cursor line of a file its nodes come from. */
+  /** Tells the views the cursor line of a file their nodes come from. */
   private postCursor(uri: vscode.Uri, line: number): void {
     const file = uri.scheme === 'file' ? realPath(uri.fsPath) : undefined;
-    if (this.panel && file && this.shown?.files.has(file)) {
-      void this.panel.webview.postMessage({ type: 'cursor', path: file, line: line + 1 });
+    if (file) {
+      views.forEach((view) => view.postCursor(file, line));
     }
   }
 
@@ -230,14 +365,21 @@ export class GraphPanel implements vscode.Disposable {
   }
 }
 
-/** The editor at `line` (1-based) of `file`, the line selected from its first character. */
-async function revealLine(file: string, line: number): Promise<void> {
+/** The editor at `line` (1-based) of `file`, the line selected from its first character: where the file shows, else
+ * the first column, or beside the view when the view is there (a .onnx file's editor). */
+async function revealLine(file: string, line: number, preserveFocus: boolean, viewColumn: vscode.ViewColumn | undefined): Promise<void> {
   const uri = vscode.Uri.file(file);
-  const column = vscode.window.visibleTextEditors.find((e) => realPath(e.document.uri.fsPath) === file)?.viewColumn ?? vscode.ViewColumn.One;
-  const document = await vscode.workspace.openTextDocument(uri);
+  const other = viewColumn === vscode.ViewColumn.One ? vscode.ViewColumn.Beside : vscode.ViewColumn.One;
+  const column = vscode.window.visibleTextEditors.find((e) => realPath(e.document.uri.fsPath) === file)?.viewColumn ?? other;
+  let document: vscode.TextDocument;
+  try {
+    document = await vscode.workspace.openTextDocument(uri);
+  } catch {
+    return; // a model's source file that is not here (another machine's export)
+  }
   const text = document.lineAt(Math.min(line - 1, document.lineCount - 1));
   const selection = new vscode.Selection(text.lineNumber, text.firstNonWhitespaceCharacterIndex, text.lineNumber, text.range.end.character);
-  await vscode.window.showTextDocument(document, { viewColumn: column, selection });
+  await vscode.window.showTextDocument(document, { viewColumn: column, selection, preserveFocus });
 }
 
 /** The export a problem came from: the server puts its target in the problem's data. */
@@ -264,7 +406,7 @@ function html(webview: vscode.Webview, bundle: vscode.Uri): string {
   const nonce = randomBytes(16).toString('base64');
   const script = webview.asWebviewUri(vscode.Uri.joinPath(bundle, 'graph.js'));
   const style = webview.asWebviewUri(vscode.Uri.joinPath(bundle, 'graph.css'));
-  const csp = `default-src 'none'; script-src 'nonce-${nonce}'; style-src ${webview.cspSource}; img-src 'none'; connect-src 'none'; font-src 'none'`;
+  const csp = `default-src 'none'; script-src 'nonce-${nonce}'; worker-src blob:; style-src ${webview.cspSource}; img-src 'none'; connect-src 'none'; font-src 'none'`;
   return `<!DOCTYPE html>
 <html lang="en">
 <head>
@@ -275,7 +417,9 @@ function html(webview: vscode.Webview, bundle: vscode.Uri): string {
 <title>Graph</title>
 </head>
 <body>
-<div id="toolbar"><input id="search" type="search" placeholder="Search op type or name (Enter: next)">
+<div id="toolbar"><input id="search" type="search" placeholder="Search op, name, module or file:line (Enter: next)">
+<label title="Constants, initializers, shapes and what only they compute"><input id="plumbing" type="checkbox">constants &amp; shapes</label>
+<button id="side" title="Show the other model of the comparison">Show before</button>
 <span id="status"></span><span id="outcome"></span>
 <span id="legend"><button id="legend-toggle" title="Show or hide the legend of the error colours">Legend</button>
 <span id="legend-items"></span></span></div>

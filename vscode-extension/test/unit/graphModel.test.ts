@@ -37,7 +37,53 @@ function shape(elk: ElkNode): { tree: unknown[]; edges: string[] } {
 }
 
 test('groups are open at the top level only', () => {
-  assert.deepEqual([...defaultExpanded(GRAPH)], ['block']);
+  assert.deepEqual([...defaultExpanded(new GraphIndex(GRAPH))], ['block']);
+});
+
+test('collapsed by module: the top level open, and a lone wrapper below it, the layers one box each', () => {
+  const group = (id: string, parent: string | null) => ({ id, parent, function: id, module: id, source: null });
+  const layers = ['model/layers.0', 'model/layers.1'];
+  const graph: GraphData = {
+    ...GRAPH, edges: [],
+    groups: [group('outer', null), group('model', 'outer'), ...layers.map((l) => group(l, 'model')), group('model/layers.0/attn', 'model/layers.0')],
+    nodes: [node('a', 'MatMul', 'model/layers.0/attn', 3), node('b', 'Add', 'model/layers.1', 4), node('c', 'Gemm', 'model', 5)],
+  };
+  assert.deepEqual([...defaultExpanded(new GraphIndex(graph))].sort(), ['model', 'outer']);
+});
+
+test('constants and shape plumbing are folded away unless asked for, with the groups they alone fill', () => {
+  const plumbing = (n: GraphNode): GraphNode => ({ ...n, plumbing: true });
+  const graph: GraphData = {
+    ...GRAPH,
+    groups: [...GRAPH.groups, { id: 'rotary', parent: null, function: 'Rotary_2', module: 'rotary', source: null }],
+    nodes: [...GRAPH.nodes, plumbing(node('shape', 'Shape', null, 9)), plumbing(node('rotary/cos', 'Cos', 'rotary', 9))],
+    edges: [...GRAPH.edges, { from: 'input:x', to: 'shape', value: 'x' }, { from: 'shape', to: 'n3', value: 's' }, { from: 'rotary/cos', to: 'n3', value: 'c' }],
+  };
+  const folded = new GraphIndex(graph, { plumbing: false });
+  assert.deepEqual([...folded.nodes.keys()], ['block/inner/n1', 'block/n2', 'n3']);
+  assert.deepEqual([...folded.groups.keys()], ['block', 'block/inner']); // rotary held only plumbing
+  assert.equal(folded.hidden, 2);
+  assert.deepEqual(folded.edges, GRAPH.edges);
+  assert.deepEqual(shape(containerGraph(folded, null, new Set(), new Map())).tree, ['input:x', 'block', 'n3', 'output:y']);
+  const all = new GraphIndex(graph, { plumbing: true });
+  assert.equal(all.nodes.size, 5);
+  assert.equal(all.edges.length, 8);
+  assert.deepEqual(shape(containerGraph(all, null, new Set(), new Map())).tree, ['input:x', 'block', 'rotary', 'n3', 'shape', 'output:y']);
+});
+
+test('a collapsed group shows the worst error, marks and compared changes it holds', () => {
+  const failed: Check = { rule: 'FXE0021', ok: false, maxAbsError: 1, atol: 1e-4, rtol: 1e-4 };
+  const graph: GraphData = {
+    ...GRAPH,
+    nodes: [
+      { ...node('block/inner/n1', 'Gemm', 'block/inner', 7, [failed]), diff: 'changed' },
+      { ...node('block/n2', 'Relu', 'block', 8), marks: [{ rule: 'FXE0020', level: 'warning', message: 'dim 0 specialized' }], diff: 'same' },
+      { ...node('n3', 'Add', null, 8), diff: 'added' },
+    ],
+  };
+  const index = new GraphIndex(graph);
+  assert.deepEqual(index.groupContents('block'), { level: 'over1000', marked: true, diff: true });
+  assert.deepEqual(index.groupContents('block/inner'), { level: 'over1000', marked: false, diff: true });
 });
 
 test('a collapsed group is one box with its boundary edges', () => {
@@ -118,11 +164,21 @@ test('a node shows as itself or as its outermost collapsed group', () => {
   assert.equal(index.nodeCount('block/inner'), 1);
 });
 
-test('search by op type or name, case-insensitive', () => {
-  const index = new GraphIndex(GRAPH);
+test('search by op type, name, module or source file:line, case-insensitive', () => {
+  const index = new GraphIndex({ ...GRAPH, nodes: GRAPH.nodes.map((n) => (n.id === 'n3' ? n : { ...n, module: 'block.inner' })) });
   assert.deepEqual(index.search('gemm'), ['block/inner/n1']);
   assert.deepEqual(index.search('relu_block'), ['block/n2']);
+  assert.deepEqual(index.search('BLOCK.INNER'), ['block/inner/n1', 'block/n2']);
+  assert.deepEqual(index.search('net.py:8'), ['block/n2', 'n3']);
+  assert.deepEqual(index.search('/ws/net.py:7'), ['block/inner/n1']);
+  assert.deepEqual(index.search('et.py:7'), []); // a file name's end is not a file
   assert.deepEqual(index.search('  '), []);
+});
+
+test('a module call\'s line gives its group', () => {
+  const graph: GraphData = { ...GRAPH, groups: GRAPH.groups.map((g) => (g.id === 'block' ? { ...g, source: { path: '/ws/net.py', line: 20 } } : g)) };
+  assert.deepEqual(new GraphIndex(graph).groupsAt('/ws/net.py', 20), ['block']);
+  assert.deepEqual(new GraphIndex(graph).groupsAt('/ws/net.py', 8), []);
 });
 
 test('error levels: the worst failed check in multiples of atol + rtol', () => {

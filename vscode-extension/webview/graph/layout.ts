@@ -78,7 +78,7 @@ export class Layout {
 
     const edges: string[] = [];
     const seen = new Set<string>();
-    for (const edge of this.index.graph.edges) {
+    for (const edge of this.index.edges) {
       const from = this.index.visibleBox(edge.from, expanded);
       const to = this.index.visibleBox(edge.to, expanded);
       const key = `${from}>${to}`;

@@ -1,26 +1,50 @@
-// The graph view (runs in the webview): lays the graph out with ELK, draws it, pans, zooms, searches,
-// expands and collapses groups, and talks to the extension (graphPanel.ts): it gets the graph and the
-// editor's cursor line, and asks to reveal a node's source line.
-import ELK from 'elkjs/lib/elk.bundled.js';
+// The graph view (runs in the webview): lays the graph out with ELK (in a web worker: the page stays responsive),
+// draws it, pans, zooms, searches, expands and collapses groups, folds constants and shape plumbing away, shows two
+// compared exports, and talks to the extension (graphPanel.ts): it gets the graph (or a comparison) and the editor's
+// cursor line, and asks to reveal a source line or to read a tensor's first values.
+import ELK from 'elkjs/lib/elk-api.js';
+import elkWorker from 'elkjs/lib/elk-worker.min.js';
 
 import { Layout } from './layout';
-import { defaultExpanded, ERROR_LEVELS, GraphData, GraphIndex } from './model';
+import { Comparison, defaultExpanded, DiffStatus, ERROR_LEVELS, GraphData, GraphIndex, Initializer } from './model';
 import { Box, render } from './render';
 
+/** A tensor's size and first values (the server's TENSOR command), or why it could not be read. */
+interface Tensor {
+  name: string;
+  bytes: number | null;
+  values: string[];
+  read: number;
+  external: { location: string } | null;
+}
+
 /** Messages from the extension. */
-type Incoming = { type: 'graph'; graph: GraphData; title: string } | { type: 'cursor'; path: string; line: number };
+type Incoming =
+  | { type: 'graph'; graph: GraphData; title: string }
+  | { type: 'compare'; comparison: Comparison; title: string }
+  | { type: 'cursor'; path: string; line: number }
+  | { type: 'tensor'; name: string; tensor?: Tensor; error?: string };
 
 declare function acquireVsCodeApi(): { postMessage(message: unknown): void };
 
+/** Compared nodes up to this many open their groups on the first drawing. */
+const MAX_OPENED_FOR_CHANGES = 40;
+
 const vscode = acquireVsCodeApi();
-const elk = new ELK();
+// The worker's script is in the bundle (the page may load nothing else): a blob: URL, allowed by `worker-src blob:`.
+const elk = new ELK({ workerFactory: () => new Worker(URL.createObjectURL(new Blob([elkWorker], { type: 'text/javascript' }))) });
 const svg = document.querySelector<SVGSVGElement>('#graph')!;
 const layer = document.querySelector<SVGGElement>('#viewport')!;
 const search = document.querySelector<HTMLInputElement>('#search')!;
 const status = document.querySelector<HTMLElement>('#status')!;
 const details = document.querySelector<HTMLElement>('#details-rows')!;
 const outcome = document.querySelector<HTMLElement>('#outcome')!;
+const plumbing = document.querySelector<HTMLInputElement>('#plumbing')!;
+const sideButton = document.querySelector<HTMLButtonElement>('#side')!;
 
+let graph: GraphData | undefined; // what is drawn (a comparison's side)
+let comparison: Comparison | undefined;
+let side: 'before' | 'after' = 'after';
 let index: GraphIndex | undefined;
 let layout: Layout | undefined;
 let expanded = new Set<string>();
@@ -34,22 +58,62 @@ let drawing: Promise<void> = Promise.resolve();
 
 window.addEventListener('message', (event: MessageEvent<Incoming>) => {
   const message = event.data;
-  if (message.type === 'graph') {
-    index = new GraphIndex(message.graph);
-    layout = new Layout(elk, index);
-    expanded = defaultExpanded(message.graph);
-    highlighted = [];
-    matches = [];
-    selected = undefined;
-    closeDetails();
+  if (message.type === 'graph' || message.type === 'compare') {
+    comparison = message.type === 'compare' ? message.comparison : undefined;
+    side = 'after';
     document.title = message.title;
-    const shown = message.graph.outcome;
-    outcome.textContent = shown && shown.kind !== 'exported' ? shown.headline : ''; // "… is wrong: output 0 diverges …"
-    outcome.className = shown?.severity ?? '';
-    outcome.title = outcome.textContent;
-    void redraw('first', () => fit());
+    show(comparison ? comparison.after : (message as { graph: GraphData }).graph, 'first');
   } else if (message.type === 'cursor') {
     void showLine(message.path, message.line);
+  } else if (message.type === 'tensor') {
+    showTensor(message.name, message.tensor, message.error);
+  }
+});
+
+/** Draws `shown` from its default state: collapsed by module (and, comparing, the groups around what changed). */
+function show(shown: GraphData, reason: string): void {
+  graph = shown;
+  index = new GraphIndex(shown, { plumbing: plumbing.checked });
+  layout = new Layout(elk, index);
+  expanded = defaultExpanded(index);
+  const changed = [...index.nodes.values()].filter((n) => n.diff && n.diff !== 'same').map((n) => n.id);
+  if (changed.length <= MAX_OPENED_FOR_CHANGES) {
+    index.groupsAround(changed).forEach((g) => expanded.add(g));
+  }
+  highlighted = [];
+  matches = [];
+  closeDetails();
+  const headline = shown.outcome;
+  outcome.textContent = comparison ? compareHeadline(comparison) : headline && headline.kind !== 'exported' ? headline.headline : '';
+  outcome.className = comparison ? '' : (headline?.severity ?? ''); // "… is wrong: output 0 diverges …"
+  outcome.title = outcome.textContent;
+  document.body.classList.toggle('comparing', comparison !== undefined);
+  sideButton.textContent = side === 'after' ? 'Show before' : 'Show after';
+  if (comparison) {
+    showSummary(comparison);
+  }
+  void redraw(reason, () => fit());
+}
+
+function compareHeadline(c: Comparison): string {
+  const name = (g: GraphData) => g.path.split(/[\\/]/).pop();
+  return `${side === 'after' ? name(c.after) : name(c.before)} (${side}): ${c.added} added, ${c.removed} removed, ${c.changed} changed ops`;
+}
+
+plumbing.addEventListener('change', () => {
+  if (!graph) {
+    return;
+  }
+  const open = expanded;
+  index = new GraphIndex(graph, { plumbing: plumbing.checked });
+  layout = new Layout(elk, index);
+  expanded = new Set([...open].filter((g) => index!.groups.has(g)));
+  void redraw(plumbing.checked ? 'show plumbing' : 'fold plumbing');
+});
+sideButton.addEventListener('click', () => {
+  if (comparison) {
+    side = side === 'after' ? 'before' : 'after';
+    show(side === 'after' ? comparison.after : comparison.before, `show ${side}`);
   }
 });
 
@@ -66,7 +130,8 @@ function redraw(reason: string, after?: () => void): Promise<void> {
     decorate();
     after?.();
     const rendered = performance.now();
-    status.textContent = `${index.graph.nodes.length} ops, ${boxes.size} boxes`;
+    const folded = index.hidden ? ` (${index.hidden} constants and shape ops folded)` : '';
+    status.textContent = `${index.nodes.size} ops${folded}, ${boxes.size} boxes`;
     vscode.postMessage({ type: 'rendered', reason, boxes: boxes.size, containers: placed.laidOut, layoutMs: Math.round(laidOut - started), renderMs: Math.round(rendered - laidOut) });
   });
   return drawing;
@@ -78,7 +143,7 @@ function decorate(): void {
     element.classList.remove('highlighted', 'match', 'selected');
   }
   for (const id of highlighted) {
-    boxes.get(id)?.element.classList.add('highlighted');
+    boxes.get(index!.nodes.has(id) ? id : index!.visibleBox(id, expanded))?.element.classList.add('highlighted');
   }
   for (const id of matches) {
     boxes.get(index!.visibleBox(id, expanded))?.element.classList.add('match');
@@ -98,8 +163,10 @@ async function showLine(path: string, line: number): Promise<void> {
   if (!index) {
     return;
   }
+  const calls = index.groupsAt(path, line); // module calls at the line: their boxes light up, open or not
   highlighted = index.nodesAt(path, line);
   const closed = [...index.groupsAround(highlighted)].filter((g) => !expanded.has(g));
+  highlighted = [...highlighted, ...calls.filter((g) => !highlighted.length || expanded.has(index!.groups.get(g)?.parent ?? ''))];
   if (closed.length) {
     closed.forEach((g) => expanded.add(g));
     await redraw('expand for the cursor line');
@@ -110,7 +177,12 @@ async function showLine(path: string, line: number): Promise<void> {
   vscode.postMessage({ type: 'highlighted', path, line, nodes: highlighted.length });
 }
 
+/** Opens or closes `group`; the editor shows the line that calls its module (the webview keeps the focus). */
 function toggle(group: string): void {
+  const source = index!.groups.get(group)?.source;
+  if (source) {
+    vscode.postMessage({ type: 'reveal', path: source.path, line: source.line, preserveFocus: true });
+  }
   if (expanded.has(group)) {
     expanded.delete(group);
     for (const inner of index!.graph.groups.filter((g) => index!.ancestors(g.id).includes(group))) {
@@ -142,6 +214,26 @@ function closeDetails(): void {
   }
 }
 
+/** A comparison's ops per type before and after, changed types first, in the details column. */
+function showSummary(c: Comparison): void {
+  const table = document.createElement('table');
+  table.id = 'summary';
+  const row = (cells: string[], tag: 'td' | 'th' = 'td') => {
+    const tr = document.createElement('tr');
+    tr.append(...cells.map((text) => Object.assign(document.createElement(tag), { textContent: text })));
+    return tr;
+  };
+  table.append(row(['op', 'before', 'after'], 'th'), ...c.summary.map((r) => {
+    const tr = row([r.op, String(r.before), String(r.after)]);
+    tr.className = r.before === r.after ? '' : 'differs';
+    return tr;
+  }));
+  const title = document.createElement('b');
+  title.textContent = `${c.added} added, ${c.removed} removed, ${c.changed} changed (${c.before.nodes.length} → ${c.after.nodes.length} ops)`;
+  details.replaceChildren(title, table);
+  document.body.classList.add('with-details');
+}
+
 document.querySelector('#details-close')!.addEventListener('click', closeDetails);
 window.addEventListener('keydown', (e) => {
   if (e.key === 'Escape' && document.activeElement !== search) {
@@ -154,25 +246,67 @@ document.querySelector('#legend-toggle')!.addEventListener('click', () => {
 
 function nodeDetails(id: string): HTMLElement[] {
   const node = index!.nodes.get(id)!;
+  const initializers = new Map<string, Initializer>(graph!.initializers.map((i) => [i.name, i]));
   const value = (v: { name: string; dtype?: string | null; shape?: unknown[] | null } | null) =>
     v ? `${v.name}: ${v.dtype ?? '?'}${v.shape ? `[${v.shape.map((d) => d ?? '?').join(', ')}]` : ''}` : '—';
-  const rows: [string, string][] = [
+  const rows: [string, string | HTMLElement][] = [
     ['op', `${node.domain ? `${node.domain}::` : ''}${node.op}`],
     ['name', node.name],
     ['module', node.module || '(root)'],
     ['source', node.source ? `${node.source.path}:${node.source.line} (${node.source.function ?? ''})` : '—'],
-    ...node.inputs.map((v, i): [string, string] => [`input ${i}`, value(v)]),
+    ...node.inputs.map((v, i): [string, string | HTMLElement] => [`input ${i}`, v && initializers.has(v.name) ? weight(initializers.get(v.name)!) : value(v)]),
     ...node.outputs.map((v, i): [string, string] => [`output ${i}`, value(v)]),
     ...Object.entries(node.attributes),
     ...node.checks.map((c): [string, string] => [c.rule, `${c.ok === false ? 'MISMATCH' : 'ok'} max abs ${c.maxAbsError ?? '?'} (atol ${c.atol ?? '?'}, rtol ${c.rtol ?? '?'})`]),
+    ...(node.marks ?? []).map((m): [string, string] => [m.rule, m.message]),
+    ...(node.diff ? [['compared', node.diff] as [string, string]] : []),
   ];
   return rows.map(([key, text]) => {
     const row = document.createElement('div');
+    row.className = 'row';
     const k = document.createElement('b');
     k.textContent = `${key} `;
     row.append(k, text);
     return row;
   });
+}
+
+/** An initializer input: its type and size (nothing read yet), and a button that reads its first values. */
+function weight(init: Initializer): HTMLElement {
+  const span = document.createElement('span');
+  span.className = 'weight';
+  span.dataset.name = init.name;
+  const button = document.createElement('button');
+  button.textContent = 'values';
+  button.title = 'Read its first values (only those bytes, from the model or its external data file)';
+  button.addEventListener('click', () => {
+    button.disabled = true;
+    vscode.postMessage({ type: 'tensor', name: init.name });
+  });
+  const shape = init.shape ? `[${init.shape.join(', ')}]` : '';
+  span.append(`${init.name}: ${init.dtype ?? '?'}${shape}, ${size(init.bytes)}${init.external ? ' (external data)' : ''} `, button);
+  return span;
+}
+
+function showTensor(name: string, tensor: Tensor | undefined, error: string | undefined): void {
+  for (const span of details.querySelectorAll<HTMLElement>('.weight')) {
+    if (span.dataset.name === name) {
+      span.querySelector('.values')?.remove();
+      const values = document.createElement('div');
+      values.className = 'values';
+      values.textContent = tensor ? `${tensor.values.join(', ')}${tensor.values.length ? ' …' : ''} (${size(tensor.read)} read)` : `cannot read: ${error}`;
+      span.append(values);
+    }
+  }
+}
+
+function size(bytes: number | null): string {
+  if (bytes === null) {
+    return '? bytes';
+  }
+  const units = ['bytes', 'KiB', 'MiB', 'GiB', 'TiB'];
+  const at = Math.min(units.length - 1, Math.floor(Math.log(Math.max(bytes, 1)) / Math.log(1024)));
+  return at === 0 ? `${bytes} bytes` : `${(bytes / 1024 ** at).toFixed(1)} ${units[at]}`;
 }
 
 // ----- pointer: click (select, toggle), drag (pan), wheel (zoom) -----
@@ -279,10 +413,22 @@ search.addEventListener('keydown', async (e) => {
   status.textContent = `match ${matchAt + 1} of ${matches.length}`;
 });
 
-document.querySelector('#legend-items')!.append(...ERROR_LEVELS.map(({ level, label }) => {
+const DIFF_LEGEND: { status: DiffStatus | 'inside'; label: string }[] = [
+  { status: 'added', label: 'added' },
+  { status: 'removed', label: 'removed' },
+  { status: 'changed', label: 'changed' },
+  { status: 'inside', label: 'holds changes' },
+];
+document.querySelector('#legend-items')!.append(
+  ...ERROR_LEVELS.map(({ level, label }) => swatch(`level-${level}`, label)),
+  swatch('marked', 'specialized dim (FXE0020)'),
+  ...DIFF_LEGEND.map(({ status, label }) => swatch(`diff-${status} compare-only`, label)),
+);
+
+function swatch(classes: string, label: string): HTMLElement {
   const item = document.createElement('span');
-  item.className = `swatch level-${level}`;
+  item.className = `swatch ${classes}`;
   item.textContent = label;
   return item;
-}));
+}
 vscode.postMessage({ type: 'ready', pageMs: Math.round(performance.now()) }); // since the page started loading

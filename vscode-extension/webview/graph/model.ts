@@ -25,6 +25,16 @@ export interface Check {
   skipped?: boolean;
 }
 
+/** A located result at the node's source line (server/graph.py `line_marks`): FXE0020, a dimension specialized. */
+export interface Mark {
+  rule: string;
+  level: string;
+  message: string;
+}
+
+/** A node's status when two exports are compared (server/graph_diff.py). */
+export type DiffStatus = 'added' | 'removed' | 'changed' | 'same';
+
 export interface GraphNode {
   id: string;
   op: string;
@@ -37,6 +47,9 @@ export interface GraphNode {
   attributes: Record<string, string>;
   source: Frame | null; // (the graph command's `stack` is not posted to the view)
   checks: Check[];
+  marks?: Mark[];
+  plumbing?: boolean; // constants, initializers, shapes and what only they compute: folded away by default
+  diff?: DiffStatus;
 }
 
 export interface Group {
@@ -60,11 +73,30 @@ export interface GraphData {
   producer: string;
   inputs: Value[];
   outputs: Value[];
-  initializers: (Value & { external: boolean })[];
+  initializers: Initializer[];
   groups: Group[];
   nodes: GraphNode[];
   edges: Edge[];
   outcome: { kind: string; headline: string; severity: 'error' | 'warning' | 'info' } | null; // protocol.ts `Outcome`
+}
+
+export interface Initializer extends Value {
+  bytes: number | null; // from its type: nothing read
+  external: boolean;
+}
+
+/** Two exports compared (the compare command's answer): both graphs with their nodes' `diff`, ops per type. */
+export interface Comparison {
+  before: GraphData;
+  after: GraphData;
+  added: number;
+  removed: number;
+  changed: number;
+  summary: { op: string; before: number; after: number }[];
+}
+
+export interface IndexOptions {
+  plumbing: boolean; // show constants and shape plumbing
 }
 
 /** How bad a node's checks are: none run, all within tolerance, or the worst error in multiples of its tolerance. */
@@ -85,30 +117,78 @@ export const GROUP_HEADER = 22;
 export const MAX_LAID_OUT_FAN_OUT = 8;
 const CHAR_WIDTH = 7.2; // 12px monospace
 
-/** Lookups over one graph: groups by id and nesting, nodes by id and by source line. */
+/** What a collapsed group holds, for its colours: the worst error level, marks, compared nodes. */
+export interface Contents {
+  level: ErrorLevel;
+  marked: boolean;
+  diff: boolean; // added or changed nodes inside
+}
+
+const LEVEL_ORDER: ErrorLevel[] = ['unchecked', 'ok', 'over', 'over10', 'over1000'];
+
+/** Lookups over one graph as shown (plumbing folded away unless `options.plumbing`; groups left empty by that
+ * too): groups by id and nesting, nodes by id and by source line, the edges between shown nodes. */
 export class GraphIndex {
   readonly nodes = new Map<string, GraphNode>();
   readonly groups = new Map<string, Group>();
   readonly childGroups = new Map<string | null, Group[]>();
   readonly childNodes = new Map<string | null, GraphNode[]>();
+  readonly edges: Edge[];
+  readonly hidden: number; // plumbing nodes folded away
   private readonly lines = new Map<string, string[]>();
+  private readonly groupLines = new Map<string, string[]>();
   private readonly nodeCounts = new Map<string, number>();
+  private readonly contents = new Map<string, Contents>();
 
-  constructor(readonly graph: GraphData) {
-    for (const group of graph.groups) {
+  constructor(readonly graph: GraphData, readonly options: IndexOptions = { plumbing: true }) {
+    const shown = graph.nodes.filter((n) => options.plumbing || !n.plumbing);
+    this.hidden = graph.nodes.length - shown.length;
+    const parents = new Map(graph.groups.map((g) => [g.id, g.parent]));
+    const around = (group: string | null) => {
+      const chain: string[] = [];
+      for (let g = group; g !== null && g !== undefined; g = parents.get(g) ?? null) {
+        chain.push(g);
+      }
+      return chain;
+    };
+    for (const node of shown) {
+      for (const group of around(node.group)) {
+        this.nodeCounts.set(group, (this.nodeCounts.get(group) ?? 0) + 1);
+        const inside = this.contents.get(group) ?? { level: 'unchecked', marked: false, diff: false };
+        const level = errorLevel(node.checks);
+        this.contents.set(group, {
+          level: LEVEL_ORDER.indexOf(level) > LEVEL_ORDER.indexOf(inside.level) ? level : inside.level,
+          marked: inside.marked || Boolean(node.marks?.length),
+          diff: inside.diff || node.diff === 'added' || node.diff === 'changed' || node.diff === 'removed',
+        });
+      }
+    }
+    for (const group of graph.groups.filter((g) => this.nodeCounts.has(g.id))) {
       this.groups.set(group.id, group);
       push(this.childGroups, group.parent, group);
+      if (group.source) {
+        push(this.groupLines, lineKey(group.source.path, group.source.line), group.id);
+      }
     }
-    for (const node of graph.nodes) {
+    for (const node of shown) {
       this.nodes.set(node.id, node);
       push(this.childNodes, node.group, node);
       if (node.source) {
         push(this.lines, lineKey(node.source.path, node.source.line), node.id);
       }
-      for (const group of this.ancestors(node.group)) {
-        this.nodeCounts.set(group, (this.nodeCounts.get(group) ?? 0) + 1);
-      }
     }
+    const known = (id: string) => this.nodes.has(id) || id.startsWith('input:') || id.startsWith('output:');
+    this.edges = graph.edges.filter((e) => known(e.from) && known(e.to));
+  }
+
+  /** What a group holds, for its colours when collapsed. */
+  groupContents(group: string): Contents {
+    return this.contents.get(group) ?? { level: 'unchecked', marked: false, diff: false };
+  }
+
+  /** The groups whose module call is at `path`:`line`. */
+  groupsAt(path: string, line: number): string[] {
+    return this.groupLines.get(lineKey(path, line)) ?? [];
   }
 
   /** `group` and the groups around it, innermost first. */
@@ -156,19 +236,38 @@ export class GraphIndex {
     return groups;
   }
 
-  /** Nodes whose op type or name contains `query` (case-insensitive). */
+  /** Nodes whose op type, name or module path contains `query` (case-insensitive), or, for `file:line`, the nodes
+   * of that source line (`file` the end of its path: `model.py:12`). */
   search(query: string): string[] {
     const q = query.trim().toLowerCase();
     if (!q) {
       return [];
     }
-    return this.graph.nodes.filter((n) => n.op.toLowerCase().includes(q) || n.name.toLowerCase().includes(q)).map((n) => n.id);
+    const at = /^(.+):(\d+)$/.exec(q);
+    const nodes = [...this.nodes.values()];
+    if (at) {
+      const [file, line] = [at[1], Number(at[2])];
+      const sep = (path: string) => path.length === file.length || '/\\'.includes(path[path.length - file.length - 1]);
+      return nodes.filter((n) => n.source?.line === line && n.source.path.toLowerCase().endsWith(file) && sep(n.source.path)).map((n) => n.id);
+    }
+    return nodes.filter((n) => n.op.toLowerCase().includes(q) || n.name.toLowerCase().includes(q) || n.module.toLowerCase().includes(q)).map((n) => n.id);
   }
 }
 
-/** Collapsed by default beyond the top level: the groups without a parent are open. */
-export function defaultExpanded(graph: GraphData): Set<string> {
-  return new Set(graph.groups.filter((g) => g.parent === null).map((g) => g.id));
+/** Collapsed by module: the top-level groups open, and below them a group that is all its container shows (the
+ * container a wrapper); every other group collapsed, one box with its op count. */
+export function defaultExpanded(index: GraphIndex): Set<string> {
+  const expanded = new Set<string>();
+  let level = index.childGroups.get(null) ?? [];
+  for (const group of level) {
+    expanded.add(group.id);
+  }
+  while (level.length) {
+    const alone = (g: Group) => index.childGroups.get(g.parent)!.length === 1 && !index.childNodes.get(g.parent)?.length;
+    level = level.flatMap((g) => index.childGroups.get(g.id) ?? []).filter(alone);
+    level.forEach((g) => expanded.add(g.id));
+  }
+  return expanded;
 }
 
 /** What a group shows, or the root (`null`): its child groups and nodes (and the graph's inputs and outputs at the root). */
@@ -190,7 +289,7 @@ export function containerGraph(index: GraphIndex, container: string | null, expa
   const ids = new Set(children.map((c) => c.id));
   const edges: ElkExtendedEdge[] = [];
   const seen = new Set<string>();
-  for (const edge of index.graph.edges) {
+  for (const edge of index.edges) {
     const from = childOf(index, container, index.visibleBox(edge.from, expanded));
     const to = childOf(index, container, index.visibleBox(edge.to, expanded));
     const key = `${from}>${to}`;
@@ -227,6 +326,7 @@ export interface Size {
 
 /** The text of a box: a node's op, a graph input's or output's name, a group's label (with its op count when collapsed). */
 export function boxLabel(index: GraphIndex, id: string, expanded: ReadonlySet<string>): string {
+  // (a collapsed group's counts are of what shows: plumbing folded away is not counted)
   const node = index.nodes.get(id);
   const group = index.groups.get(id);
   if (node) {

@@ -31,8 +31,7 @@ function boxElement(id: string, index: GraphIndex, expanded: ReadonlySet<string>
   const node = index.nodes.get(id);
   const group = index.groups.get(id);
   const kind = node ? 'node' : group ? (expanded.has(id) ? 'group' : 'collapsed') : 'io';
-  const level = node ? errorLevel(node.checks) : 'unchecked';
-  const g = element('g', { class: `box ${kind} level-${level}`, 'data-id': id, 'data-kind': kind, transform: `translate(${x},${y})` });
+  const g = element('g', { class: ['box', kind, ...overlays(id, index, kind)].join(' '), 'data-id': id, 'data-kind': kind, transform: `translate(${x},${y})` });
   g.appendChild(element('rect', { width, height, rx: kind === 'io' ? height / 2 : 4 }));
   if (kind === 'group') {
     g.appendChild(element('rect', { class: 'header', width, height: 22, rx: 4 }));
@@ -41,14 +40,30 @@ function boxElement(id: string, index: GraphIndex, expanded: ReadonlySet<string>
   text.textContent = boxLabel(index, id, expanded);
   const title = element('title', {});
   if (node) {
-    title.textContent = `${node.op} ${node.name}\n${node.module || '(root)'}${node.source ? `\n${node.source.path}:${node.source.line}` : ''}`;
+    const notes = [...(node.marks ?? []).map((m) => `${m.rule}: ${m.message}`), ...(node.diff && node.diff !== 'same' ? [node.diff] : [])];
+    title.textContent = [`${node.op} ${node.name}`, node.module || '(root)', ...(node.source ? [`${node.source.path}:${node.source.line}`] : []), ...notes].join('\n');
   } else if (group) {
-    title.textContent = `${group.module} (${group.class ?? group.function}): click to ${kind === 'group' ? 'collapse' : 'expand'}`;
+    const call = group.source ? ` called at ${group.source.path}:${group.source.line}` : '';
+    title.textContent = `${group.module} (${group.class ?? group.function})${call}: click to ${kind === 'group' ? 'collapse' : 'expand'}`;
   } else {
     title.textContent = id;
   }
   g.append(text, title);
   return g;
+}
+
+/** The overlay classes of a box: a node's error level, FXE0020 mark and comparison status; a collapsed group's
+ * worst level inside, and whether it holds marked or compared-changed nodes. */
+function overlays(id: string, index: GraphIndex, kind: string): string[] {
+  const node = index.nodes.get(id);
+  if (node) {
+    return [`level-${errorLevel(node.checks)}`, ...(node.marks?.length ? ['marked'] : []), ...(node.diff ? [`diff-${node.diff}`] : [])];
+  }
+  if (kind === 'collapsed') {
+    const inside = index.groupContents(id);
+    return [`level-${inside.level}`, ...(inside.marked ? ['marked'] : []), ...(inside.diff ? ['diff-inside'] : [])];
+  }
+  return [];
 }
 
 function element<K extends keyof SVGElementTagNameMap>(tag: K, attributes: Record<string, string | number>): SVGElementTagNameMap[K] {
