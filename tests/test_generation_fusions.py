@@ -78,6 +78,9 @@ def test_every_layer_is_fused_and_generates_like_generate(fused):
     assert not {"Softmax", "ReduceMean", "Neg"} & {op for _, op in found}
     # one MatMul per layer for q/k/v and one for gate/up (each then split), o, down; and the head
     assert (found[("ai.onnx", "MatMul")], found[("ai.onnx", "Split")]) == (2 * 4 + 1, 2 * 2)
+    graph = onnx.load(result.model_path, load_external_data=False).graph
+    used = {name for node in graph.node for name in node.input}
+    assert [i.name for i in graph.initializer if i.name not in used] == []  # no weight left behind by the merge
     assert result.parity.matched and result.parity.steps == NEW_TOKENS  # the left-padded batch, 16/16
     [note] = results(result, "FXE0024")
     assert note["level"] == "note" and "2/2 layers fused" in note["message"]["text"]

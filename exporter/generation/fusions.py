@@ -327,6 +327,7 @@ def fuse(model: ir.Model, positions: int) -> Fusion:
     RemoveUnusedFunctionsPass()(model)
     RemoveUnusedNodesPass()(model)
     merge_parallel_matmuls(model)
+    RemoveUnusedNodesPass()(model)  # and the weights merged
     counts: dict[str, int] = {}
     for node in model.graph:
         if node.op_type in (
