@@ -116,8 +116,9 @@ class Inotify:
                 offset += 16 + length
 
 
+# Peak memory from VmHWM (the process's own address space: ru_maxrss would carry over the forked parent's peak).
 SERVER_SIDE = """
-import json, resource, sys, time
+import json, re, sys, time
 start = time.perf_counter()
 from onnxlens_server import graph
 imported = time.perf_counter()
@@ -127,7 +128,7 @@ text = json.dumps(result)
 encoded = time.perf_counter()
 print(json.dumps({"import_ms": round(1000 * (imported - start)), "graph_ms": round(1000 * (made - imported)),
                   "json_ms": round(1000 * (encoded - made)), "json_kib": len(text) // 1024, "nodes": len(result["nodes"]),
-                  "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024}), flush=True)
+                  "peak_rss_mib": int(re.search(r"VmHWM:\\s+(\\d+)", open("/proc/self/status").read())[1]) // 1024}), flush=True)
 input()  # the weights' opens and reads so far are counted before the tensor is read
 tensor = graph.tensor_json(sys.argv[1], sys.argv[2])
 print(json.dumps({"tensor_ms": round(1000 * (time.perf_counter() - encoded)), "bytes": tensor["bytes"], "read": tensor["read"]}))

@@ -1282,4 +1282,129 @@ scenario('20 a notebook: export from a cell\'s lens, the problem on the model\'s
   assert.ok(!saved()[1].includes('onnxscript') && !saved()[2].includes('register_op'), 'cells 2 and 3 untouched');
 });
 
+// The graph view at scale, any .onnx file, two exports compared (issue 33).
+
+/** Opens workspace file `name` from Quick Open (a .onnx file: in the graph editor). */
+async function quickOpen(name) {
+  await page().keyboard.press('Control+P');
+  const input = page().locator('.quick-input-widget input');
+  await input.waitFor({ state: 'visible', timeout: UI_TIMEOUT });
+  await input.fill(name);
+  const row = page().locator('.quick-input-list .monaco-list-row', { hasText: name }).first();
+  await row.waitFor({ timeout: UI_TIMEOUT });
+  await row.click();
+}
+
+/** The tooltip of the graph view's box `id` (op, name, module, source file:line, …). */
+async function boxTitle(id) {
+  return graphView().locator(`g.box[data-id="${id}"] > title`).textContent({ timeout: UI_TIMEOUT });
+}
+
+scenario('21 a GPT-2-sized decoder\'s .onnx opens collapsed by module, a block expands, its node goes to its line', async () => {
+  const file = 'decoder_model.py';
+  await openFile(file);
+  await waitForServerRunning();
+  await focusActiveEditor();
+  await goTo(lineOf(file, { text: 'def decoder' }).line);
+  const before = exportAnswers().length;
+  await runPaletteCommand('onnxlens: Export to ONNX');
+  assert.deepEqual(await onlyExportAnswer(before, 5 * 60 * SECOND), [['decoder', 'ok']]);
+  await waitForNotification('Exported decoder', UI_TIMEOUT);
+  await clearNotifications();
+  await runPaletteCommand('View: Close All Editors');
+
+  // The exported file from Quick Open: the graph editor, the 24 blocks one box each with their op counts.
+  const onnx = 'decoder_model.decoder.onnx';
+  const opened = Date.now();
+  await quickOpen(onnx);
+  let boxes = await waitForGraph((bs) => bs.filter((b) => b.kind === 'collapsed').length >= 24, 'the decoder collapsed by module');
+  console.log(`FIGURE: ${onnx} opened in the graph editor: ${Date.now() - opened} ms from Quick Open to the blocks drawn`);
+  const blocks = boxes.filter((b) => b.kind === 'collapsed' && /^blocks\.\d+ \(Block\) · \d+ ops$/.test(b.label));
+  assert.deepEqual(blocks.map((b) => Number(b.label.split(/[. ]/)[1])).sort((a, b) => a - b), [...Array(24).keys()]);
+  assert.ok(boxes.length < 60, `${boxes.length} boxes`);
+  const status = await graphView().locator('#status').textContent();
+  assert.match(status, /^\d+ ops \(\d+ constants and shape ops folded\), \d+ boxes$/);
+  assert.ok(!boxes.some((b) => b.kind === 'node' && ['Shape', 'Constant'].includes(b.label)), 'shape plumbing folded away');
+  await screenshot('21-decoder-collapsed.png');
+
+  // Expand a block: its LayerNorms, attention and MLP one box each, and its two residual Adds.
+  const block = blocks.find((b) => b.label.startsWith('blocks.3 '));
+  await graphView().locator(`g.box[data-id="${block.id}"]`).dispatchEvent('click'); // maybe out of view
+  boxes = await waitForGraph((bs) => bs.some((b) => b.id === block.id && b.kind === 'group'), 'blocks.3 open');
+  const inside = boxes.filter((b) => b.id.startsWith(`${block.id}/`));
+  assert.deepEqual(inside.filter((b) => b.kind === 'node').map((b) => b.label), ['Add', 'Add']);
+  assert.deepEqual(inside.filter((b) => b.kind === 'collapsed').map((b) => b.label.split(' ')[0]).sort(), ['3.attn', '3.ln_1', '3.ln_2', '3.mlp']);
+  await screenshot('21-decoder-block-expanded.png');
+
+  // Its first residual Add is at the attention's residual line: a click puts the cursor there.
+  const residual = lineOf(file, { marker: 'attention-residual' });
+  const adds = inside.filter((b) => b.kind === 'node');
+  const titles = await Promise.all(adds.map((b) => boxTitle(b.id)));
+  const add = adds[titles.findIndex((t) => t.includes(`${file}:${residual.line}`))];
+  assert.ok(add, `an Add at ${file}:${residual.line} (titles: ${JSON.stringify(titles)})`);
+  await graphView().locator(`g.box[data-id="${add.id}"]`).dispatchEvent('click');
+  await assertCursorAt(residual.line);
+  assert.ok(await activeEditor(file).isVisible(), `${file} is not the active editor`);
+  await screenshot('21-decoder-node-to-line.png');
+});
+
+scenario('22 a .onnx file from another producer opens from the explorer, flat, its weight read only when asked', async () => {
+  const name = 'plain_helper.onnx';
+  execFileSync(env.python, ['-c', `
+import numpy as np, onnx
+from onnx import helper, numpy_helper, TensorProto
+w = numpy_helper.from_array(np.arange(16, dtype=np.float32).reshape(4, 4), "W")
+nodes = [helper.make_node("MatMul", ["x", "W"], ["h"], name="mm"), helper.make_node("Relu", ["h"], ["y"], name="relu")]
+graph = helper.make_graph(nodes, "plain", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 4])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 4])], [w])
+onnx.save(helper.make_model(graph, producer_name="onnx.helper"), ${JSON.stringify(join(env.workspace, name))})
+`]);
+  await page().keyboard.press('Control+Shift+E');
+  const row = page().locator('.explorer-folders-view .monaco-list-row', { hasText: name }).first();
+  await row.waitFor({ timeout: UI_TIMEOUT });
+  await row.click();
+  await editorTab(name).waitFor({ timeout: UI_TIMEOUT });
+  const boxes = await waitForGraph((bs) => bs.some((b) => b.kind === 'node'), `the graph of ${name}`);
+  assert.deepEqual(boxes.map((b) => [b.kind, b.label]), [['io', 'x'], ['node', 'MatMul'], ['node', 'Relu'], ['io', 'y']]);
+  await graphView().locator('g.box[data-kind="node"]', { hasText: 'MatMul' }).click();
+  const weight = graphView().locator('#details .weight');
+  assert.equal((await weight.textContent({ timeout: UI_TIMEOUT })).trim(), 'W: float32[4, 4], 64 bytes values'); // size first
+  await weight.locator('button').click();
+  const values = [...Array(16).keys()].join(', ');
+  await waitUntil(async () => (await weight.locator('.values').textContent().catch(() => '')) === `${values} … (64 bytes read)`, 'the first values of W');
+  await screenshot('22-plain-onnx-from-explorer.png');
+});
+
+scenario('23 Compare with Previous Export shows what changing a line did to the graph', async () => {
+  const file = 'compare_model.py';
+  const editor = await openFile(file);
+  await waitForServerRunning();
+  assert.deepEqual(await exportFromContextMenu(editor, file, 'def net'), [['net', 'ok']]);
+  await clearNotifications();
+  const path = join(env.workspace, file);
+  writeFileSync(path, readFileSync(path, 'utf8').replace('torch.relu(self.fc1(x))', 'torch.sigmoid(self.fc1(x))'));
+  await waitUntil(async () => (await visibleText(editor)).includes('torch.sigmoid'), 'the edited line in the editor');
+  assert.deepEqual(await exportFromContextMenu(editor, file, 'def net'), [['net', 'ok']]);
+  await clearNotifications();
+  await focusActiveEditor();
+  await goTo(lineOf(file, { text: 'def net' }).line);
+  await runPaletteCommand('onnxlens: Compare with Previous Export');
+  await editorTab('Compare: net, previous ↔ last export').waitFor({ timeout: UI_TIMEOUT });
+  const diff = (bs, status) => bs.filter((b) => b.classes.includes(`diff-${status}`)).map((b) => b.label).sort();
+  let boxes = await waitForGraph((bs) => diff(bs, 'added').length > 0, 'the added ops marked');
+  assert.deepEqual(diff(boxes, 'added'), ['Sigmoid']);
+  assert.deepEqual(diff(boxes, 'changed'), []);
+  const activation = lineOf(file, { marker: 'activation' });
+  const sigmoid = boxes.find((b) => b.classes.includes('diff-added'));
+  assert.ok((await boxTitle(sigmoid.id)).includes(`${file}:${activation.line}`), 'the added op at the edited line');
+  assert.match(await graphView().locator('#outcome').textContent(), /\(after\): 1 added, 1 removed, 0 changed ops$/);
+  const rows = await graphView().locator('#summary tr.differs').evaluateAll((trs) => trs.map((tr) => [...tr.cells].map((c) => c.textContent)));
+  assert.deepEqual(rows, [['Relu', '1', '0'], ['Sigmoid', '0', '1']]);
+  await screenshot('23-compare-after.png');
+  await graphView().locator('#side').click();
+  boxes = await waitForGraph((bs) => diff(bs, 'removed').length > 0, 'the previous export, its removed op marked');
+  assert.deepEqual(diff(boxes, 'removed'), ['Relu']);
+  await screenshot('23-compare-before.png');
+});
+
 registerScenarios();

@@ -49,6 +49,13 @@ test('collapsed by module: the top level open, and a lone wrapper below it, the 
     nodes: [node('a', 'MatMul', 'model/layers.0/attn', 3), node('b', 'Add', 'model/layers.1', 4), node('c', 'Gemm', 'model', 5)],
   };
   assert.deepEqual([...defaultExpanded(new GraphIndex(graph))].sort(), ['model', 'outer']);
+  // layers at the top level (a ModuleList is not called): each one box
+  const stack: GraphData = {
+    ...GRAPH, edges: [], groups: Array.from({ length: 9 }, (_, i) => group(`layers.${i}`, null)),
+    nodes: Array.from({ length: 9 }, (_, i) => node(`n${i}`, 'Add', `layers.${i}`, 3)),
+  };
+  assert.deepEqual([...defaultExpanded(new GraphIndex(stack))], []);
+  assert.deepEqual([...defaultExpanded(new GraphIndex({ ...stack, groups: stack.groups.slice(1), nodes: stack.nodes.slice(1) }))].length, 8);
 });
 
 test('constants and shape plumbing are folded away unless asked for, with the groups they alone fill', () => {

@@ -116,6 +116,8 @@ export const GROUP_HEADER = 22;
  * Those edges are drawn as curves. */
 export const MAX_LAID_OUT_FAN_OUT = 8;
 const CHAR_WIDTH = 7.2; // 12px monospace
+/** More top-level groups than this are a stack of layers: they show collapsed. */
+export const MAX_OPEN_TOP_LEVEL = 8;
 
 /** What a collapsed group holds, for its colours: the worst error level, marks, compared nodes. */
 export interface Contents {
@@ -254,11 +256,13 @@ export class GraphIndex {
   }
 }
 
-/** Collapsed by module: the top-level groups open, and below them a group that is all its container shows (the
- * container a wrapper); every other group collapsed, one box with its op count. */
+/** Collapsed by module: the top-level groups open when they are a few parts (not a stack of layers: more than
+ * MAX_OPEN_TOP_LEVEL), and below them a group that is all its container shows (the container a wrapper, as a
+ * decoder's `model`); every other group collapsed, one box with its op count. */
 export function defaultExpanded(index: GraphIndex): Set<string> {
   const expanded = new Set<string>();
-  let level = index.childGroups.get(null) ?? [];
+  const top = index.childGroups.get(null) ?? [];
+  let level = top.length <= MAX_OPEN_TOP_LEVEL ? top : [];
   for (const group of level) {
     expanded.add(group.id);
   }
