@@ -227,3 +227,44 @@ async def test_closing_the_notebook_clears_its_cells(client: LanguageClient, not
         cell_text_documents=[types.TextDocumentIdentifier(uri) for uri in uris]))
     await hover(client, uris[0], 0)  # the close has been handled
     assert problems(client, "FXE0011") == {}
+
+
+SQUEEZES = '''class SqueezesOne(torch.nn.Module):
+    def forward(self, x):
+        if x.shape[0] == 1:
+            x = x.squeeze(0).unsqueeze(0)
+        return torch.softmax(x @ x.T, -1)'''
+DYNAMIC_TARGET = '''@exporter.export_target(dynamic_shapes=True)
+def t():
+    x = torch.randn(1, 6)
+    return SqueezesOne(), (x,)'''
+
+
+@pytest.mark.asyncio(loop_scope="module")
+async def test_a_fixed_dimension_and_its_fix_on_cells(client: LanguageClient, notebook: pathlib.Path):
+    from test_server_dynamic import read_code_actions_as_vscode_does
+
+    path = notebook.parent / "dynamic.ipynb"
+    path.write_text("{}")
+    uris = [cell_uri(path, i) for i in range(3)]
+    client.notebook_document_did_open(types.DidOpenNotebookDocumentParams(
+        notebook_document=types.NotebookDocument(
+            uri=path.as_uri(), notebook_type="jupyter-notebook", version=1,
+            cells=[types.NotebookCell(kind=types.NotebookCellKind.Code, document=uri) for uri in uris]),
+        cell_text_documents=[types.TextDocumentItem(uri=uri, language_id="python", version=1, text=text)
+                             for uri, text in zip(uris, ["import torch\nimport exporter", SQUEEZES, DYNAMIC_TARGET])]))
+    (job,) = (await export(client, uri=uris[2], target="t"))["jobs"]
+    assert job["status"] == "ok", job["message"]
+    (note,) = problems(client, "FXE0020")[uris[1]]  # on the line of the model's cell that fixed the batch
+    assert note.range.start.line == line_in(SQUEEZES, "if x.shape[0] == 1:")
+    assert note.data["targetUri"] == uris[2]
+
+    read_code_actions_as_vscode_does(client)
+    actions = await client.text_document_code_action_async(types.CodeActionParams(
+        types.TextDocumentIdentifier(uris[1]), note.range, types.CodeActionContext(diagnostics=[note])))
+    (fix,) = [a for a in actions if a.is_preferred]
+    assert list(fix.command.arguments) == [{"uri": uris[2], "target": "t"}]
+    line = line_in(DYNAMIC_TARGET, "x = torch.randn(1, 6)")
+    start = DYNAMIC_TARGET.splitlines()[line].index("1, 6")
+    assert {uri: list(edits) for uri, edits in fix.edit.changes.items()} == {uris[2]: [types.TextEdit(
+        types.Range(types.Position(line, start), types.Position(line, start + 1)), "2")]}

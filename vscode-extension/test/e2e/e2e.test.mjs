@@ -1243,10 +1243,10 @@ scenario('20 a notebook: export from a cell\'s lens, the problem on the model\'s
   const before = exportAnswers().length;
   await lens.click();
   assert.deepEqual(await onlyExportAnswer(before), [['notebook_net', 'failed']]);
-  const row = problemsRows('FXE0011').first();
+  const row = problemsRows('onnxlens_nb::twist').first(); // other scenarios' FXE0011 problems may be listed too
   await row.waitFor({ timeout: UI_TIMEOUT });
   const text = await row.innerText();
-  assert.match(text, /onnxlens_nb::twist/);
+  assert.match(text, /FXE0011/);
   assert.ok(text.includes(`[Ln ${call.line}, Col ${call.column}]`), `FXE0011 row: ${JSON.stringify(text)}; expected cell 2's Ln ${call.line}, Col ${call.column}`);
   await screenshot('20-notebook-problem-on-cell.png');
 
@@ -1254,6 +1254,12 @@ scenario('20 a notebook: export from a cell\'s lens, the problem on the model\'s
   const model = notebookCell(1).locator('.monaco-editor').first();
   await waitUntil(async () => (await notebookStatus()) === 'Cell 2 of 5' && (await selectedLine(model))?.trim() === 'return twist(x) + 1',
     async () => `cell 2 selected at its line ${call.line} (status bar: ${await notebookStatus()}, selected: ${await selectedLine(model)})`);
+
+  // Right-click in the target's cell → Export to ONNX: the target at the cursor.
+  const answered = exportAnswers().length;
+  await chooseFromContextMenu(notebookCell(2).locator('.view-line', { hasText: 'def notebook_net' }).first(), 'Export to ONNX');
+  assert.deepEqual(await onlyExportAnswer(answered), [['notebook_net', 'failed']]);
+  await row.waitFor({ timeout: UI_TIMEOUT });
 
   // Op-level debug of the target in cell 5: its hints in that cell.
   const exported = exportAnswers().length;
