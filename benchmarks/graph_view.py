@@ -72,7 +72,8 @@ def fake_llama(path: str, sizes: dict) -> dict:
     for value in [i for i in proto.graph.input if i.name in weights]:
         tensor = onnx.TensorProto(name=value.name, data_type=value.type.tensor_type.elem_type)
         tensor.dims.extend(d.dim_value for d in value.type.tensor_type.shape.dim)
-        length = int(np.prod(tensor.dims, dtype=np.int64)) * onnx.helper.tensor_dtype_to_np_dtype(tensor.data_type).itemsize
+        itemsize = onnx.helper.tensor_dtype_to_np_dtype(tensor.data_type).itemsize
+        length = int(np.prod(tensor.dims, dtype=np.int64)) * itemsize
         tensor.data_location = onnx.TensorProto.EXTERNAL
         for key, text in (("location", f"{folder}/weights.bin"), ("offset", str(offset)), ("length", str(length))):
             tensor.external_data.add(key=key, value=text)
@@ -126,19 +127,22 @@ result = graph.graph_json(sys.argv[1], None)
 made = time.perf_counter()
 text = json.dumps(result)
 encoded = time.perf_counter()
+peak = int(re.search(r"VmHWM:\\s+(\\d+)", open("/proc/self/status").read())[1]) // 1024
 print(json.dumps({"import_ms": round(1000 * (imported - start)), "graph_ms": round(1000 * (made - imported)),
-                  "json_ms": round(1000 * (encoded - made)), "json_kib": len(text) // 1024, "nodes": len(result["nodes"]),
-                  "peak_rss_mib": int(re.search(r"VmHWM:\\s+(\\d+)", open("/proc/self/status").read())[1]) // 1024}), flush=True)
+                  "json_ms": round(1000 * (encoded - made)), "json_kib": len(text) // 1024,
+                  "nodes": len(result["nodes"]), "peak_rss_mib": peak}), flush=True)
 input()  # the weights' opens and reads so far are counted before the tensor is read
 tensor = graph.tensor_json(sys.argv[1], sys.argv[2])
-print(json.dumps({"tensor_ms": round(1000 * (time.perf_counter() - encoded)), "bytes": tensor["bytes"], "read": tensor["read"]}))
+tensor_ms = round(1000 * (time.perf_counter() - encoded))
+print(json.dumps({"tensor_ms": tensor_ms, "bytes": tensor["bytes"], "read": tensor["read"]}))
 """
 
 
 def server_side(onnx_path: str, weights: str, tensor: str) -> dict:
     """The graph command's work on `onnx_path` in a fresh process, and the weights file's opens and reads meanwhile."""
     watch = Inotify(weights)
-    child = subprocess.Popen([sys.executable, "-c", SERVER_SIDE, onnx_path, tensor], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    command = [sys.executable, "-c", SERVER_SIDE, onnx_path, tensor]
+    child = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     figures = json.loads(child.stdout.readline())
     figures["weights_while_drawing"] = watch.events()
     child.stdin.write("\n")
@@ -179,7 +183,8 @@ def main() -> None:
         print("llama-7b export:", json.dumps(fake_llama(llama, LLAMA_7B)), flush=True)
     weights = os.path.join(folder, "llama-7b-fake_initializers", "weights.bin")
     for run in range(options.repeats):
-        print(f"llama-7b server side, run {run + 1}:", json.dumps(server_side(llama, weights, "model.layers.0.self_attn.q_proj.weight")), flush=True)
+        figures = server_side(llama, weights, "model.layers.0.self_attn.q_proj.weight")
+        print(f"llama-7b server side, run {run + 1}:", json.dumps(figures), flush=True)
     graph = os.path.join(folder, "llama-7b-fake.json")
     with open(graph, "w", encoding="utf-8") as f:
         json.dump(graph_json(llama, None), f)

@@ -115,7 +115,7 @@ class Commands:
         return {**graph, "outcome": state.outcome}
 
     async def graph_file(self, args: DocumentArgs) -> dict[str, Any]:
-        """Any .onnx file as a graph, with the SARIF log of its stem beside it (an onnxlens export's) if there is one."""
+        """Any .onnx file as a graph, with the SARIF log of its stem beside it (an onnxlens export's), if any."""
         path = to_fs_path(args.uri) or args.uri
         sarif = os.path.splitext(path)[0] + ".sarif"
         log = await asyncio.to_thread(sarif_log.read, sarif) if os.path.isfile(sarif) else None

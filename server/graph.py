@@ -82,17 +82,18 @@ def load(onnx_path: str) -> ir.Model:
         raise ValueError(f"{onnx_path} is not a readable ONNX model ({type(e).__name__}: {e})") from None
 
 
-def model_graph(
-    model: ir.Model, checks: dict[str, list[dict[str, Any]]], marks: dict[tuple[str, int], list[dict[str, Any]]] | None = None
-) -> dict[str, Any]:
+Marks = dict[tuple[str, int], list[dict[str, Any]]]  # located results by (path, 1-based line)
+
+
+def model_graph(model: ir.Model, checks: dict[str, list[dict[str, Any]]], marks: Marks | None = None) -> dict[str, Any]:
     """`model` inlined as a graph; `checks` are each FX node's numbers (`node_checks`), `marks` each source line's
     results (`line_marks`)."""
     return _Builder(model, checks, marks or {}).build()
 
 
-def line_marks(log: SarifLog) -> dict[tuple[str, int], list[dict[str, Any]]]:
+def line_marks(log: SarifLog) -> Marks:
     """The located results of `_MARK_RULES` (levels error and warning) by (path, 1-based line)."""
-    marks: dict[tuple[str, int], list[dict[str, Any]]] = {}
+    marks: Marks = {}
     for result in log.results:
         if result.rule_id in _MARK_RULES and result.level in ("error", "warning") and result.location is not None:
             mark = {"rule": result.rule_id, "level": result.level, "message": result.message.splitlines()[0]}
@@ -138,7 +139,7 @@ def node_checks(log: SarifLog) -> dict[str, list[dict[str, Any]]]:
 
 
 class _Builder:
-    def __init__(self, model: ir.Model, checks: dict[str, list[dict[str, Any]]], marks: dict[tuple[str, int], list[dict[str, Any]]]) -> None:
+    def __init__(self, model: ir.Model, checks: dict[str, list[dict[str, Any]]], marks: Marks) -> None:
         self.model = model
         self.checks = checks
         self.marks = marks
@@ -260,8 +261,8 @@ class _Builder:
                 path = tuple(m for m, _ in scopes[:depth])
                 if path not in ids:
                     ids[path] = f"scope:{'/'.join(path)}"
-                    group = {"id": ids[path], "parent": ids.get(path[:-1]), "function": module, "module": module, "source": None}
-                    self.groups.append(group)
+                    group = {"id": ids[path], "parent": ids.get(path[:-1]), "function": module, "module": module}
+                    self.groups.append({**group, "source": None})
                     self.classes.setdefault(module, cls)
             if scopes:
                 node["group"], node["module"] = ids[tuple(m for m, _ in scopes)], scopes[-1][0]

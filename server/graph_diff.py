@@ -84,5 +84,5 @@ def _pairs(old: list[dict[str, Any]], new: list[dict[str, Any]]) -> list[tuple[d
 
 def _signature(node: dict[str, Any]) -> tuple[Any, ...]:
     """What makes two aligned nodes the same op: attributes, input count, output types (not value names)."""
-    outputs = tuple((v.get("dtype"), tuple(v["shape"]) if v.get("shape") is not None else None) for v in node["outputs"])
+    outputs = tuple((v.get("dtype"), None if v.get("shape") is None else tuple(v["shape"])) for v in node["outputs"])
     return tuple(sorted(node["attributes"].items())), len(node["inputs"]), outputs

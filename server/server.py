@@ -76,7 +76,8 @@ async def graph_file_command(ls: OnnxlensServer, *arguments: Any) -> dict[str, A
 
 @server.command(protocol.COMPARE_GRAPHS)
 async def compare_graphs_command(ls: OnnxlensServer, *arguments: Any) -> dict[str, Any]:
-    return await ls.commands.compare_graphs(protocol.parse_arguments(protocol.COMPARE_GRAPHS, protocol.CompareArgs, arguments))
+    args = protocol.parse_arguments(protocol.COMPARE_GRAPHS, protocol.CompareArgs, arguments)
+    return await ls.commands.compare_graphs(args)
 
 
 @server.command(protocol.TENSOR)

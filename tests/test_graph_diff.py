@@ -52,7 +52,8 @@ def line_of(path: pathlib.Path, marker: str) -> int:
 
 
 def ops(onnx_path: pathlib.Path) -> collections.Counter:
-    return collections.Counter(n.op_type for n in onnx.inliner.inline_local_functions(onnx.load(str(onnx_path))).graph.node)
+    inlined = onnx.inliner.inline_local_functions(onnx.load(str(onnx_path)))
+    return collections.Counter(n.op_type for n in inlined.graph.node)
 
 
 def test_an_activation_changed_on_its_line(tmp_path):
@@ -66,7 +67,8 @@ def test_an_activation_changed_on_its_line(tmp_path):
     assert diff["summary"][:2] == [{"op": "Gelu", "before": 0, "after": 1}, {"op": "Relu", "before": 1, "after": 0}]
     (added,) = [n for n in diff["after"]["nodes"] if n["diff"] == "added"]
     (removed,) = [n for n in diff["before"]["nodes"] if n["diff"] == "removed"]
-    assert (added["op"], added["source"]["line"], added["source"]["path"]) == ("Gelu", line_of(gelu, "# the activation"), str(gelu))
+    assert (added["op"], added["source"]["path"]) == ("Gelu", str(gelu))
+    assert added["source"]["line"] == line_of(gelu, "# the activation")
     assert removed["op"] == "Relu"
     assert {n["diff"] for n in diff["after"]["nodes"] if n is not added} == {"same"}
     assert (diff["added"], diff["removed"], diff["changed"]) == (1, 1, 0)
@@ -74,7 +76,8 @@ def test_an_activation_changed_on_its_line(tmp_path):
 
 def test_a_line_inserted_above_moves_the_others_without_changing_them(tmp_path):
     _, before = export(tmp_path, "plain", MODEL)
-    doubled, after = export(tmp_path, "doubled", MODEL.replace("        h = self.fc1(x)", "        x = x * 2  # a new line\n        h = self.fc1(x)"))
+    edited = MODEL.replace("        h = self.fc1(x)", "        x = x * 2  # a new line\n        h = self.fc1(x)")
+    doubled, after = export(tmp_path, "doubled", edited)
     diff = compare(graph_json(str(before), None), graph_json(str(after), None))
     assert ops(after) - ops(before) == {"Mul": 1}
     added = [n for n in diff["after"]["nodes"] if n["diff"] == "added"]

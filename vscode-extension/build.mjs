@@ -3,11 +3,12 @@
 import * as esbuild from 'esbuild';
 import { copyFileSync, readdirSync, readFileSync } from 'node:fs';
 
-/** ELK's worker script as a string in the view's bundle: the view starts it from a blob: URL (its page loads nothing). */
+/** ELK's worker script as a string in the view's bundle: the view starts it from a blob: URL (it loads nothing). */
 const workerAsText = {
   name: 'elk-worker-as-text',
   setup(build) {
-    build.onLoad({ filter: /elk-worker\.min\.js$/ }, (args) => ({ contents: readFileSync(args.path, 'utf8'), loader: 'text' }));
+    const text = (args) => ({ contents: readFileSync(args.path, 'utf8'), loader: 'text' });
+    build.onLoad({ filter: /elk-worker\.min\.js$/ }, text);
   },
 };
 

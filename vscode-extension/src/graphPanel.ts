@@ -45,7 +45,12 @@ export class GraphView {
   model: string | undefined; // the drawn model's path (a comparison's second)
   files = new Set<string>(); // the source files of its nodes
 
-  constructor(readonly panel: vscode.WebviewPanel, extensionUri: vscode.Uri, private readonly server: ServerConnection, onMessage: (m: FromView) => void) {
+  constructor(
+    readonly panel: vscode.WebviewPanel,
+    extensionUri: vscode.Uri,
+    private readonly server: ServerConnection,
+    onMessage: (m: FromView) => void,
+  ) {
     const bundle = vscode.Uri.joinPath(extensionUri, 'dist', 'webview');
     panel.webview.options = { enableScripts: true, localResourceRoots: [bundle] };
     this.ready = new Promise((resolve) => {
@@ -70,13 +75,15 @@ export class GraphView {
   /** Draws `graph` (the server's answer; its node stacks left out of the message), or a comparison. */
   async show(title: string, graph: any, comparison?: any): Promise<void> {
     const graphs = comparison ? [comparison.before, comparison.after] : [graph];
-    this.files = new Set<string>(graphs.flatMap((g: any) => g.nodes.flatMap((n: any) => (n.source ? [n.source.path] : []))));
+    const sources = (g: any): string[] => g.nodes.flatMap((n: any) => (n.source ? [n.source.path] : []));
+    this.files = new Set<string>(graphs.flatMap(sources));
     for (const node of graphs.flatMap((g: any) => g.nodes)) {
       delete node.stack; // a third of the JSON, which the view does not show: the message to it is that much shorter
     }
     this.model = (comparison?.after ?? graph).path;
     await this.ready;
-    await this.panel.webview.postMessage(comparison ? { type: 'compare', comparison, title } : { type: 'graph', graph, title });
+    const message = comparison ? { type: 'compare', comparison, title } : { type: 'graph', graph, title };
+    await this.panel.webview.postMessage(message);
   }
 
   postCursor(file: string, line: number): void {
@@ -89,7 +96,8 @@ export class GraphView {
   private async tensor(name: string): Promise<void> {
     try {
       const client = await this.server.ready();
-      const tensor = await client!.sendRequest(ExecuteCommandRequest.type, { command: TENSOR, arguments: [{ uri: vscode.Uri.file(this.model!).toString(), name }] });
+      const uri = vscode.Uri.file(this.model!).toString();
+      const tensor = await client!.sendRequest(ExecuteCommandRequest.type, { command: TENSOR, arguments: [{ uri, name }] });
       await this.panel.webview.postMessage({ type: 'tensor', name, tensor });
     } catch (error) {
       await this.panel.webview.postMessage({ type: 'tensor', name, error: (error as Error)?.message ?? String(error) });
@@ -106,14 +114,18 @@ class OnnxEditor implements vscode.CustomReadonlyEditorProvider {
     return { uri, dispose: () => undefined };
   }
 
-  async resolveCustomEditor(document: vscode.CustomDocument, panel: vscode.WebviewPanel): Promise<void> {
+  /** Returns at once: VS Code shows the page only after this, and the graph is posted once the page is ready. */
+  resolveCustomEditor(document: vscode.CustomDocument, panel: vscode.WebviewPanel): void {
+    void this.load(document, panel);
+  }
+
+  private async load(document: vscode.CustomDocument, panel: vscode.WebviewPanel): Promise<void> {
     const requested = Date.now();
     const name = path.basename(document.uri.fsPath);
     const log = this.server.log;
     const view = new GraphView(panel, this.extensionUri, this.server, (message) => {
       if (message.type === 'rendered') {
-        const timing = `layout ${message.layoutMs} ms, render ${message.renderMs} ms, ${message.boxes} boxes`;
-        log.info(`Graph of ${name}: ${message.reason} in ${message.reason === 'first' ? Date.now() - requested : message.layoutMs + message.renderMs} ms (${timing})`);
+        log.info(`Graph of ${name}: ${renderedText(message, requested)}`);
       }
     });
     const client = await this.server.ready();
@@ -122,7 +134,8 @@ class OnnxEditor implements vscode.CustomReadonlyEditorProvider {
       return;
     }
     try {
-      const graph: any = await client.sendRequest(ExecuteCommandRequest.type, { command: GRAPH_FILE, arguments: [{ uri: document.uri.toString() }] });
+      const args = [{ uri: document.uri.toString() }];
+      const graph: any = await client.sendRequest(ExecuteCommandRequest.type, { command: GRAPH_FILE, arguments: args });
       log.info(`Graph of ${name} (${graph.nodes.length} nodes) read by the server in ${Date.now() - requested} ms`);
       await view.show(name, graph);
     } catch (error) {
@@ -160,10 +173,10 @@ export class GraphPanel implements vscode.Disposable {
         this.sendCursor();
       }),
       vscode.window.registerCustomEditorProvider(ONNX_EDITOR, new OnnxEditor(this.server, this.extensionUri), {
-        webviewOptions: { retainContextWhenHidden: true }, // re-laying out a large graph each time the tab shows is slower
+        webviewOptions: { retainContextWhenHidden: true }, // laying out a large graph again each time is slower
       }),
       vscode.commands.registerCommand(COMPARE_MODELS, (uri?: vscode.Uri, uris?: vscode.Uri[]) => this.compareModels(uri, uris)),
-      vscode.commands.registerCommand(COMPARE_WITH_PREVIOUS, (uri?: string, target?: string) => this.compareWithPrevious(uri, target)),
+      vscode.commands.registerCommand(COMPARE_WITH_PREVIOUS, (uri?: string, t?: string) => this.compareWithPrevious(uri, t)),
       vscode.languages.registerCodeActionsProvider({ scheme: 'file', language: 'python' }, { provideCodeActions: (document, range, context) => this.codeActions(document, context) }),
     );
   }
@@ -210,11 +223,13 @@ export class GraphPanel implements vscode.Disposable {
   /** Two .onnx files compared: the explorer's two selected, or the one clicked and one picked, or two picked. */
   async compareModels(uri?: vscode.Uri, uris?: vscode.Uri[]): Promise<void> {
     let [before, after]: (vscode.Uri | undefined)[] = uris && uris.length === 2 ? uris : [uri];
-    const pick = async (title: string) => (await vscode.window.showOpenDialog({ title, filters: { 'ONNX models': ['onnx'] }, canSelectMany: false }))?.[0];
+    const filters = { 'ONNX models': ['onnx'] };
+    const pick = async (title: string) => (await vscode.window.showOpenDialog({ title, filters, canSelectMany: false }))?.[0];
     before ??= await pick('The first model (before)');
     after ??= before && (await pick(`Compare ${path.basename(before.fsPath)} with (after)`));
     if (before && after) {
-      await this.compare(`Compare: ${path.basename(before.fsPath)} ↔ ${path.basename(after.fsPath)}`, { before: before.toString(), after: after.toString() });
+      const title = `Compare: ${path.basename(before.fsPath)} ↔ ${path.basename(after.fsPath)}`;
+      await this.compare(title, { before: before.toString(), after: after.toString() });
     }
   }
 
@@ -222,7 +237,8 @@ export class GraphPanel implements vscode.Disposable {
   async compareWithPrevious(uri?: string, target?: string): Promise<void> {
     const editor = vscode.window.activeTextEditor;
     uri ??= editor?.document.uri.toString();
-    target ??= uri ? await this.pickTarget(uri, editor?.document.uri.toString() === uri ? editor.selection.active.line : undefined) : undefined;
+    const line = editor?.document.uri.toString() === uri ? editor?.selection.active.line : undefined;
+    target ??= uri ? await this.pickTarget(uri, line) : undefined;
     if (uri && target) {
       await this.compare(`Compare: ${target}, previous ↔ last export`, { uri, target });
     }
@@ -236,14 +252,16 @@ export class GraphPanel implements vscode.Disposable {
     }
     const requested = Date.now();
     const log = this.server.log;
-    const panel = vscode.window.createWebviewPanel('onnxlens.compare', title, { viewColumn: vscode.ViewColumn.Beside, preserveFocus: true }, { retainContextWhenHidden: true });
+    const column = { viewColumn: vscode.ViewColumn.Beside, preserveFocus: true };
+    const panel = vscode.window.createWebviewPanel('onnxlens.compare', title, column, { retainContextWhenHidden: true });
     const view = new GraphView(panel, this.extensionUri, this.server, (message) => {
       if (message.type === 'rendered') {
-        log.info(`${title}: ${message.reason} in ${message.reason === 'first' ? Date.now() - requested : message.layoutMs + message.renderMs} ms (${message.boxes} boxes)`);
+        log.info(`${title}: ${renderedText(message, requested)}`);
       }
     });
     try {
-      const comparison: any = await client.sendRequest(ExecuteCommandRequest.type, { command: COMPARE_GRAPHS, arguments: [args] });
+      const request = { command: COMPARE_GRAPHS, arguments: [args] };
+      const comparison: any = await client.sendRequest(ExecuteCommandRequest.type, request);
       log.info(`${title}: ${comparison.added} added, ${comparison.removed} removed, ${comparison.changed} changed ops`);
       await view.show(title, undefined, comparison);
     } catch (error) {
@@ -365,12 +383,19 @@ export class GraphPanel implements vscode.Disposable {
   }
 }
 
+/** "first in 1200 ms (layout …)": what a view's `rendered` message says, for the log. */
+function renderedText(message: Extract<FromView, { type: 'rendered' }>, requested: number): string {
+  const ms = message.reason === 'first' ? Date.now() - requested : message.layoutMs + message.renderMs;
+  return `${message.reason} in ${ms} ms (layout ${message.layoutMs} ms, render ${message.renderMs} ms, ${message.boxes} boxes)`;
+}
+
 /** The editor at `line` (1-based) of `file`, the line selected from its first character: where the file shows, else
  * the first column, or beside the view when the view is there (a .onnx file's editor). */
-async function revealLine(file: string, line: number, preserveFocus: boolean, viewColumn: vscode.ViewColumn | undefined): Promise<void> {
+async function revealLine(file: string, line: number, preserveFocus: boolean, view: vscode.ViewColumn | undefined): Promise<void> {
   const uri = vscode.Uri.file(file);
-  const other = viewColumn === vscode.ViewColumn.One ? vscode.ViewColumn.Beside : vscode.ViewColumn.One;
-  const column = vscode.window.visibleTextEditors.find((e) => realPath(e.document.uri.fsPath) === file)?.viewColumn ?? other;
+  const other = view === vscode.ViewColumn.One ? vscode.ViewColumn.Beside : vscode.ViewColumn.One;
+  const shown = vscode.window.visibleTextEditors.find((e) => realPath(e.document.uri.fsPath) === file);
+  const column = shown?.viewColumn ?? other;
   let document: vscode.TextDocument;
   try {
     document = await vscode.workspace.openTextDocument(uri);
@@ -406,7 +431,8 @@ function html(webview: vscode.Webview, bundle: vscode.Uri): string {
   const nonce = randomBytes(16).toString('base64');
   const script = webview.asWebviewUri(vscode.Uri.joinPath(bundle, 'graph.js'));
   const style = webview.asWebviewUri(vscode.Uri.joinPath(bundle, 'graph.css'));
-  const csp = `default-src 'none'; script-src 'nonce-${nonce}'; worker-src blob:; style-src ${webview.cspSource}; img-src 'none'; connect-src 'none'; font-src 'none'`;
+  const csp = `default-src 'none'; script-src 'nonce-${nonce}'; worker-src blob:; style-src ${webview.cspSource}; ` +
+    "img-src 'none'; connect-src 'none'; font-src 'none'";
   return `<!DOCTYPE html>
 <html lang="en">
 <head>
@@ -418,7 +444,8 @@ function html(webview: vscode.Webview, bundle: vscode.Uri): string {
 </head>
 <body>
 <div id="toolbar"><input id="search" type="search" placeholder="Search op, name, module or file:line (Enter: next)">
-<label title="Constants, initializers, shapes and what only they compute"><input id="plumbing" type="checkbox">constants &amp; shapes</label>
+<label title="Constants, initializers, shapes and what only they compute">
+<input id="plumbing" type="checkbox">constants &amp; shapes</label>
 <button id="side" title="Show the other model of the comparison">Show before</button>
 <span id="status"></span><span id="outcome"></span>
 <span id="legend"><button id="legend-toggle" title="Show or hide the legend of the error colours">Legend</button>

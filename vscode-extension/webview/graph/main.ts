@@ -32,7 +32,8 @@ const MAX_OPENED_FOR_CHANGES = 40;
 
 const vscode = acquireVsCodeApi();
 // The worker's script is in the bundle (the page may load nothing else): a blob: URL, allowed by `worker-src blob:`.
-const elk = new ELK({ workerFactory: () => new Worker(URL.createObjectURL(new Blob([elkWorker], { type: 'text/javascript' }))) });
+const workerUrl = URL.createObjectURL(new Blob([elkWorker], { type: 'text/javascript' }));
+const elk = new ELK({ workerFactory: () => new Worker(workerUrl) });
 const svg = document.querySelector<SVGSVGElement>('#graph')!;
 const layer = document.querySelector<SVGGElement>('#viewport')!;
 const search = document.querySelector<HTMLInputElement>('#search')!;
@@ -84,7 +85,8 @@ function show(shown: GraphData, reason: string): void {
   matches = [];
   closeDetails();
   const headline = shown.outcome;
-  outcome.textContent = comparison ? compareHeadline(comparison) : headline && headline.kind !== 'exported' ? headline.headline : '';
+  const failed = headline && headline.kind !== 'exported' ? headline.headline : '';
+  outcome.textContent = comparison ? compareHeadline(comparison) : failed;
   outcome.className = comparison ? '' : (headline?.severity ?? ''); // "… is wrong: output 0 diverges …"
   outcome.title = outcome.textContent;
   document.body.classList.toggle('comparing', comparison !== undefined);
@@ -97,7 +99,8 @@ function show(shown: GraphData, reason: string): void {
 
 function compareHeadline(c: Comparison): string {
   const name = (g: GraphData) => g.path.split(/[\\/]/).pop();
-  return `${side === 'after' ? name(c.after) : name(c.before)} (${side}): ${c.added} added, ${c.removed} removed, ${c.changed} changed ops`;
+  const shown = name(side === 'after' ? c.after : c.before);
+  return `${shown} (${side}): ${c.added} added, ${c.removed} removed, ${c.changed} changed ops`;
 }
 
 plumbing.addEventListener('change', () => {
@@ -163,10 +166,11 @@ async function showLine(path: string, line: number): Promise<void> {
   if (!index) {
     return;
   }
-  const calls = index.groupsAt(path, line); // module calls at the line: their boxes light up, open or not
   highlighted = index.nodesAt(path, line);
   const closed = [...index.groupsAround(highlighted)].filter((g) => !expanded.has(g));
-  highlighted = [...highlighted, ...calls.filter((g) => !highlighted.length || expanded.has(index!.groups.get(g)?.parent ?? ''))];
+  if (!highlighted.length) {
+    highlighted = index.groupsAt(path, line); // a line without ops of its own that calls modules: their boxes
+  }
   if (closed.length) {
     closed.forEach((g) => expanded.add(g));
     await redraw('expand for the cursor line');
@@ -229,7 +233,8 @@ function showSummary(c: Comparison): void {
     return tr;
   }));
   const title = document.createElement('b');
-  title.textContent = `${c.added} added, ${c.removed} removed, ${c.changed} changed (${c.before.nodes.length} → ${c.after.nodes.length} ops)`;
+  const ops = `${c.before.nodes.length} → ${c.after.nodes.length} ops`;
+  title.textContent = `${c.added} added, ${c.removed} removed, ${c.changed} changed (${ops})`;
   details.replaceChildren(title, table);
   document.body.classList.add('with-details');
 }
@@ -254,7 +259,10 @@ function nodeDetails(id: string): HTMLElement[] {
     ['name', node.name],
     ['module', node.module || '(root)'],
     ['source', node.source ? `${node.source.path}:${node.source.line} (${node.source.function ?? ''})` : '—'],
-    ...node.inputs.map((v, i): [string, string | HTMLElement] => [`input ${i}`, v && initializers.has(v.name) ? weight(initializers.get(v.name)!) : value(v)]),
+    ...node.inputs.map((v, i): [string, string | HTMLElement] => {
+      const init = v ? initializers.get(v.name) : undefined;
+      return [`input ${i}`, init ? weight(init) : value(v)];
+    }),
     ...node.outputs.map((v, i): [string, string] => [`output ${i}`, value(v)]),
     ...Object.entries(node.attributes),
     ...node.checks.map((c): [string, string] => [c.rule, `${c.ok === false ? 'MISMATCH' : 'ok'} max abs ${c.maxAbsError ?? '?'} (atol ${c.atol ?? '?'}, rtol ${c.rtol ?? '?'})`]),
@@ -284,7 +292,8 @@ function weight(init: Initializer): HTMLElement {
     vscode.postMessage({ type: 'tensor', name: init.name });
   });
   const shape = init.shape ? `[${init.shape.join(', ')}]` : '';
-  span.append(`${init.name}: ${init.dtype ?? '?'}${shape}, ${size(init.bytes)}${init.external ? ' (external data)' : ''} `, button);
+  const where = init.external ? ' (external data)' : '';
+  span.append(`${init.name}: ${init.dtype ?? '?'}${shape}, ${size(init.bytes)}${where} `, button);
   return span;
 }
 
@@ -294,7 +303,8 @@ function showTensor(name: string, tensor: Tensor | undefined, error: string | un
       span.querySelector('.values')?.remove();
       const values = document.createElement('div');
       values.className = 'values';
-      values.textContent = tensor ? `${tensor.values.join(', ')}${tensor.values.length ? ' …' : ''} (${size(tensor.read)} read)` : `cannot read: ${error}`;
+      const first = tensor ? `${tensor.values.join(', ')}${tensor.values.length ? ' …' : ''}` : '';
+      values.textContent = tensor ? `${first} (${size(tensor.read)} read)` : `cannot read: ${error}`;
       span.append(values);
     }
   }

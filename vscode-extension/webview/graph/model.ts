@@ -250,9 +250,11 @@ export class GraphIndex {
     if (at) {
       const [file, line] = [at[1], Number(at[2])];
       const sep = (path: string) => path.length === file.length || '/\\'.includes(path[path.length - file.length - 1]);
-      return nodes.filter((n) => n.source?.line === line && n.source.path.toLowerCase().endsWith(file) && sep(n.source.path)).map((n) => n.id);
+      const there = (s: Frame | null) => s !== null && s.line === line && s.path.toLowerCase().endsWith(file) && sep(s.path);
+      return nodes.filter((n) => there(n.source)).map((n) => n.id);
     }
-    return nodes.filter((n) => n.op.toLowerCase().includes(q) || n.name.toLowerCase().includes(q) || n.module.toLowerCase().includes(q)).map((n) => n.id);
+    const found = (n: GraphNode) => [n.op, n.name, n.module].some((text) => text.toLowerCase().includes(q));
+    return nodes.filter(found).map((n) => n.id);
   }
 }
 
@@ -267,7 +269,8 @@ export function defaultExpanded(index: GraphIndex): Set<string> {
     expanded.add(group.id);
   }
   while (level.length) {
-    const alone = (g: Group) => index.childGroups.get(g.parent)!.length === 1 && !index.childNodes.get(g.parent)?.length;
+    const alone = (g: Group) => index.childGroups.get(g.parent)!.length === 1 &&
+      !index.childNodes.get(g.parent)?.length;
     level = level.flatMap((g) => index.childGroups.get(g.id) ?? []).filter(alone);
     level.forEach((g) => expanded.add(g.id));
   }

@@ -31,7 +31,8 @@ function boxElement(id: string, index: GraphIndex, expanded: ReadonlySet<string>
   const node = index.nodes.get(id);
   const group = index.groups.get(id);
   const kind = node ? 'node' : group ? (expanded.has(id) ? 'group' : 'collapsed') : 'io';
-  const g = element('g', { class: ['box', kind, ...overlays(id, index, kind)].join(' '), 'data-id': id, 'data-kind': kind, transform: `translate(${x},${y})` });
+  const classes = ['box', kind, ...overlays(id, index, kind)].join(' ');
+  const g = element('g', { class: classes, 'data-id': id, 'data-kind': kind, transform: `translate(${x},${y})` });
   g.appendChild(element('rect', { width, height, rx: kind === 'io' ? height / 2 : 4 }));
   if (kind === 'group') {
     g.appendChild(element('rect', { class: 'header', width, height: 22, rx: 4 }));
@@ -40,11 +41,14 @@ function boxElement(id: string, index: GraphIndex, expanded: ReadonlySet<string>
   text.textContent = boxLabel(index, id, expanded);
   const title = element('title', {});
   if (node) {
-    const notes = [...(node.marks ?? []).map((m) => `${m.rule}: ${m.message}`), ...(node.diff && node.diff !== 'same' ? [node.diff] : [])];
-    title.textContent = [`${node.op} ${node.name}`, node.module || '(root)', ...(node.source ? [`${node.source.path}:${node.source.line}`] : []), ...notes].join('\n');
+    const source = node.source ? [`${node.source.path}:${node.source.line}`] : [];
+    const marks = (node.marks ?? []).map((m) => `${m.rule}: ${m.message}`);
+    const diff = node.diff && node.diff !== 'same' ? [node.diff] : [];
+    title.textContent = [`${node.op} ${node.name}`, node.module || '(root)', ...source, ...marks, ...diff].join('\n');
   } else if (group) {
     const call = group.source ? ` called at ${group.source.path}:${group.source.line}` : '';
-    title.textContent = `${group.module} (${group.class ?? group.function})${call}: click to ${kind === 'group' ? 'collapse' : 'expand'}`;
+    const click = kind === 'group' ? 'collapse' : 'expand';
+    title.textContent = `${group.module} (${group.class ?? group.function})${call}: click to ${click}`;
   } else {
     title.textContent = id;
   }
@@ -57,7 +61,8 @@ function boxElement(id: string, index: GraphIndex, expanded: ReadonlySet<string>
 function overlays(id: string, index: GraphIndex, kind: string): string[] {
   const node = index.nodes.get(id);
   if (node) {
-    return [`level-${errorLevel(node.checks)}`, ...(node.marks?.length ? ['marked'] : []), ...(node.diff ? [`diff-${node.diff}`] : [])];
+    const level = `level-${errorLevel(node.checks)}`;
+    return [level, ...(node.marks?.length ? ['marked'] : []), ...(node.diff ? [`diff-${node.diff}`] : [])];
   }
   if (kind === 'collapsed') {
     const inside = index.groupContents(id);
