@@ -1257,7 +1257,9 @@ scenario('20 a notebook: export from a cell\'s lens, the problem on the model\'s
 
   // Right-click in the target's cell → Export to ONNX: the target at the cursor.
   const answered = exportAnswers().length;
-  await chooseFromContextMenu(notebookCell(2).locator('.view-line', { hasText: 'def notebook_net' }).first(), 'Export to ONNX');
+  const targetLine = notebookCell(2).locator('.view-line', { hasText: 'notebook_net()' }).first();
+  await scrollNotebookTo(targetLine);
+  await chooseFromContextMenu(targetLine, 'Export to ONNX');
   assert.deepEqual(await onlyExportAnswer(answered), [['notebook_net', 'failed']]);
   await row.waitFor({ timeout: UI_TIMEOUT });
 
