@@ -281,15 +281,6 @@ def test_half_precision_is_kept(tmp_path, dtype, onnx_type):
         assert result.parity is None and check.level.name == "WARNING" and check.properties["generationCheck"] == "skipped"
 
 
-def test_encoder_decoder_models_are_refused_clearly(tmp_path):
-    from transformers import T5Config, T5ForConditionalGeneration
-
-    model = T5ForConditionalGeneration(T5Config(vocab_size=100, d_model=32, d_kv=8, d_ff=64, num_layers=1, num_heads=2))
-    with pytest.raises(ValueError, match="T5ForConditionalGeneration is an encoder-decoder model"):
-        exporter.export_for_generation(model, tmp_path)
-    assert not list(tmp_path.iterdir())
-
-
 @pytest.mark.parametrize("gap, near_tie", [(5e-4, True), (0.25, False)])
 def test_a_divergence_between_nearly_tied_logits_is_a_near_tie(gap, near_tie):
     from exporter.generation.check import first_divergence

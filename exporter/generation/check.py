@@ -158,9 +158,18 @@ def check_generation(
         message = f"The exported model does not generate in onnxruntime: {reason}"
         ctx.report(rules.GENERATION_DIVERGENCE, Level.ERROR, message, generationCheck="failed")
         return Parity(batch, 0, expected.tolist(), [], None, 0.0, 0.0, error=message)
+    return report(ctx, expected, eager_logits, result, TIE_TOLERANCE.get(next(model.parameters()).dtype, 1e-3))
+
+
+def report(
+    ctx: DiagnosticContext, expected: np.ndarray, eager_logits: list[np.ndarray], result: GreedyResult, tolerance: float
+) -> Parity:
+    """Compare onnxruntime's greedy `result` with eager generation's tokens and logits; report the
+    outcome under FXE0022 (a divergence within `tolerance` of a tie is a warning)."""
     produced = result.tokens
+    batch = expected.shape[0]
     steps = min(expected.shape[1], produced.shape[1])
-    divergence = first_divergence(expected, produced, eager_logits, result.logits, steps, TIE_TOLERANCE.get(next(model.parameters()).dtype, 1e-3))
+    divergence = first_divergence(expected, produced, eager_logits, result.logits, steps, tolerance)
     decode_ms = float(np.mean(result.decode_ms)) if result.decode_ms else 0.0
     parity = Parity(batch, steps, expected.tolist(), produced.tolist(), divergence, result.prefill_ms, decode_ms)
     properties = {"batch": batch, "steps": steps, "expectedTokens": parity.expected, "producedTokens": parity.produced}
