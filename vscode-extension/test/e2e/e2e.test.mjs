@@ -1325,14 +1325,16 @@ scenario('21 a GPT-2-sized decoder\'s .onnx opens collapsed by module, a block e
   const onnx = 'decoder_model.decoder.onnx';
   const opened = Date.now();
   await quickOpen(onnx);
-  let boxes = await waitForGraph((bs) => bs.filter((b) => b.kind === 'collapsed').length >= 24, 'the decoder collapsed by module');
-  console.log(`FIGURE: ${onnx} opened in the graph editor: ${Date.now() - opened} ms from Quick Open to the blocks drawn`);
+  const collapsed = (bs) => bs.filter((b) => b.kind === 'collapsed').length >= 24;
+  let boxes = await waitForGraph(collapsed, 'the decoder collapsed by module');
+  console.log(`FIGURE: ${onnx} opened in the graph editor: ${Date.now() - opened} ms from Quick Open to the blocks`);
   const blocks = boxes.filter((b) => b.kind === 'collapsed' && /^blocks\.\d+ \(Block\) · \d+ ops$/.test(b.label));
   assert.deepEqual(blocks.map((b) => Number(b.label.split(/[. ]/)[1])).sort((a, b) => a - b), [...Array(24).keys()]);
   assert.ok(boxes.length < 60, `${boxes.length} boxes`);
   const status = await graphView().locator('#status').textContent();
   assert.match(status, /^\d+ ops \(\d+ constants and shape ops folded\), \d+ boxes$/);
-  assert.ok(!boxes.some((b) => b.kind === 'node' && ['Shape', 'Constant'].includes(b.label)), 'shape plumbing folded away');
+  const plumbing = boxes.filter((b) => b.kind === 'node' && ['Shape', 'Constant'].includes(b.label));
+  assert.deepEqual(plumbing, [], 'shape plumbing folded away');
   await screenshot('21-decoder-collapsed.png');
 
   // Expand a block: its LayerNorms, attention and MLP one box each, and its two residual Adds.
@@ -1341,7 +1343,8 @@ scenario('21 a GPT-2-sized decoder\'s .onnx opens collapsed by module, a block e
   boxes = await waitForGraph((bs) => bs.some((b) => b.id === block.id && b.kind === 'group'), 'blocks.3 open');
   const inside = boxes.filter((b) => b.id.startsWith(`${block.id}/`));
   assert.deepEqual(inside.filter((b) => b.kind === 'node').map((b) => b.label), ['Add', 'Add']);
-  assert.deepEqual(inside.filter((b) => b.kind === 'collapsed').map((b) => b.label.split(' ')[0]).sort(), ['3.attn', '3.ln_1', '3.ln_2', '3.mlp']);
+  const modules = inside.filter((b) => b.kind === 'collapsed').map((b) => b.label.split(' ')[0]).sort();
+  assert.deepEqual(modules, ['3.attn', '3.ln_1', '3.ln_2', '3.mlp']);
   await screenshot('21-decoder-block-expanded.png');
 
   // Its first residual Add is at the attention's residual line: a click puts the cursor there.
@@ -1365,7 +1368,8 @@ w = numpy_helper.from_array(np.arange(16, dtype=np.float32).reshape(4, 4), "W")
 nodes = [helper.make_node("MatMul", ["x", "W"], ["h"], name="mm"), helper.make_node("Relu", ["h"], ["y"], name="relu")]
 graph = helper.make_graph(nodes, "plain", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 4])],
                           [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 4])], [w])
-onnx.save(helper.make_model(graph, producer_name="onnx.helper"), ${JSON.stringify(join(env.workspace, name))})
+onnx.save(helper.make_model(graph, producer_name="onnx.helper"), ${JSON.stringify(join(env.workspace, name))},
+          save_as_external_data=True, location="plain_helper.data", size_threshold=0)
 `]);
   await page().keyboard.press('Control+Shift+E');
   const row = page().locator('.explorer-folders-view .monaco-list-row', { hasText: name }).first();
@@ -1373,13 +1377,16 @@ onnx.save(helper.make_model(graph, producer_name="onnx.helper"), ${JSON.stringif
   await row.click();
   await editorTab(name).waitFor({ timeout: UI_TIMEOUT });
   const boxes = await waitForGraph((bs) => bs.some((b) => b.kind === 'node'), `the graph of ${name}`);
-  assert.deepEqual(boxes.map((b) => [b.kind, b.label]), [['io', 'x'], ['node', 'MatMul'], ['node', 'Relu'], ['io', 'y']]);
+  const flat = [['io', 'x'], ['node', 'MatMul'], ['node', 'Relu'], ['io', 'y']];
+  assert.deepEqual(boxes.map((b) => [b.kind, b.label]), flat);
   await graphView().locator('g.box[data-kind="node"]', { hasText: 'MatMul' }).click();
   const weight = graphView().locator('#details .weight');
-  assert.equal((await weight.textContent({ timeout: UI_TIMEOUT })).trim(), 'W: float32[4, 4], 64 bytes values'); // size first
+  const described = (await weight.textContent({ timeout: UI_TIMEOUT })).trim();
+  assert.equal(described, 'W: float32[4, 4], 64 bytes (external data) values'); // its size first, nothing read
   await weight.locator('button').click();
   const values = [...Array(16).keys()].join(', ');
-  await waitUntil(async () => (await weight.locator('.values').textContent().catch(() => '')) === `${values} … (64 bytes read)`, 'the first values of W');
+  const shown = `${values} … (64 bytes read from plain_helper.data)`;
+  await waitUntil(async () => (await weight.locator('.values').textContent().catch(() => '')) === shown, 'W\'s values');
   await screenshot('22-plain-onnx-from-explorer.png');
 });
 
@@ -1406,7 +1413,8 @@ scenario('23 Compare with Previous Export shows what changing a line did to the 
   const sigmoid = boxes.find((b) => b.classes.includes('diff-added'));
   assert.ok((await boxTitle(sigmoid.id)).includes(`${file}:${activation.line}`), 'the added op at the edited line');
   assert.match(await graphView().locator('#outcome').textContent(), /\(after\): 1 added, 1 removed, 0 changed ops$/);
-  const rows = await graphView().locator('#summary tr.differs').evaluateAll((trs) => trs.map((tr) => [...tr.cells].map((c) => c.textContent)));
+  const cells = (trs) => trs.map((tr) => [...tr.cells].map((c) => c.textContent));
+  const rows = await graphView().locator('#summary tr.differs').evaluateAll(cells);
   assert.deepEqual(rows, [['Relu', '1', '0'], ['Sigmoid', '0', '1']]);
   await screenshot('23-compare-after.png');
   await graphView().locator('#side').click();

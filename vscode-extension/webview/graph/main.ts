@@ -6,7 +6,7 @@ import ELK from 'elkjs/lib/elk-api.js';
 import elkWorker from 'elkjs/lib/elk-worker.min.js';
 
 import { Layout } from './layout';
-import { Comparison, defaultExpanded, DiffStatus, ERROR_LEVELS, GraphData, GraphIndex, Initializer } from './model';
+import { Comparison, defaultExpanded, DiffStatus, ERROR_LEVELS, GraphData, GraphIndex, Initializer, lineKey } from './model';
 import { Box, render } from './render';
 
 /** A tensor's size and first values (the server's TENSOR command), or why it could not be read. */
@@ -54,6 +54,7 @@ let highlighted: string[] = []; // nodes of the editor's cursor line
 let matches: string[] = [];
 let matchAt = -1;
 let selected: string | undefined;
+let revealed: string | undefined; // the source line the view just showed in the editor: its cursor comes back
 const view = { x: 0, y: 0, k: 1 };
 let drawing: Promise<void> = Promise.resolve();
 
@@ -167,7 +168,11 @@ async function showLine(path: string, line: number): Promise<void> {
     return;
   }
   highlighted = index.nodesAt(path, line);
-  const closed = [...index.groupsAround(highlighted)].filter((g) => !expanded.has(g));
+  // The line a click showed comes back as the cursor's: its ops light up where they show, no group opens (a
+  // line of a layer's code has ops in every layer).
+  const echo = revealed === lineKey(path, line);
+  revealed = undefined;
+  const closed = echo ? [] : [...index.groupsAround(highlighted)].filter((g) => !expanded.has(g));
   if (!highlighted.length) {
     highlighted = index.groupsAt(path, line); // a line without ops of its own that calls modules: their boxes
   }
@@ -177,7 +182,9 @@ async function showLine(path: string, line: number): Promise<void> {
   } else {
     decorate();
   }
-  centre(highlighted);
+  if (!echo) {
+    centre(highlighted);
+  }
   vscode.postMessage({ type: 'highlighted', path, line, nodes: highlighted.length });
 }
 
@@ -185,6 +192,7 @@ async function showLine(path: string, line: number): Promise<void> {
 function toggle(group: string): void {
   const source = index!.groups.get(group)?.source;
   if (source) {
+    revealed = lineKey(source.path, source.line);
     vscode.postMessage({ type: 'reveal', path: source.path, line: source.line, preserveFocus: true });
   }
   if (expanded.has(group)) {
@@ -205,6 +213,7 @@ function select(id: string): void {
   details.replaceChildren(...nodeDetails(id));
   document.body.classList.add('with-details');
   if (node.source) {
+    revealed = lineKey(node.source.path, node.source.line);
     vscode.postMessage({ type: 'reveal', path: node.source.path, line: node.source.line });
   }
 }
@@ -304,7 +313,8 @@ function showTensor(name: string, tensor: Tensor | undefined, error: string | un
       const values = document.createElement('div');
       values.className = 'values';
       const first = tensor ? `${tensor.values.join(', ')}${tensor.values.length ? ' …' : ''}` : '';
-      values.textContent = tensor ? `${first} (${size(tensor.read)} read)` : `cannot read: ${error}`;
+      const from = tensor?.external ? `${size(tensor.read)} read from ${tensor.external.location}` : 'in the model';
+      values.textContent = tensor ? `${first} (${from})` : `cannot read: ${error}`;
       span.append(values);
     }
   }
