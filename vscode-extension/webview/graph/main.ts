@@ -249,6 +249,9 @@ function showSummary(c: Comparison): void {
 }
 
 document.querySelector('#details-close')!.addEventListener('click', closeDetails);
+// The view narrows when a click opens the source beside it (a .onnx file's editor) or the details open: the
+// selected op stays in view.
+new ResizeObserver(() => selected && boxes.has(selected) && centre([selected])).observe(svg);
 window.addEventListener('keydown', (e) => {
   if (e.key === 'Escape' && document.activeElement !== search) {
     closeDetails();
