@@ -268,3 +268,20 @@ async def test_a_fixed_dimension_and_its_fix_on_cells(client: LanguageClient, no
     start = DYNAMIC_TARGET.splitlines()[line].index("1, 6")
     assert {uri: list(edits) for uri, edits in fix.edit.changes.items()} == {uris[2]: [types.TextEdit(
         types.Range(types.Position(line, start), types.Position(line, start + 1)), "2")]}
+
+
+@pytest.mark.asyncio(loop_scope="module")
+async def test_a_syntax_error_is_on_its_cell(client: LanguageClient, notebook: pathlib.Path):
+    path = notebook.parent / "broken.ipynb"
+    path.write_text("{}")
+    uris = [cell_uri(path, i) for i in range(2)]
+    client.notebook_document_did_open(types.DidOpenNotebookDocumentParams(
+        notebook_document=types.NotebookDocument(
+            uri=path.as_uri(), notebook_type="jupyter-notebook", version=1,
+            cells=[types.NotebookCell(kind=types.NotebookCellKind.Code, document=uri) for uri in uris]),
+        cell_text_documents=[types.TextDocumentItem(uri=uri, language_id="python", version=1, text=text)
+                             for uri, text in zip(uris, ["import exporter", TARGET.replace("net():", "net(:")])]))
+    with pytest.raises(Exception, match=r"broken\.ipynb:3: SyntaxError"):  # the program's line in the message
+        await export(client, uri=uris[1], target="net")
+    (problem,) = problems(client, "syntax-error")[uris[1]]  # on the cell, at its line
+    assert problem.range.start.line == 1
