@@ -29,7 +29,7 @@ const GRAPH_RULES = new Set([RULE_NO_SYMBOLIC_FUNCTION, RULE_OP_LEVEL_DEBUGGING,
 /** Messages from the view (webview/graph/main.ts). */
 type FromView =
   | { type: 'ready'; pageMs: number }
-  | { type: 'reveal'; path: string; line: number; preserveFocus?: boolean }
+  | { type: 'reveal'; path: string; line: number; preserveFocus?: boolean; ifShown?: boolean }
   | { type: 'rendered'; reason: string; boxes: number; layoutMs: number; renderMs: number }
   | { type: 'highlighted'; path: string; line: number; nodes: number }
   | { type: 'tensor'; name: string };
@@ -59,7 +59,7 @@ export class GraphView {
           this.pageMs = message.pageMs;
           resolve();
         } else if (message.type === 'reveal') {
-          void revealLine(message.path, message.line, message.preserveFocus ?? false, panel.viewColumn);
+          void revealLine(message, panel.viewColumn);
         } else if (message.type === 'tensor') {
           void this.tensor(message.name);
         } else {
@@ -391,10 +391,14 @@ function renderedText(message: Extract<FromView, { type: 'rendered' }>, requeste
 
 /** The editor at `line` (1-based) of `file`, the line selected from its first character: where the file shows, else
  * the first column, or beside the view when the view is there (a .onnx file's editor). */
-async function revealLine(file: string, line: number, preserveFocus: boolean, view: vscode.ViewColumn | undefined): Promise<void> {
+async function revealLine(message: Extract<FromView, { type: 'reveal' }>, view: vscode.ViewColumn | undefined): Promise<void> {
+  const { path: file, line, preserveFocus, ifShown } = message;
   const uri = vscode.Uri.file(file);
   const other = view === vscode.ViewColumn.One ? vscode.ViewColumn.Beside : vscode.ViewColumn.One;
   const shown = vscode.window.visibleTextEditors.find((e) => realPath(e.document.uri.fsPath) === file);
+  if (ifShown && !shown) {
+    return;
+  }
   const column = shown?.viewColumn ?? other;
   let document: vscode.TextDocument;
   try {
@@ -404,7 +408,7 @@ async function revealLine(file: string, line: number, preserveFocus: boolean, vi
   }
   const text = document.lineAt(Math.min(line - 1, document.lineCount - 1));
   const selection = new vscode.Selection(text.lineNumber, text.firstNonWhitespaceCharacterIndex, text.lineNumber, text.range.end.character);
-  await vscode.window.showTextDocument(document, { viewColumn: column, selection, preserveFocus });
+  await vscode.window.showTextDocument(document, { viewColumn: column, selection, preserveFocus: preserveFocus ?? false });
 }
 
 /** The export a problem came from: the server puts its target in the problem's data. */

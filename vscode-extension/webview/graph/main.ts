@@ -188,12 +188,12 @@ async function showLine(path: string, line: number): Promise<void> {
   vscode.postMessage({ type: 'highlighted', path, line, nodes: highlighted.length });
 }
 
-/** Opens or closes `group`; the editor shows the line that calls its module (the webview keeps the focus). */
+/** Opens or closes `group`; an editor showing its file goes to the line of its call (the view keeps the focus). */
 function toggle(group: string): void {
   const source = index!.groups.get(group)?.source;
   if (source) {
     revealed = lineKey(source.path, source.line);
-    vscode.postMessage({ type: 'reveal', path: source.path, line: source.line, preserveFocus: true });
+    vscode.postMessage({ type: 'reveal', path: source.path, line: source.line, preserveFocus: true, ifShown: true });
   }
   if (expanded.has(group)) {
     expanded.delete(group);
@@ -251,7 +251,17 @@ function showSummary(c: Comparison): void {
 document.querySelector('#details-close')!.addEventListener('click', closeDetails);
 // The view narrows when a click opens the source beside it (a .onnx file's editor) or the details open: the
 // selected op stays in view.
-new ResizeObserver(() => selected && boxes.has(selected) && centre([selected])).observe(svg);
+let width = 0;
+new ResizeObserver(() => {
+  const before = width;
+  width = svg.clientWidth;
+  if (selected && boxes.has(selected)) {
+    centre([selected]);
+  } else if (before) {
+    view.x += (width - before) / 2; // what was in the middle stays there
+    applyView();
+  }
+}).observe(svg);
 window.addEventListener('keydown', (e) => {
   if (e.key === 'Escape' && document.activeElement !== search) {
     closeDetails();
