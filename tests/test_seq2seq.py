@@ -8,8 +8,11 @@ Whisper's too); the ONNX side is fed by the documented input names only.
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
+import wave
+from typing import Any
 
 import numpy as np
 import onnx
@@ -17,7 +20,7 @@ import onnxruntime as ort
 import pytest
 import torch
 from helpers import console_script, validate_sarif
-from tiny_seq2seq import CONFIGS, tiny_seq2seq, whisper_config
+from tiny_seq2seq import CONFIGS, tiny_seq2seq, whisper_config, whisper_tokenizer
 from transformers import T5Config, T5ForConditionalGeneration
 
 import exporter
@@ -33,7 +36,8 @@ LAYERS = 2
 @pytest.fixture(scope="module", params=sorted(CONFIGS))
 def exported(request, tmp_path_factory):
     model = tiny_seq2seq(request.param)
-    result = exporter.export_for_generation(model, tmp_path_factory.mktemp(request.param))
+    tokenizer = whisper_tokenizer() if request.param == "whisper" else None  # onnxruntime-genai's processor needs one
+    result = exporter.export_for_generation(model, tmp_path_factory.mktemp(request.param), tokenizer=tokenizer)
     return request.param, model, result
 
 
@@ -89,7 +93,7 @@ def test_folder_follows_optimums_layout(exported):
     speech = name == "whisper"
     assert [v.name for v in encoder.input] == (["input_features"] if speech else ["input_ids", "attention_mask"])
     cross = [f"present.{i}.encoder.{kind}" for i in range(LAYERS) for kind in ("key", "value")]
-    assert [v.name for v in encoder.output] == ["last_hidden_state", *(cross if speech else [])]  # genai's Whisper reads it
+    assert [v.name for v in encoder.output] == ["last_hidden_state", *(cross if speech else [])]  # for genai's Whisper
     cache = [
         f"{i}.{part}.{kind}" for i in range(LAYERS) for part in ("decoder", "encoder") for kind in ("key", "value")
     ]
@@ -125,6 +129,61 @@ def test_onnxruntime_generates_like_generate(exported, batch):
     expected = generate(model, inputs, mask)
     assert len(expected[0]) == NEW_TOKENS and len({tuple(row) for row in expected}) == batch  # rows differ
     assert onnx_generate(result.output_dir, inputs, mask) == expected
+
+
+@pytest.fixture(scope="module")
+def whisper(exported):
+    name, model, result = exported
+    if name != "whisper":
+        pytest.skip("onnxruntime-genai runs Whisper (its whisper model type)")
+    return model, result
+
+
+def genai_generator(folder: str, batch: int) -> tuple[Any, Any]:
+    import onnxruntime_genai as og  # after onnxruntime: genai loads its library
+
+    model = og.Model(folder)
+    params = og.GeneratorParams(model)
+    params.set_search_options(max_length=1 + NEW_TOKENS, do_sample=False, batch_size=batch)
+    return model, og.Generator(model, params)
+
+
+def genai_tokens(generator: Any, batch: int) -> list[list[int]]:
+    while not generator.is_done():
+        generator.generate_next_token()
+    return [generator.get_sequence(row).tolist()[1:] for row in range(batch)]  # after the decoder start token
+
+
+@pytest.mark.parametrize("batch", [1, 2])
+def test_whisper_generates_in_onnxruntime_genai(whisper, batch):
+    model, result = whisper
+    with open(os.path.join(result.output_dir, "genai_config.json")) as f:
+        assert json.load(f)["model"]["type"] == "whisper"
+    _, generator = genai_generator(result.output_dir, batch)
+    audio_features = features(batch).numpy()  # genai reads it in place: kept alive while generating
+    generator.set_model_input("input_features", audio_features)
+    generator.append_tokens(np.ones((batch, 1), dtype=np.int32))
+    assert genai_tokens(generator, batch) == generate(model, features(batch))
+
+
+def test_whisper_transcribes_audio_through_genais_processor(whisper, tmp_path):
+    import onnxruntime_genai as og
+    from transformers import WhisperFeatureExtractor
+
+    model, result = whisper
+    rate = 16000
+    t = np.arange(3 * rate) / rate  # 3 s: a tone and noise, as 16-bit PCM
+    audio = 0.3 * np.sin(2 * np.pi * 440 * t) + 0.05 * np.random.default_rng(0).standard_normal(t.size)
+    pcm = (audio * 32767).astype(np.int16)
+    with wave.open(str(tmp_path / "clip.wav"), "wb") as f:
+        f.setnchannels(1), f.setsampwidth(2), f.setframerate(rate), f.writeframes(pcm.tobytes())
+    genai_model, generator = genai_generator(result.output_dir, 1)
+    processor = genai_model.create_multimodal_processor()
+    inputs = processor("<|startoftranscript|>", audios=og.Audios.open(str(tmp_path / "clip.wav")))  # kept alive
+    generator.set_inputs(inputs)
+    extracted = WhisperFeatureExtractor(feature_size=80)(pcm / 32768, sampling_rate=rate, return_tensors="pt")
+    expected = generate(model, extracted.input_features)
+    assert genai_tokens(generator, 1) == expected and len(set(expected[0])) > 1
 
 
 class T5WithDecoderNorm(T5ForConditionalGeneration):

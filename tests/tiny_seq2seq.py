@@ -5,6 +5,8 @@ vocabulary of 1000; token ids pad 0, decoder start 1, eos 2. Whisper takes 80 me
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 from transformers import (
     AutoModelForSeq2SeqLM,
@@ -56,3 +58,21 @@ def tiny_seq2seq(name: str, config=None) -> torch.nn.Module:
     config = config or CONFIGS[name]()
     auto = AutoModelForSpeechSeq2Seq if config.model_type == "whisper" else AutoModelForSeq2SeqLM
     return auto.from_config(config).eval()
+
+
+def whisper_tokenizer() -> Any:
+    """A byte-level BPE tokenizer of the tiny models' 1000 ids (no merges), saved as Whisper's:
+    ``<|pad|>`` 0, ``<|startoftranscript|>`` 1, ``<|endoftext|>`` 2."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+    from transformers import WhisperTokenizerFast
+
+    special = ["<|pad|>", "<|startoftranscript|>", "<|endoftext|>"]
+    vocab = {token: i for i, token in enumerate(special + sorted(pre_tokenizers.ByteLevel.alphabet()))}
+    vocab |= {f"w{i}": i for i in range(len(vocab), TOKENS["vocab_size"])}
+    tokenizer = Tokenizer(models.BPE(vocab=vocab, merges=[]))
+    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tokenizer.decoder = decoders.ByteLevel()
+    tokenizer.add_special_tokens(special)
+    eos = "<|endoftext|>"
+    tokens = {"unk_token": eos, "bos_token": eos, "eos_token": eos, "pad_token": "<|pad|>"}
+    return WhisperTokenizerFast(tokenizer_object=tokenizer, **tokens)
