@@ -22,8 +22,8 @@ GENERATION_FIXED = ("dynamic_shapes", "op_level_debug", "verify")
 def export_target(fn: Callable[..., Any] | None = None, /, *, task: str | None = None, **options: Any) -> Any:
     """Mark a function as an export target; ``@export_target(dynamic_shapes=True)`` adds options
     (the settings of `exporter.options.SETTINGS`, checked here: a bad one raises `ValueError` at the
-    decorator). ``task="text-generation"`` exports the causal LM it returns for generation
-    (`exporter.export_for_generation`)."""
+    decorator). ``task="text-generation"`` exports the causal LM (or encoder–decoder model) it returns
+    for generation (`exporter.export_for_generation`)."""
     from exporter.options import parse_settings
 
     parsed = parse_settings(options)
@@ -81,7 +81,8 @@ def build_generation_target(fn: Callable[..., Any]) -> tuple[Any, dict[str, Any]
     result = fn()
     model, args, kwargs = build_target(_returning(result, name)) if isinstance(result, tuple) else (result, (), {})
     if not hasattr(model, "generate") or not hasattr(model, "config"):
-        raise TargetError(f"export target {name}: a text-generation target returns a Hugging Face causal LM, got {type(model).__name__}")
+        kind = "a Hugging Face causal LM or encoder–decoder model"
+        raise TargetError(f"export target {name}: a text-generation target returns {kind}, got {type(model).__name__}")
     prompt = args[0] if args else kwargs.get("input_ids")
     return model, {"prompt": prompt, "attention_mask": kwargs.get("attention_mask")} if prompt is not None else {}
 
