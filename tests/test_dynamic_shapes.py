@@ -206,11 +206,11 @@ def test_the_onnx_model_is_valid_with_expression_dims():
 
 
 class AdaptivePool(torch.nn.Module):
-    """PyTorch's decomposition of adaptive max pooling keeps the example's windows: right only at the
-    example's size (adaptive average pooling has its own translation, right at every size)."""
+    """PyTorch's decomposition of 3-D adaptive max pooling keeps the example's windows: right only at the
+    example's size (1-D and 2-D adaptive pooling have translations of their own, right at every size)."""
 
     def forward(self, x):
-        return torch.nn.functional.adaptive_max_pool2d(x, (3, 3))
+        return torch.nn.functional.adaptive_max_pool3d(x, (3, 3, 3))
 
 
 def second_size_results(export_output) -> list:
@@ -219,7 +219,7 @@ def second_size_results(export_output) -> list:
 
 def test_the_second_size_check_fails_a_graph_right_only_at_the_example_size():
     with pytest.raises(exporter.OnnxExporterError) as info:
-        export(AdaptivePool(), torch.randn(1, 2, 12, 12), spec=True)
+        export(AdaptivePool(), torch.randn(1, 2, 12, 12, 12), spec=True)
     (error,) = second_size_results(info.value.export_output)
     assert error.level.name == "ERROR" and error.properties["secondSizeCheck"] == "failed"
     assert error.message.startswith("The exported graph is only right at the example's sizes: at x_dim_0=2, x_dim_1=3, x_dim_2=19, x_dim_3=19")

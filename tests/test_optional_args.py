@@ -61,6 +61,14 @@ def _cases() -> list[Case]:
         Case("aten::log_softmax.int", "dtype", lambda x: F.log_softmax(x, -1, dtype=torch.float64), (X,)),
         Case("aten::cumsum.default", "", lambda x: x.cumsum(1), (XI,)),
         Case("aten::cumsum.default", "dtype", lambda x: x.cumsum(1, dtype=torch.float32), (XI,)),
+        Case("aten::cumprod.default", "", lambda x: x.cumprod(1), (XI,)),
+        Case("aten::cumprod.default", "dtype", lambda x: x.cumprod(1, dtype=torch.float64), (X,)),
+        Case("aten::searchsorted.Tensor", "", lambda x: torch.searchsorted(torch.arange(0.0, 4.0), x), (X,)),
+        Case("aten::searchsorted.Tensor", "side+sorter", lambda x: torch.searchsorted(
+            torch.tensor([3.0, 0.0, 2.0, 1.0]), x, side="right", sorter=torch.tensor([1, 3, 2, 0])), (X,)),
+        Case("aten::searchsorted.Scalar", "", lambda x: x + torch.searchsorted(torch.arange(0.0, 4.0), 1.5), (X,)),
+        Case("aten::searchsorted.Scalar", "out_int32", lambda x: x.int() + torch.searchsorted(
+            torch.arange(0.0, 4.0), 1.5, out_int32=True), (X,)),
         Case("aten::prod.default", "", lambda x: x.prod(), (POS,)),
         Case("aten::prod.default", "dtype", lambda x: x.prod(dtype=torch.float64), (POS,)),
         Case("aten::prod.dim_int", "", lambda x: x.prod(1), (POS,)),

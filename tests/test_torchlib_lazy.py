@@ -39,7 +39,10 @@ converter.Converter.translate_function_def = counted(converter.Converter.transla
 _schemas.op_signature_from_function = counted(_schemas.op_signature_from_function, "signatures")
 """
 
-EAGER_IMPORT = "from onnxscript.function_libs.torch_lib import ops; from exporter.translate.ops import complex, composites, corrections"  # what the registry imports
+EAGER_IMPORT = (  # what the registry imports: torchlib's ops and every module of the project's own
+    "from onnxscript.function_libs.torch_lib import ops; import importlib, pkgutil, exporter.translate.ops as own; "
+    "[importlib.import_module(f'exporter.translate.ops.{m.name}') for m in pkgutil.iter_modules(own.__path__)]"
+)
 LAZY_IMPORT = "from exporter.translate.registry import default_registry; default_registry()"
 
 DESCRIBE = """
