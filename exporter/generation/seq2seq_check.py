@@ -56,8 +56,10 @@ def greedy_generate_seq2seq(
         unfinished &= ~np.isin(token, list(eos_token_ids))
         if not unfinished.any():
             break
-        for name in past_names:
-            feeds[name] = outputs[name.replace("past_key_values.", "present.")]
+        first_step = not feeds["use_cache_branch"][0]
+        for name in past_names:  # the cross-attention cache of the first step is kept (as optimum's ORTModel does)
+            if first_step or ".encoder." not in name:
+                feeds[name] = outputs[name.replace("past_key_values.", "present.")]
         feeds["use_cache_branch"] = np.array([True])
         ids = token[:, None].astype(np.int64)
     return GreedyResult(np.stack(tokens, axis=1), all_logits, times[0], times[1:])
