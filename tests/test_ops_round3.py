@@ -154,8 +154,9 @@ def test_kept_whole(name):
 
 def test_empty_tensors():
     """Empty lookups, scans over an empty axis and an empty sequence, as PyTorch allows them."""
-    fn = (lambda s, v, e, x: (torch.searchsorted(s, v), torch.searchsorted(e, x), torch.cumprod(x[:, :0], 1),
-                                     torch.cummax(x[:0], 0)))
+    def fn(s, v, e, x):
+        return torch.searchsorted(s, v), torch.searchsorted(e, x), torch.cumprod(x[:, :0], 1), torch.cummax(x[:0], 0)
+
     args = (_sorted(5), torch.zeros(0), torch.zeros(0), _ragged((3, 4)))
     assert_matches_eager(exporter.dynamo_export(fn, *args), fn, args)
 
@@ -163,7 +164,7 @@ def test_empty_tensors():
 def test_unsorted_sequence_gives_pytorchs_answer():
     """A sequence that is not sorted has no defined insertion point; the result is still PyTorch's (the
     same binary search), so a dynamic export's check at a second size with random inputs agrees."""
-    fn = (lambda s, v: torch.searchsorted(s, v))
+    fn = torch.searchsorted
     s, v = torch.randn(2, 13), torch.randn(2, 6)
     export_output = exporter.dynamo_export(fn, s, v, export_options=exporter.ExportOptions(dynamic_shapes=True))
     assert_matches_eager(export_output, fn, (s, v), run_args=(torch.randn(3, 40), torch.randn(3, 9)))

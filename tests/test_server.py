@@ -303,16 +303,16 @@ async def test_code_lenses_on_targets(client: LanguageClient, workspace: pathlib
     uri = open_document(client, workspace / "models.py")
     text = (workspace / "models.py").read_text()
     lenses = await client.text_document_code_lens_async(types.CodeLensParams(types.TextDocumentIdentifier(uri)))
-    exports = [l for l in lenses if l.command.title.endswith("Export to ONNX")]
-    assert [l.command.arguments[0]["target"] for l in exports] == ["custom_op", "branchy", "mlp", "slow", "segfault", "broken"]
+    exports = [lens_ for lens_ in lenses if lens_.command.title.endswith("Export to ONNX")]
+    assert [lens_.command.arguments[0]["target"] for lens_ in exports] == ["custom_op", "branchy", "mlp", "slow", "segfault", "broken"]
     assert exports[2].range.start.line == text.splitlines().index("def mlp():") - 1
     # Through the extension's command, which shows the result as every export does:
-    assert [(l.command.command, list(l.command.arguments)) for l in lenses if l.range == exports[2].range and "Export" in l.command.title] == [
+    assert [(lens_.command.command, list(lens_.command.arguments)) for lens_ in lenses if lens_.range == exports[2].range and "Export" in lens_.command.title] == [
         (EXPORT_TARGET, [{"uri": uri, "target": "mlp"}]),
         (EXPORT_TARGET, [{"uri": uri, "target": "mlp", "options": {"opLevelDebug": True}}]),
         (EXPORT_TARGET, [{"uri": uri, "target": "mlp", "options": {"verify": True}}]),
     ]
-    assert any(l.command.title == "Open SARIF log" and l.command.command == "onnxlens.openSarifLog" for l in lenses)
+    assert any(lens_.command.title == "Open SARIF log" and lens_.command.command == "onnxlens.openSarifLog" for lens_ in lenses)
 
 
 def apply_edits(text: str, edits: list[types.TextEdit]) -> str:
@@ -479,7 +479,7 @@ async def test_text_generation_target_exports_for_generation(client: LanguageCli
     path.write_text(GENERATION_TARGET)
     uri = open_document(client, path)
     lenses = await client.text_document_code_lens_async(types.CodeLensParams(types.TextDocumentIdentifier(uri)))
-    assert [(l.command.title, l.command.command, list(l.command.arguments)) for l in lenses] == [
+    assert [(lens_.command.title, lens_.command.command, list(lens_.command.arguments)) for lens_ in lenses] == [
         ("$(export) Export for Generation", EXPORT_TARGET, [{"uri": uri, "target": "lm"}])]
     (job,) = (await export(client, uri=uri, target="lm"))["jobs"]
     assert job["status"] == "ok", job

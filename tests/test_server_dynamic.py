@@ -99,7 +99,7 @@ def read_code_actions_as_vscode_does(client) -> None:
     tell them apart by the type of ``command``: a string in a Command, an object in a CodeAction."""
     converter = client.protocol._converter
     converter.register_structure_hook(
-        Union[types.Command, types.CodeAction],
+        Union[types.Command, types.CodeAction],  # noqa: UP007  (the converter keys its hooks by typing.Union)
         lambda value, _: converter.structure(value, types.Command if isinstance(value.get("command"), str) else types.CodeAction),
     )
 

@@ -152,7 +152,7 @@ def change_document(client: LanguageClient, uri: str, version: int, text: str) -
 async def lenses_by_target(client: LanguageClient, uri: str) -> dict[str, int]:
     """The export lenses of `uri`: target -> the line they sit on."""
     lenses = await client.text_document_code_lens_async(types.CodeLensParams(types.TextDocumentIdentifier(uri)))
-    return {l.command.arguments[0]["target"]: l.range.start.line for l in lenses if l.command.title.endswith("Export to ONNX")}
+    return {lens_.command.arguments[0]["target"]: lens_.range.start.line for lens_ in lenses if lens_.command.title.endswith("Export to ONNX")}
 
 
 async def code_actions(client: LanguageClient, uri: str, at: types.Range) -> list[types.CodeAction]:

@@ -42,7 +42,7 @@ async def test_the_export_and_verify_lens_verifies_without_the_setting(tmp_path:
     path.write_text("FAULT = True\n" + CLI_MODEL)
     async with server(tmp_path) as client:
         lenses = await client.text_document_code_lens_async(types.CodeLensParams(types.TextDocumentIdentifier(path.as_uri())))
-        (lens,) = [l for l in lenses if l.command.title == "Export and verify"]
+        (lens,) = [lens_ for lens_ in lenses if lens_.command.title == "Export and verify"]
         (arguments,) = lens.command.arguments
         plain = await export(client, path, target="gated")
         verified = await export(client, path, target=arguments["target"], options=arguments["options"])

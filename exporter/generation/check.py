@@ -85,7 +85,7 @@ def greedy_generate(
     unfinished = np.ones(batch, dtype=bool)
     tokens, all_logits, times = [], [], []
     output_names = [o.name for o in session.get_outputs()]
-    for step in range(max_new_tokens):
+    for _ in range(max_new_tokens):
         feeds |= {"input_ids": ids, "attention_mask": mask}
         if "position_ids" in inputs:
             feeds["position_ids"] = positions

@@ -18,7 +18,6 @@ from exporter.constants import DEFAULT_OPSET_VERSION
 from exporter.options import check_opset
 from exporter.translate.opname import OpName
 
-TORCHLIB_OPSET = 18  # the opset torchlib's functions are written in: the translator builds in it, finalize converts
 
 @dataclasses.dataclass(frozen=True)
 class ONNXFunction:

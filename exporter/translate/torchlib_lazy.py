@@ -129,4 +129,4 @@ def lazily_built() -> Iterator[None]:
 def build_all() -> None:
     """Build every lazily built function now (a process that forks exports calls this once)."""
     for function in list(_created):
-        function.op_signature  # a script function's is its compiled one's
+        _ = function.op_signature  # a script function's is its compiled one's
