@@ -1295,14 +1295,18 @@ scenario('20 a notebook: export from a cell\'s lens, the problem on the model\'s
 
 // The graph view at scale, any .onnx file, two exports compared (issue 33).
 
-/** Opens workspace file `name` from Quick Open (a .onnx file: in the graph editor). */
+/** Opens workspace file `name` from Quick Open (a .onnx file: in the graph editor). A file just written may not
+ * be in Quick Open's file search yet ("No matching results"): asked again until it is. */
 async function quickOpen(name) {
-  await page().keyboard.press('Control+P');
   const input = page().locator('.quick-input-widget input');
-  await input.waitFor({ state: 'visible', timeout: UI_TIMEOUT });
-  await input.fill(name);
   const row = page().locator('.quick-input-list .monaco-list-row', { hasText: name }).first();
-  await row.waitFor({ timeout: UI_TIMEOUT });
+  await waitUntil(async () => {
+    await page().keyboard.press('Escape');
+    await page().keyboard.press('Control+P');
+    await input.waitFor({ state: 'visible', timeout: UI_TIMEOUT });
+    await input.fill(name);
+    return row.waitFor({ timeout: 5 * SECOND }).then(() => true, () => false);
+  }, `${name} in Quick Open`, 60 * SECOND);
   await row.click();
 }
 
