@@ -108,6 +108,8 @@ def test_folder_follows_optimums_layout(exported):
     assert dims["past_key_values.0.decoder.key"] == ["batch_size", 4, "past_decoder_sequence_length", 16]
     assert dims["past_key_values.0.encoder.key"] == ["batch_size", 4, "encoder_sequence_length_out", 16]
     assert dims["present.1.decoder.value"] == ["batch_size", 4, "total_decoder_sequence_length", 16]
+    session = ort.InferenceSession(result.model_path, providers=["CPUExecutionProvider"])
+    assert "use_cache_branch" in [i.name for i in session.get_inputs()]  # optimum's loader reads it as merged
     (branch,) = [n for n in decoder.node if n.op_type == "If"]  # the cross-attention cache: computed once
     assert list(branch.input) == ["use_cache_branch"]
     computed = next(a.g for a in branch.attribute if a.name == "else_branch")
@@ -158,7 +160,9 @@ def genai_tokens(generator: Any, batch: int) -> list[list[int]]:
 def test_whisper_generates_in_onnxruntime_genai(whisper, batch):
     model, result = whisper
     with open(os.path.join(result.output_dir, "genai_config.json")) as f:
-        assert json.load(f)["model"]["type"] == "whisper"
+        config = json.load(f)["model"]
+    assert config["type"] == "whisper" and config["decoder"]["filename"] == "decoder_model_merged_genai.onnx"
+    assert {"decoder_model_merged_genai.onnx", "decoder_model_merged.onnx.data"} <= set(result.files)  # weights shared
     _, generator = genai_generator(result.output_dir, batch)
     audio_features = features(batch).numpy()  # genai reads it in place: kept alive while generating
     generator.set_model_input("input_features", audio_features)

@@ -8,7 +8,11 @@ an encoder graph and one decoder graph with its caches, in optimum's layout, ver
   ``past_key_values.{i}.encoder.key`` / ``.value`` (cross-attention), ``use_cache_branch`` →
   ``logits``, ``present.{i}.decoder.*``, ``present.{i}.encoder.*``. The first step feeds pasts of
   length 0 and ``use_cache_branch`` false: the cross-attention cache is then computed from
-  ``encoder_hidden_states`` (an ``If``); later steps feed it back with ``use_cache_branch`` true.
+  ``encoder_hidden_states`` (an ``If``); later steps feed the first step's back with
+  ``use_cache_branch`` true.
+- Whisper, for onnxruntime-genai's ``whisper`` type (`seq2seq_config`): the encoder outputs the
+  cross-attention cache too, ``present.{i}.encoder.*``, and ``decoder_model_merged_genai.onnx`` is
+  the decoder with defaults for the inputs genai does not feed (`write_genai_decoder`).
 
 Both graphs are captured from the model's own code (its ``forward`` with ``encoder_outputs`` and
 transformers' ``EncoderDecoderCache``), so a user's modified model exports as it runs. The
@@ -25,6 +29,7 @@ import time
 from typing import Any
 
 import numpy as np
+import onnx
 import onnx_ir as ir
 import torch
 from onnx_ir.passes.common import InlinePass, RemoveUnusedNodesPass
@@ -41,6 +46,7 @@ from exporter.output.program import ExportOutput
 
 ENCODER_FILE = "encoder_model.onnx"
 DECODER_FILE = "decoder_model_merged.onnx"
+GENAI_DECODER_FILE = "decoder_model_merged_genai.onnx"  # Whisper: the same graph and weights, for onnxruntime-genai
 SARIF_FILE = "model.sarif"
 ENCODER_SARIF_FILE = "encoder_model.sarif"
 PROCESSOR_FILES = ("preprocessor_config.json", "processor_config.json", "normalizer.json")
@@ -171,10 +177,8 @@ def export_graphs(model: torch.nn.Module, options: ExportOptions | None = None) 
     _name_decoder(decoder.model, len(layout), is_speech(model))
     _name_cross(cross.model, len(layout))
     if is_speech(model):  # onnxruntime-genai's Whisper: the encoder computes the cross-attention cache
-        add_cross_cache(encoder.model, ir.serde.deserialize_model(ir.serde.serialize_model(cross.model)))
+        add_cross_cache(encoder.model, _copy(cross.model))
     merge_cross_cache(decoder.model, cross.model)
-    if is_speech(model):
-        _genai_defaults(decoder.model)
     return encoder, decoder
 
 
@@ -212,6 +216,17 @@ def _decoder_start(model: torch.nn.Module) -> int:
     start = model.generation_config.decoder_start_token_id
     start = start if start is not None else model.config.decoder_start_token_id
     return int(start if start is not None else model.config.pad_token_id or 0)
+
+
+def _copy(model: ir.Model) -> ir.Model:
+    """A copy of `model`, with the exporter's marks of its weights (fake mode: graph inputs)."""
+    copy = ir.serde.deserialize_model(ir.serde.serialize_model(model))
+    copy.meta[WEIGHT_NAMES_META] = model.meta.get(WEIGHT_NAMES_META, ())
+    weights = {v.name for v in model.graph.inputs if v.meta.get(WEIGHT_META)}
+    for value in copy.graph.inputs:
+        if value.name in weights:
+            value.meta[WEIGHT_META] = True
+    return copy
 
 
 def context_length(config: Any) -> int | None:
@@ -350,7 +365,7 @@ def _take(
     for value in list(branch.inputs):
         if value.name in inputs:
             value.replace_all_uses_with(inputs[value.name])
-        elif value.meta.get(WEIGHT_META):  # fake mode: a weight the host does not read
+        elif value.meta.get(WEIGHT_META) and value.uses():  # fake mode: a weight the host does not read
             branch.inputs.remove(value)
             graph.inputs.append(value)
         elif value.uses():
@@ -380,16 +395,22 @@ def _take(
     return nodes, outputs
 
 
-def _genai_defaults(decoder: ir.Model) -> None:
-    """Defaults for the decoder inputs onnxruntime-genai's Whisper does not feed (it feeds the cross-
-    attention cache the encoder computed): ``use_cache_branch`` true, ``encoder_hidden_states`` unread."""
-    inputs = {v.name: v for v in decoder.graph.inputs}
-    use_cache = inputs["use_cache_branch"]
-    use_cache.const_value = ir.tensor(np.array([True]), name=use_cache.name)
-    decoder.graph.register_initializer(use_cache)
-    hidden = inputs["encoder_hidden_states"]
-    hidden.const_value = ir.tensor(np.zeros((1, 1, hidden.shape[-1]), dtype=hidden.dtype.numpy()), name=hidden.name)
-    decoder.graph.register_initializer(hidden)
+def write_genai_decoder(output_dir: str) -> str:
+    """Write ``decoder_model_merged.onnx`` again as onnxruntime-genai's Whisper decoder,
+    ``GENAI_DECODER_FILE``, its weights read from the same external data: with defaults for the inputs
+    genai does not feed (it feeds the cross-attention cache the encoder computed), ``use_cache_branch``
+    true and ``encoder_hidden_states`` (unread then). Not in the optimum graph: onnxruntime hides
+    inputs with defaults, and optimum's loader then reads the graph as not merged. Its name."""
+    proto = onnx.load(os.path.join(output_dir, DECODER_FILE), load_external_data=False)
+    hidden = next(v for v in proto.graph.input if v.name == "encoder_hidden_states").type.tensor_type
+    size = hidden.shape.dim[-1].dim_value
+    dtype = onnx.helper.tensor_dtype_to_np_dtype(hidden.elem_type)
+    proto.graph.initializer.extend([
+        onnx.numpy_helper.from_array(np.array([True]), "use_cache_branch"),
+        onnx.numpy_helper.from_array(np.zeros((1, 1, size), dtype=dtype), "encoder_hidden_states"),
+    ])
+    onnx.save(proto, os.path.join(output_dir, GENAI_DECODER_FILE))
+    return GENAI_DECODER_FILE
 
 
 def _with_dim(shape: ir.Shape | None, axis: int, name: str) -> ir.Shape | None:
@@ -425,14 +446,22 @@ def export_seq2seq_for_generation(
     if fixed:
         raise ValueError(f"export_for_generation does not take {', '.join(fixed)} (its shapes and checks are its own)")
     fake_context = export_options.fake_context
+    if fake_context is not None and model_state_dict is None and not fake_context.state_dict_paths:
+        message = "Under fake mode the weights must come from somewhere: pass model_state_dict (a dict or checkpoint)."
+        raise ValueError(message)
     output_dir = os.fspath(output_dir)
     start = time.perf_counter()
     encoder, decoder = export_graphs(model, dataclasses.replace(export_options, fused_kernels=False))
     export_seconds = time.perf_counter() - start
     os.makedirs(output_dir, exist_ok=True)
     encoder.save(os.path.join(output_dir, ENCODER_FILE), model_state_dict=model_state_dict, strict=False)
-    decoder.save(os.path.join(output_dir, DECODER_FILE), model_state_dict=model_state_dict, strict=False)
-    files = [ENCODER_FILE, DECODER_FILE, *_weight_files(output_dir), *_write_configs(model, output_dir, tokenizer)]
+    decoder_path = os.path.join(output_dir, DECODER_FILE)
+    if is_speech(model) and model_state_dict is None:  # external data, which genai's copy of the graph shares
+        ir.save(decoder.model, decoder_path, external_data=f"{DECODER_FILE}.data")
+    else:
+        decoder.save(decoder_path, model_state_dict=model_state_dict, strict=False)
+    files = [ENCODER_FILE, DECODER_FILE, *([write_genai_decoder(output_dir)] if is_speech(model) else [])]
+    files += [*_weight_files(output_dir), *_write_configs(model, output_dir, tokenizer)]
     ctx = decoder.diagnostic_context
     parity, verify_seconds = None, 0.0
     if verify_generation and fake_context is not None:
@@ -469,7 +498,7 @@ def _write_configs(model: torch.nn.Module, output_dir: str, tokenizer: Any) -> l
     model.config.save_pretrained(output_dir)
     model.generation_config.save_pretrained(output_dir)
     files = ["config.json", "generation_config.json"]
-    files += seq2seq_config.write(model, output_dir, ENCODER_FILE, DECODER_FILE)
+    files += seq2seq_config.write(model, output_dir, ENCODER_FILE, GENAI_DECODER_FILE)
     files += _copy_tokenizer(model, tokenizer, output_dir)
     files += seq2seq_config.copy_processor(model, output_dir, PROCESSOR_FILES)
     return files

@@ -4,8 +4,8 @@ the model's folder beside the tokenizer's.
 
 The layout is the one onnxruntime-genai's model builder writes for Whisper, naming the folder's
 graphs and optimum's input/output names: the encoder (``input_features`` → ``last_hidden_state``
-and the cross-attention cache ``present.{i}.encoder.*``), the merged decoder (its pasts; genai does
-not feed ``use_cache_branch``, whose default is the cache-fed branch).
+and the cross-attention cache ``present.{i}.encoder.*``), the merged decoder's genai copy (its
+pasts; ``use_cache_branch`` defaults to the branch fed the cache).
 """
 
 from __future__ import annotations
