@@ -110,10 +110,12 @@ def test_folder_follows_optimums_layout(exported):
     assert dims["present.1.decoder.value"] == ["batch_size", 4, "total_decoder_sequence_length", 16]
     session = ort.InferenceSession(result.model_path, providers=["CPUExecutionProvider"])
     assert "use_cache_branch" in [i.name for i in session.get_inputs()]  # optimum's loader reads it as merged
-    (branch,) = [n for n in decoder.node if n.op_type == "If"]  # the cross-attention cache: computed once
+    (branch,) = [n for n in decoder.node if n.op_type == "If"]  # the first step, or a later one
     assert list(branch.input) == ["use_cache_branch"]
-    computed = next(a.g for a in branch.attribute if a.name == "else_branch")
-    assert sum(n.op_type == "MatMul" for n in computed.node) == 2 * LAYERS  # its keys' and values' projections only
+    later, first = (next(a.g for a in branch.attribute if a.name == name) for name in ("then_branch", "else_branch"))
+    projections = [n for n in first.node if n.op_type == "MatMul" and "encoder_hidden_states" in n.input]
+    assert len(projections) == 2 * LAYERS  # the cross-attention cache: computed on the first step only
+    assert not [n for n in later.node if "encoder_hidden_states" in n.input]
 
 
 def test_export_checks_itself_by_generating(exported):
@@ -190,6 +192,14 @@ def test_whisper_transcribes_audio_through_genais_processor(whisper, tmp_path):
     assert genai_tokens(generator, 1) == expected and len(set(expected[0])) > 1
 
 
+def all_nodes(graph: onnx.GraphProto) -> list[onnx.NodeProto]:
+    """The graph's nodes and its subgraphs' (the decoder's ``If`` branches)."""
+    nodes = list(graph.node)
+    for node in graph.node:
+        nodes += [n for a in node.attribute if a.type == onnx.AttributeProto.GRAPH for n in all_nodes(a.g)]
+    return nodes
+
+
 class T5WithDecoderNorm(T5ForConditionalGeneration):
     """A user's T5: an extra layer norm after its decoder's own final norm."""
 
@@ -207,7 +217,7 @@ def test_user_modified_model_exports_as_it_runs(tmp_path):
     result = exporter.export_for_generation(model, tmp_path)
     assert result.parity.matched
     decoder = onnx.load(result.model_path, load_external_data=False).graph
-    assert any(n.op_type == "LayerNormalization" for n in decoder.node)  # the user's norm is in the graph
+    assert any(n.op_type == "LayerNormalization" for n in all_nodes(decoder))  # the user's norm is in the graph
     inputs, mask = check_inputs("t5", 2)
     assert onnx_generate(str(tmp_path), inputs, mask) == generate(model, inputs, mask)
 

@@ -320,29 +320,54 @@ def _name_dim(value: ir.Value, axis: int, name: str) -> None:
 
 
 def merge_cross_cache(decoder: ir.Model, cross: ir.Model) -> None:
-    """Make `decoder` (cross-attention cache as inputs) compute that cache itself on the first step:
-    an ``If`` on a new input ``use_cache_branch`` gives the decoder the fed-back cache (true) or
-    `cross`'s, computed from ``encoder_hidden_states`` (false); its outputs are ``present.{i}.encoder.*``.
-    In place; `cross`'s weights join the decoder's (shared by name)."""
+    """Make `decoder` (cross-attention cache as inputs) serve the first step too, as optimum's merged
+    decoder: an ``If`` on a new input ``use_cache_branch`` runs the decoder on the fed-back cache (true;
+    its ``present.{i}.encoder.*`` are empty: the first step's cache stays) or on `cross`'s, computed
+    from ``encoder_hidden_states`` (false; outputs it). Each branch reads its cache where it is: no
+    copy of the cross-attention cache per step. In place; the weights are shared by name."""
     graph = decoder.graph
+    first_step = _copy(decoder)
     pasts = [v for v in graph.inputs if v.name.startswith("past_key_values.") and ".encoder." in v.name]
-    nodes, outputs = _take(decoder, cross, {v.name: v for v in graph.inputs}, "cross_cache")
-    computed = ir.Graph([], outputs, nodes=nodes, name="compute_cross_attention_cache")
+    outer = {v.name: v for v in graph.inputs}
+    cross_nodes, computed = _take(decoder, cross, outer, "cross_cache")
+    bindings = outer | {past.name: value for past, value in zip(pasts, computed)}
+    first_nodes, first_outputs = _take(decoder, first_step, bindings, "first_step")
+    for value in first_outputs:
+        value.name = f"first_step/{value.name}"
+    nodes, outputs = list(graph), list(graph.outputs)
+    graph.remove(nodes)
+    graph.outputs.clear()
+    names, types, shapes = [v.name for v in outputs], [v.type for v in outputs], [v.shape for v in outputs]
+    for value in outputs:
+        value.name = f"with_cache/{value.name}"
+    empties = [  # (0, heads, 0, head size): the declared shape, with no element
+        ir.Node("", "Constant", [], [ir.AttrTensor("value", _empty(p))], outputs=[_named(f"with_cache/{p.name}")])
+        for p in pasts
+    ]
+    with_cache = ir.Graph([], [*outputs, *(n.outputs[0] for n in empties)], nodes=[*nodes, *empties], name="with_cache")
+    first = ir.Graph([], [*first_outputs, *computed], nodes=[*cross_nodes, *first_nodes], name="first_step")
     use_cache = ir.Value(name="use_cache_branch", shape=ir.Shape([1]), type=ir.TensorType(ir.DataType.BOOL))
-    node = ir.Node("", "If", [use_cache], num_outputs=len(pasts), name="use_cache_branch_If")
-    for past, present in zip(pasts, node.outputs):
-        past.replace_all_uses_with(present)
-        present.name = past.name.replace("past_key_values.", "present.")
-        present.type, present.shape = past.type, _with_dim(past.shape, 2, ENCODER_SEQUENCE)
-    fed_back = [ir.Node("", "Identity", [past], outputs=[ir.Value(name=f"fed_back/{past.name}")]) for past in pasts]
-    given = ir.Graph([], [n.outputs[0] for n in fed_back], nodes=fed_back, name="fed_back_cross_attention_cache")
-    node.attributes["then_branch"] = ir.AttrGraph("then_branch", given)
-    node.attributes["else_branch"] = ir.AttrGraph("else_branch", computed)
+    node = ir.Node("", "If", [use_cache], num_outputs=len(outputs) + len(pasts), name="use_cache_branch_If")
+    node.attributes["then_branch"] = ir.AttrGraph("then_branch", with_cache)
+    node.attributes["else_branch"] = ir.AttrGraph("else_branch", first)
+    for value, name, type_, shape in zip(node.outputs, names, types, shapes):
+        value.name, value.type, value.shape = name, type_, shape
+    for value, past in zip(node.outputs[len(outputs):], pasts):
+        value.name = past.name.replace("past_key_values.", "present.")
+        value.type, value.shape = past.type, _with_dim(past.shape, 2, ENCODER_SEQUENCE)
     graph.append(node)
     graph.inputs.append(use_cache)
     graph.outputs.extend(node.outputs)
     RemoveUnusedNodesPass()(decoder)
-    graph.sort()
+
+
+def _named(name: str) -> ir.Value:
+    return ir.Value(name=name)
+
+
+def _empty(past: ir.Value) -> ir.Tensor:
+    dims = [dim if isinstance(dim, int) else 0 for dim in past.shape]
+    return ir.tensor(np.zeros(dims, dtype=past.dtype.numpy()))
 
 
 def add_cross_cache(encoder: ir.Model, cross: ir.Model) -> None:
