@@ -48,7 +48,12 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as out:
         script = TORCH_ONNX.format(examples=os.path.join(REPO, "examples"), out=os.path.join(out, "t.onnx"))
         commands = {
-            "onnxlens-export": [cli, os.path.join(REPO, "examples", "mlp.py") + ":mlp", "-o", os.path.join(out, "o.onnx")],
+            "onnxlens-export": [
+                cli,
+                os.path.join(REPO, "examples", "mlp.py") + ":mlp",
+                "-o",
+                os.path.join(out, "o.onnx"),
+            ],
             "torch.onnx.export": [sys.executable, "-c", script],
         }
         times: dict[str, dict[str, list[float]]] = {name: {"wall": [], "cpu": []} for name in commands}
@@ -59,7 +64,9 @@ def main() -> None:
                 times[name]["cpu"].append(cpu)
     for kind in ("wall", "cpu"):
         for name, values in times.items():
-            print(f"{name:18} {kind:4} median {statistics.median(values[kind]):.2f} s  ({', '.join(f'{v:.2f}' for v in values[kind])})")
+            print(
+                f"{name:18} {kind:4} median {statistics.median(values[kind]):.2f} s  ({', '.join(f'{v:.2f}' for v in values[kind])})"
+            )
         ratio = statistics.median(times["onnxlens-export"][kind]) / statistics.median(times["torch.onnx.export"][kind])
         print(f"ratio onnxlens / torch.onnx ({kind}): {ratio:.2f}")
 

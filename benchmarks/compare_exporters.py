@@ -111,8 +111,14 @@ def _build_siglip_vision(batch: int = 1, size: int = 96) -> tuple[Any, tuple, di
     from transformers import SiglipVisionConfig, SiglipVisionModel
 
     torch.manual_seed(0)
-    config = SiglipVisionConfig(hidden_size=256, intermediate_size=1024, num_hidden_layers=4, num_attention_heads=4,
-                                image_size=size, patch_size=16)
+    config = SiglipVisionConfig(
+        hidden_size=256,
+        intermediate_size=1024,
+        num_hidden_layers=4,
+        num_attention_heads=4,
+        image_size=size,
+        patch_size=16,
+    )
     return SiglipVisionModel(config).eval(), (torch.randn(batch, 3, size, size),), {}
 
 
@@ -569,7 +575,9 @@ def call_worker(worker_args: list[str], timeout: float) -> tuple[Any, str | None
         return None, f"worker crashed (rc={proc.returncode}): {tail[0][:200]}", wall
 
 
-def run_pair_in_worker(case: str, exporter: str, opset: int, timeout: float, save_dir: Path, base: Path | None = None) -> Result:
+def run_pair_in_worker(
+    case: str, exporter: str, opset: int, timeout: float, save_dir: Path, base: Path | None = None
+) -> Result:
     """One (case, exporter) pair in a fresh process (`onnxlens-base` importing the `base` tree); a crash
     or timeout is a failed export. The model is saved to `save_dir` for the interleaved latency.
 
@@ -676,7 +684,9 @@ def print_summary(results: list[Result], cases: list[str], exporters: list[str])
     for exporter in exporters:
         rows = [by_key[(c, exporter)] for c in cases]
         failed = [f"{r['case']} ({status(r)})" for r in rows if not r["success"]]
-        print(f"  {exporter:<13} succeeds on {len(rows) - len(failed)}/{len(rows)}; fails: {', '.join(failed) or 'none'}")
+        print(
+            f"  {exporter:<13} succeeds on {len(rows) - len(failed)}/{len(rows)}; fails: {', '.join(failed) or 'none'}"
+        )
     if {"onnxlens", BASELINE} <= set(exporters):
         lens_fail = [c for c in cases if by_key[(c, BASELINE)]["success"] and not by_key[(c, "onnxlens")]["success"]]
         print(f"  {BASELINE} succeeds but onnxlens fails: {len(lens_fail)}")
@@ -698,7 +708,9 @@ def print_summary(results: list[Result], cases: list[str], exporters: list[str])
         if {"onnxlens", other} <= set(exporters):
             ratios = paired(results, "onnxlens", other, "ort_ms")
             gm = geomean(list(ratios.values()))
-            print(f"  ORT latency onnxlens / {other}: geometric mean {_fmt(gm, '.3f')} over {len(ratios)} cases both succeed")
+            print(
+                f"  ORT latency onnxlens / {other}: geometric mean {_fmt(gm, '.3f')} over {len(ratios)} cases both succeed"
+            )
 
 
 def best_other_ms(by_key: dict[tuple[str, str], Result], case: str) -> tuple[float, str] | None:
@@ -729,7 +741,9 @@ def print_latency_goals(results: list[Result], exporters: list[str]) -> None:
     ratios = {e: latency_vs_best_other(results, e) for e in ours}
     by_key = {(r["case"], r["exporter"]): r for r in results}
     cases = sorted(set().union(*ratios.values()))
-    print(f"\nORT latency / the faster of {' and '.join(o for o in OTHERS if o in exporters)} (goal: each <= {LATENCY_GOAL_MODEL}, geomean <= {LATENCY_GOAL_GEOMEAN})")
+    print(
+        f"\nORT latency / the faster of {' and '.join(o for o in OTHERS if o in exporters)} (goal: each <= {LATENCY_GOAL_MODEL}, geomean <= {LATENCY_GOAL_GEOMEAN})"
+    )
     print(f"  {'case':<26} {'best other':<24} " + " ".join(f"{e:>13}" for e in ours))
     for case in cases:
         ms, other = best_other_ms(by_key, case)
@@ -744,8 +758,10 @@ def print_latency_goals(results: list[Result], exporters: list[str]) -> None:
         over = sorted(c for c, v in values.items() if v > LATENCY_GOAL_MODEL)
         same = [c for c in values if _same_ort_ops(by_key, c, e)]
         gm = geomean(list(values.values()))
-        print(f"  {e}: geomean {_fmt(gm, '.3f')} over {len(values)} cases; above {LATENCY_GOAL_MODEL}: {len(over)} ({', '.join(over) or 'none'}); "
-              f"the same ops in onnxruntime as another exporter's: {len(same)} ({', '.join(sorted(same)) or 'none'})")
+        print(
+            f"  {e}: geomean {_fmt(gm, '.3f')} over {len(values)} cases; above {LATENCY_GOAL_MODEL}: {len(over)} ({', '.join(over) or 'none'}); "
+            f"the same ops in onnxruntime as another exporter's: {len(same)} ({', '.join(sorted(same)) or 'none'})"
+        )
 
 
 def _same_ort_ops(by_key: dict[tuple[str, str], Result], case: str, ours: str) -> bool:
@@ -788,18 +804,27 @@ def _csv(text: str) -> list[str]:
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--cases", type=_csv, help="comma-separated corpus case names (default: all)")
-    parser.add_argument("--exporters", type=_csv, default=list(EXPORTERS), help=f"comma-separated subset of {','.join(EXPORTERS)}")
+    parser.add_argument(
+        "--exporters", type=_csv, default=list(EXPORTERS), help=f"comma-separated subset of {','.join(EXPORTERS)}"
+    )
     parser.add_argument("--json", metavar="OUT", type=Path, help="write all raw results to this JSON file")
     parser.add_argument("--timeout", type=float, default=600.0, help="seconds per worker (default 600)")
     _worker_setup()
     from exporter.constants import DEFAULT_OPSET_VERSION  # a leaf module: the parent stays torch-free
 
-    parser.add_argument("--opset", type=int, default=DEFAULT_OPSET_VERSION, help=f"every exporter's opset (default {DEFAULT_OPSET_VERSION})")
+    parser.add_argument(
+        "--opset",
+        type=int,
+        default=DEFAULT_OPSET_VERSION,
+        help=f"every exporter's opset (default {DEFAULT_OPSET_VERSION})",
+    )
     parser.add_argument("--repeat-case", default="mlp", help="case of the in-process warm export figure (default mlp)")
     parser.add_argument("--repeats", type=int, default=10, help="exports in that figure; 0 skips it (default 10)")
     parser.add_argument("--worker", nargs=2, metavar=("CASE", "EXPORTER"), help=argparse.SUPPRESS)
     parser.add_argument("--worker-repeat", nargs=2, metavar=("CASE", "EXPORTER"), help=argparse.SUPPRESS)
-    parser.add_argument("--base", type=Path, help="source tree whose onnxlens runs as onnxlens-base (e.g. an export of main)")
+    parser.add_argument(
+        "--base", type=Path, help="source tree whose onnxlens runs as onnxlens-base (e.g. an export of main)"
+    )
     parser.add_argument("--worker-list", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--worker-latency", metavar="DIR", help=argparse.SUPPRESS)
     parser.add_argument("--save-dir", type=Path, help=argparse.SUPPRESS)

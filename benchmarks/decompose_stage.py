@@ -50,7 +50,10 @@ def measure(case: corpus.Case, repeats: int) -> dict[str, float] | None:
         start = time.perf_counter()
         program.run_decompositions(decompose.onnx_friendly_decomposition_table(registry, nodes))
         whole.append(time.perf_counter() - start)
-    return {name: statistics.median(v) for name, v in (("capture", capture), ("node_by_node", node_by_node), ("whole", whole))}
+    return {
+        name: statistics.median(v)
+        for name, v in (("capture", capture), ("node_by_node", node_by_node), ("whole", whole))
+    }
 
 
 def main() -> None:
@@ -60,7 +63,9 @@ def main() -> None:
     options = parser.parse_args()
     chosen = set(options.cases.split(",")) if options.cases else None
     decompose.onnx_friendly_decomposition_table(default_registry())  # collected once per process, not timed
-    print("| case | capture s | passes s, node by node | passes s, whole program | node by node / capture | whole / capture |")
+    print(
+        "| case | capture s | passes s, node by node | passes s, whole program | node by node / capture | whole / capture |"
+    )
     print("|---|---|---|---|---|---|")
     ratios = []
     for case in corpus.CASES:
@@ -70,11 +75,16 @@ def main() -> None:
         if m is None:
             continue
         ratios.append((m["node_by_node"] / m["capture"], m["whole"] / m["capture"]))
-        print(f"| {case.name} | {m['capture']:.3f} | {m['node_by_node']:.3f} | {m['whole']:.3f} | "
-              f"{ratios[-1][0]:.2f} | {ratios[-1][1]:.2f} |", flush=True)
+        print(
+            f"| {case.name} | {m['capture']:.3f} | {m['node_by_node']:.3f} | {m['whole']:.3f} | "
+            f"{ratios[-1][0]:.2f} | {ratios[-1][1]:.2f} |",
+            flush=True,
+        )
     if ratios:
-        print(f"\nmedian passes/capture: node by node {statistics.median(r[0] for r in ratios):.2f}, "
-              f"whole program {statistics.median(r[1] for r in ratios):.2f} over {len(ratios)} cases")
+        print(
+            f"\nmedian passes/capture: node by node {statistics.median(r[0] for r in ratios):.2f}, "
+            f"whole program {statistics.median(r[1] for r in ratios):.2f} over {len(ratios)} cases"
+        )
 
 
 if __name__ == "__main__":

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import time
-import traceback
 from collections.abc import Callable
 
 import numpy as np
@@ -135,11 +134,19 @@ def main() -> None:
             results = [check(model, EXPORTERS[exporter_name], dynamic) for dynamic in (False, True)]
             seconds = "/".join(f"{r['seconds']:.0f}" if r["seconds"] is not None else "-" for r in results)
             rows.append((name, exporter_name, _cell(results[0]), _cell(results[1]), seconds))
-            errors += [f"{name} {exporter_name} {kind}: {r['error']}" for kind, r in zip(("static", "dynamic"), results)
-                       if r["error"]]
+            errors += [
+                f"{name} {exporter_name} {kind}: {r['error']}"
+                for kind, r in zip(("static", "dynamic"), results)
+                if r["error"]
+            ]
             print(" | ".join(rows[-1]), flush=True)
-    header = ("model", "exporter", "static: match, max abs error (boxes onnx/eager)", "dynamic (second size)",
-              "export s (static/dynamic)")
+    header = (
+        "model",
+        "exporter",
+        "static: match, max abs error (boxes onnx/eager)",
+        "dynamic (second size)",
+        "export s (static/dynamic)",
+    )
     print("\n| " + " | ".join(header) + " |\n|" + "---|" * len(header))
     for row in rows:
         print("| " + " | ".join(row) + " |")

@@ -27,9 +27,9 @@ from collections.abc import Iterator
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests"))
 
+import corpus  # noqa: E402
 import torch  # noqa: E402
 
-import corpus  # noqa: E402
 import exporter  # noqa: E402
 from exporter.capture import extractor as capture  # noqa: E402
 from exporter.diagnostics import context  # noqa: E402
@@ -48,7 +48,11 @@ def diagnostics_off() -> Iterator[None]:
     try:
         yield
     finally:
-        context.DiagnosticContext.report, context.DiagnosticContext.wants, capture.full_user_stacks = report, wants, stacks
+        context.DiagnosticContext.report, context.DiagnosticContext.wants, capture.full_user_stacks = (
+            report,
+            wants,
+            stacks,
+        )
 
 
 def export_once(case: corpus.Case, mode: str) -> float:
@@ -110,10 +114,14 @@ def main() -> None:
         )
     print()
     for m in MODES[1:]:
-        print(f"median export-time ratio {m}/none over {len(ratios[m])} models: {statistics.median(ratios[m]):.3f} "
-              f"(geomean {statistics.geometric_mean(ratios[m]):.3f}, max {max(ratios[m]):.3f})")
-    print(f"FX nodes with a stack trace whose primary location is user code: {totals[2]}/{totals[1]} "
-          f"({100 * totals[2] / max(totals[1], 1):.1f}%); nodes without a stack trace: {totals[0] - totals[1]}")
+        print(
+            f"median export-time ratio {m}/none over {len(ratios[m])} models: {statistics.median(ratios[m]):.3f} "
+            f"(geomean {statistics.geometric_mean(ratios[m]):.3f}, max {max(ratios[m]):.3f})"
+        )
+    print(
+        f"FX nodes with a stack trace whose primary location is user code: {totals[2]}/{totals[1]} "
+        f"({100 * totals[2] / max(totals[1], 1):.1f}%); nodes without a stack trace: {totals[0] - totals[1]}"
+    )
     print(f"torch {torch.__version__}")
 
 

@@ -22,9 +22,9 @@ from typing import Any
 REPO = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tests"))
 
+import corpus  # noqa: E402
 import torch  # noqa: E402
 
-import corpus  # noqa: E402
 import exporter  # noqa: E402
 
 
@@ -57,8 +57,12 @@ def measure(case: corpus.Case) -> dict[str, Any]:
         "symbolic_input_dims": sum(1 for d in dims if d.dim_param),
         "input_dims": len(dims),
         "fxe0020": sum(1 for d in diagnostics if d.rule.id == "FXE0020" and "input" in d.properties),
-        "second_size": next((d.properties["secondSizeCheck"] for d in diagnostics if "secondSizeCheck" in d.properties), None),
-        "second_size_note": next((d.message for d in diagnostics if d.rule.id == "FXE0020" and "skipped" in d.message), None),
+        "second_size": next(
+            (d.properties["secondSizeCheck"] for d in diagnostics if "secondSizeCheck" in d.properties), None
+        ),
+        "second_size_note": next(
+            (d.message for d in diagnostics if d.rule.id == "FXE0020" and "skipped" in d.message), None
+        ),
         "static_s": static_s,
         "dynamic_s": unchecked_s,
         "dynamic_checked_s": checked_s,
@@ -76,12 +80,23 @@ def main() -> None:
         torch.manual_seed(0)
         rows.append(row := measure(case))
         print(json.dumps(row), flush=True)
-    ratio = lambda key: statistics.median(r[key] / r["static_s"] for r in rows if r[key] == r[key] and r["static_s"] == r["static_s"])  # noqa: E731
-    print(f"cases {len(rows)}; dynamic export ok {sum(r['exported'] for r in rows)}; every input dim symbolic {sum(bool(r['all_input_dims_symbolic']) for r in rows)}; "
-          f"symbolic input dims {sum(r['symbolic_input_dims'] for r in rows)} of {sum(r['input_dims'] for r in rows)}")
-    print(f"FXE0020 results {sum(r['fxe0020'] for r in rows)} (in {sum(1 for r in rows if r['fxe0020'])} cases); "
-          f"second-size check: passed {sum(r['second_size'] == 'passed' for r in rows)}, failed {sum(r['second_size'] == 'failed' for r in rows)}")
-    print(f"median export time dynamic/static: {ratio('dynamic_s'):.2f} without the second-size check, {ratio('dynamic_checked_s'):.2f} with it")
+
+    def ratio(key: str) -> float:
+        return statistics.median(
+            r[key] / r["static_s"] for r in rows if r[key] == r[key] and r["static_s"] == r["static_s"]
+        )
+
+    print(
+        f"cases {len(rows)}; dynamic export ok {sum(r['exported'] for r in rows)}; every input dim symbolic {sum(bool(r['all_input_dims_symbolic']) for r in rows)}; "
+        f"symbolic input dims {sum(r['symbolic_input_dims'] for r in rows)} of {sum(r['input_dims'] for r in rows)}"
+    )
+    print(
+        f"FXE0020 results {sum(r['fxe0020'] for r in rows)} (in {sum(1 for r in rows if r['fxe0020'])} cases); "
+        f"second-size check: passed {sum(r['second_size'] == 'passed' for r in rows)}, failed {sum(r['second_size'] == 'failed' for r in rows)}"
+    )
+    print(
+        f"median export time dynamic/static: {ratio('dynamic_s'):.2f} without the second-size check, {ratio('dynamic_checked_s'):.2f} with it"
+    )
     if args.json:
         pathlib.Path(args.json).write_text(json.dumps(rows, indent=1))
 

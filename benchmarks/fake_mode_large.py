@@ -26,10 +26,24 @@ import subprocess
 import sys
 import time
 
-LLAMA_7B = dict(vocab_size=32000, hidden_size=4096, intermediate_size=11008, num_hidden_layers=32,
-                num_attention_heads=32, num_key_value_heads=32, max_position_embeddings=4096)
-LLAMA_2B = dict(vocab_size=32000, hidden_size=2560, intermediate_size=6912, num_hidden_layers=26,
-                num_attention_heads=20, num_key_value_heads=20, max_position_embeddings=4096)
+LLAMA_7B = dict(
+    vocab_size=32000,
+    hidden_size=4096,
+    intermediate_size=11008,
+    num_hidden_layers=32,
+    num_attention_heads=32,
+    num_key_value_heads=32,
+    max_position_embeddings=4096,
+)
+LLAMA_2B = dict(
+    vocab_size=32000,
+    hidden_size=2560,
+    intermediate_size=6912,
+    num_hidden_layers=26,
+    num_attention_heads=20,
+    num_key_value_heads=20,
+    max_position_embeddings=4096,
+)
 
 
 def peak_rss_gib() -> float:
@@ -54,7 +68,16 @@ def fake_export(config_kwargs: dict):
 
 def export_7b(_: argparse.Namespace) -> None:
     _, _, params, seconds = fake_export(LLAMA_7B)
-    print(json.dumps({"step": "export-7b", "params": params, "seconds": round(seconds, 1), "peak_rss_gib": round(peak_rss_gib(), 2)}))
+    print(
+        json.dumps(
+            {
+                "step": "export-7b",
+                "params": params,
+                "seconds": round(seconds, 1),
+                "peak_rss_gib": round(peak_rss_gib(), 2),
+            }
+        )
+    )
 
 
 def generation_7b(_: argparse.Namespace) -> None:
@@ -68,8 +91,16 @@ def generation_7b(_: argparse.Namespace) -> None:
         model = LlamaForCausalLM(LlamaConfig(**LLAMA_7B)).eval()
     export_output = export_graph(model, exporter.ExportOptions(fake_context=ctx))
     inputs = [v.name for v in export_output.model.graph.inputs]
-    print(json.dumps({"step": "generation-7b", "graph_inputs": inputs[:4] + ["…"], "seconds": round(time.perf_counter() - start, 1),
-                      "peak_rss_gib": round(peak_rss_gib(), 2)}))
+    print(
+        json.dumps(
+            {
+                "step": "generation-7b",
+                "graph_inputs": inputs[:4] + ["…"],
+                "seconds": round(time.perf_counter() - start, 1),
+                "peak_rss_gib": round(peak_rss_gib(), 2),
+            }
+        )
+    )
 
 
 def write_checkpoint(model, path: str) -> int:
@@ -103,7 +134,16 @@ def checkpoint_step(args: argparse.Namespace) -> None:
     _, model, _, _ = fake_export(LLAMA_2B)
     start = time.perf_counter()
     size = write_checkpoint(model, os.path.join(args.dir, "llama2b.safetensors"))
-    print(json.dumps({"step": "write-checkpoint", "gib": round(size / 2**30, 2), "seconds": round(time.perf_counter() - start, 1)}), flush=True)
+    print(
+        json.dumps(
+            {
+                "step": "write-checkpoint",
+                "gib": round(size / 2**30, 2),
+                "seconds": round(time.perf_counter() - start, 1),
+            }
+        ),
+        flush=True,
+    )
 
 
 def save_2b(args: argparse.Namespace) -> None:
@@ -115,13 +155,21 @@ def save_2b(args: argparse.Namespace) -> None:
     rss_after_export = rss_before_save = peak_rss_gib()
     start = time.perf_counter()
     export_output.save(os.path.join(args.dir, "llama2b.onnx"), model_state_dict=checkpoint)
-    print(json.dumps({
-        "step": "save-2b", "params": params, "checkpoint_gib": round(os.path.getsize(checkpoint) / 2**30, 2),
-        "export_seconds": round(export_seconds, 1), "save_seconds": round(time.perf_counter() - start, 1),
-        "peak_rss_after_export_gib": round(rss_after_export, 2),
-        "peak_rss_after_save_gib": round(peak_rss_gib(), 2),
-        "save_increase_gib": round(peak_rss_gib() - rss_before_save, 2),
-    }), flush=True)
+    print(
+        json.dumps(
+            {
+                "step": "save-2b",
+                "params": params,
+                "checkpoint_gib": round(os.path.getsize(checkpoint) / 2**30, 2),
+                "export_seconds": round(export_seconds, 1),
+                "save_seconds": round(time.perf_counter() - start, 1),
+                "peak_rss_after_export_gib": round(rss_after_export, 2),
+                "peak_rss_after_save_gib": round(peak_rss_gib(), 2),
+                "save_increase_gib": round(peak_rss_gib() - rss_before_save, 2),
+            }
+        ),
+        flush=True,
+    )
     subprocess.run([sys.executable, __file__, "run-saved", "--dir", args.dir], check=True)
 
 
@@ -133,9 +181,17 @@ def run_saved(args: argparse.Namespace) -> None:
     session = ort.InferenceSession(os.path.join(args.dir, "llama2b.onnx"), providers=["CPUExecutionProvider"])
     ids = np.random.default_rng(0).integers(0, 32000, (1, 16), dtype=np.int64)
     (logits,) = session.run(None, {"input_ids": ids})[:1]
-    print(json.dumps({"step": "run-saved", "load_and_run_seconds": round(time.perf_counter() - start, 1),
-                      "logits_shape": list(logits.shape), "finite": bool(np.isfinite(logits).all()),
-                      "peak_rss_gib": round(peak_rss_gib(), 2)}))
+    print(
+        json.dumps(
+            {
+                "step": "run-saved",
+                "load_and_run_seconds": round(time.perf_counter() - start, 1),
+                "logits_shape": list(logits.shape),
+                "finite": bool(np.isfinite(logits).all()),
+                "peak_rss_gib": round(peak_rss_gib(), 2),
+            }
+        )
+    )
 
 
 def main() -> None:
@@ -143,7 +199,13 @@ def main() -> None:
     parser.add_argument("step", choices=["export-7b", "generation-7b", "save-2b", "write-checkpoint", "run-saved"])
     parser.add_argument("--dir", default="/tmp/onnxlens-fake-bench")
     args = parser.parse_args()
-    steps = {"export-7b": export_7b, "generation-7b": generation_7b, "save-2b": save_2b, "write-checkpoint": checkpoint_step, "run-saved": run_saved}
+    steps = {
+        "export-7b": export_7b,
+        "generation-7b": generation_7b,
+        "save-2b": save_2b,
+        "write-checkpoint": checkpoint_step,
+        "run-saved": run_saved,
+    }
     steps[args.step](args)
 
 

@@ -27,9 +27,10 @@ import torch
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tests"))
 
+from tiny_lms import CONFIGS, tiny_model  # noqa: E402
+
 import exporter  # noqa: E402
 from exporter.generation.check import greedy_generate  # noqa: E402
-from tiny_lms import CONFIGS, tiny_model  # noqa: E402
 
 PROMPT = [[5, 17, 300, 42, 7, 99, 12]]
 
@@ -51,9 +52,17 @@ def eager_decode_ms(model: torch.nn.Module, tokens: int) -> tuple[float, list[in
     stamps = _Stamps()
     ids = torch.tensor(PROMPT)
     with torch.no_grad():
-        out = model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=tokens, min_new_tokens=tokens, do_sample=False, pad_token_id=0, streamer=stamps)
+        out = model.generate(
+            ids,
+            attention_mask=torch.ones_like(ids),
+            max_new_tokens=tokens,
+            min_new_tokens=tokens,
+            do_sample=False,
+            pad_token_id=0,
+            streamer=stamps,
+        )
     generated = stamps.times[1:]  # [0] is the prompt
-    return (generated[-1] - generated[0]) * 1000 / (len(generated) - 1), out[0, ids.shape[1]:].tolist()
+    return (generated[-1] - generated[0]) * 1000 / (len(generated) - 1), out[0, ids.shape[1] :].tolist()
 
 
 def ort_decode_ms(session: ort.InferenceSession, tokens: int) -> tuple[float, list[int]]:
@@ -74,8 +83,12 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     options = ort.SessionOptions()
     options.intra_op_num_threads = args.threads
-    print(f"torch {torch.__version__}, onnxruntime {ort.__version__}, {args.threads} thread(s), {args.tokens} tokens, {args.repeats} interleaved repeats")
-    print(f"{'arch':8} {'export s':>9} {'total s':>8} {'parity':>8} {'eager ms/tok':>13} {'ORT ms/tok':>11} {'ORT/eager':>10}")
+    print(
+        f"torch {torch.__version__}, onnxruntime {ort.__version__}, {args.threads} thread(s), {args.tokens} tokens, {args.repeats} interleaved repeats"
+    )
+    print(
+        f"{'arch':8} {'export s':>9} {'total s':>8} {'parity':>8} {'eager ms/tok':>13} {'ORT ms/tok':>11} {'ORT/eager':>10}"
+    )
     for name in args.archs.split(","):
         model = tiny_model(name)
         with tempfile.TemporaryDirectory() as out:
@@ -92,7 +105,9 @@ def main() -> None:
             same = "same" if eager_tokens == ort_tokens else "DIFFER"
         e, o = statistics.median(eager), statistics.median(onnx)
         parity = "ok" if result.parity.matched else "FAILED"
-        print(f"{name:8} {result.export_seconds:9.2f} {export_seconds:8.2f} {parity:>8} {e:13.3f} {o:11.3f} {o / e:10.2f}   ({args.tokens} tokens {same})")
+        print(
+            f"{name:8} {result.export_seconds:9.2f} {export_seconds:8.2f} {parity:>8} {e:13.3f} {o:11.3f} {o / e:10.2f}   ({args.tokens} tokens {same})"
+        )
 
 
 if __name__ == "__main__":

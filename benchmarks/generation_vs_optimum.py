@@ -31,8 +31,9 @@ import torch
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tests"))
 
-from exporter.generation.check import greedy_generate  # noqa: E402
 from tiny_lms import tiny_model  # noqa: E402
+
+from exporter.generation.check import greedy_generate  # noqa: E402
 
 ONNXLENS = """
 import json, sys, time
@@ -54,7 +55,13 @@ PADDED = ([[5, 17, 300, 42, 7, 99, 12], [0, 0, 0, 8, 9, 10, 11]], [[1] * 7, [0, 
 
 
 def timed_export(python: str, script: str, model_dir: str, out: str) -> float:
-    run = subprocess.run([python, "-c", script, model_dir, out], capture_output=True, text=True, timeout=900, env={**os.environ, "PYTHONWARNINGS": "ignore"})
+    run = subprocess.run(
+        [python, "-c", script, model_dir, out],
+        capture_output=True,
+        text=True,
+        timeout=900,
+        env={**os.environ, "PYTHONWARNINGS": "ignore"},
+    )
     if run.returncode:
         raise RuntimeError(run.stderr[-2000:])
     return json.loads(run.stdout.strip().splitlines()[-1])["seconds"]
@@ -63,7 +70,9 @@ def timed_export(python: str, script: str, model_dir: str, out: str) -> float:
 def parity(model: torch.nn.Module, session: ort.InferenceSession) -> bool:
     for ids, mask in [([PADDED[0][0]], [PADDED[1][0]]), PADDED]:
         with torch.no_grad():
-            expected = model.generate(torch.tensor(ids), attention_mask=torch.tensor(mask), max_new_tokens=16, do_sample=False, pad_token_id=0)[:, 7:]
+            expected = model.generate(
+                torch.tensor(ids), attention_mask=torch.tensor(mask), max_new_tokens=16, do_sample=False, pad_token_id=0
+            )[:, 7:]
         if greedy_generate(session, np.array(ids), np.array(mask), 16, {2}, 0).tokens.tolist() != expected.tolist():
             return False
     return True
@@ -97,14 +106,21 @@ def main() -> None:
             for r in range(args.repeats):
                 for e, (python, script) in exporters.items():
                     seconds[e].append(timed_export(python, script, model_dir, os.path.join(work, f"{e}{r}")))
-            sessions = {e: ort.InferenceSession(os.path.join(work, f"{e}0", "model.onnx"), options, providers=["CPUExecutionProvider"]) for e in exporters}
+            sessions = {
+                e: ort.InferenceSession(
+                    os.path.join(work, f"{e}0", "model.onnx"), options, providers=["CPUExecutionProvider"]
+                )
+                for e in exporters
+            }
             latency: dict[str, list[float]] = {e: [] for e in exporters}
             for _ in range(args.repeats):
                 for e, session in sessions.items():
                     latency[e].append(decode_ms(session, args.tokens))
             for e, session in sessions.items():
                 ok = "ok" if parity(model, session) else "DIFFER"
-                print(f"{name:6} {e:9} {statistics.median(seconds[e]):9.2f} {ok:>7} {statistics.median(latency[e]):14.3f}")
+                print(
+                    f"{name:6} {e:9} {statistics.median(seconds[e]):9.2f} {ok:>7} {statistics.median(latency[e]):14.3f}"
+                )
 
 
 if __name__ == "__main__":

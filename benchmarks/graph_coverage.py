@@ -48,10 +48,14 @@ def main() -> None:
             inside = [n for n in located if os.path.samefile(n["source"]["path"], corpus.__file__)]
             for i, count in enumerate((len(nodes), len(located), len(inside))):
                 totals[i] += count
-            print(f"{case.name:32s} {len(nodes):5d} nodes  {len(located):5d} with a line  {len(inside):5d} in the model's file")
+            print(
+                f"{case.name:32s} {len(nodes):5d} nodes  {len(located):5d} with a line  {len(inside):5d} in the model's file"
+            )
     nodes, located, inside = totals
-    print(f"total: {nodes} nodes, {located} with a source line ({located / max(nodes, 1):.1%}), "
-          f"{inside} in the model's file ({inside / max(nodes, 1):.1%}); slowest conversion {slowest[0] * 1000:.0f} ms ({slowest[1]})")
+    print(
+        f"total: {nodes} nodes, {located} with a source line ({located / max(nodes, 1):.1%}), "
+        f"{inside} in the model's file ({inside / max(nodes, 1):.1%}); slowest conversion {slowest[0] * 1000:.0f} ms ({slowest[1]})"
+    )
 
 
 if __name__ == "__main__":

@@ -167,7 +167,11 @@ def main() -> None:
     folder = options.keep or tempfile.mkdtemp()
     graphs = []
     large = exporter.ExportOptions(optimize=False, dynamic_shapes=True)
-    models = (("mlp", mlp, None), ("gpt2-12", lambda: gpt2(12), None), ("gpt2-24-unoptimized-dynamic", lambda: gpt2(24), large))
+    models = (
+        ("mlp", mlp, None),
+        ("gpt2-12", lambda: gpt2(12), None),
+        ("gpt2-24-unoptimized-dynamic", lambda: gpt2(24), large),
+    )
     for name, build, export_options in models:
         model, args = build()
         path = os.path.join(folder, f"{name}.onnx")

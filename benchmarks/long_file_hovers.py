@@ -21,7 +21,7 @@ sys.path.insert(0, str(REPO / "tests"))
 
 from lsp_client import StdioClient  # noqa: E402
 
-BLOCK = '''\
+BLOCK = """\
 class Block{i}(nn.Module):
     def __init__(self):
         super().__init__()
@@ -36,11 +36,13 @@ def block{i}():
     return Block{i}(), (torch.randn(2, 16),)
 
 
-'''
+"""
 
 
 def long_source(lines: int) -> str:
-    return "import torch\nfrom torch import nn\nimport exporter\n\n\n" + "".join(BLOCK.format(i=i) for i in range(lines // BLOCK.count("\n")))
+    return "import torch\nfrom torch import nn\nimport exporter\n\n\n" + "".join(
+        BLOCK.format(i=i) for i in range(lines // BLOCK.count("\n"))
+    )
 
 
 def main() -> None:
@@ -59,11 +61,16 @@ def main() -> None:
     (job,) = client.request("workspace/executeCommand", export, timeout=600).result["jobs"]  # warm: the fork server
     if job["status"] != "ok":  # imports torch meanwhile
         raise RuntimeError(f"the warm-up export failed: {job}")
-    client.notify("textDocument/didOpen", {"textDocument": {"uri": uri, "languageId": "python", "version": 1, "text": text}})
+    client.notify(
+        "textDocument/didOpen", {"textDocument": {"uri": uri, "languageId": "python", "version": 1, "text": text}}
+    )
     hover = {"textDocument": {"uri": uri}, "position": {"line": 5, "character": 0}}
     hovers, lenses = [], []
     for version in range(2, args.rounds + 2):
-        client.notify("textDocument/didChange", {"textDocument": {"uri": uri, "version": version}, "contentChanges": [{"text": f"{text}# {version}\n"}]})
+        client.notify(
+            "textDocument/didChange",
+            {"textDocument": {"uri": uri, "version": version}, "contentChanges": [{"text": f"{text}# {version}\n"}]},
+        )
         lens_id = client.send_request("textDocument/codeLens", {"textDocument": {"uri": uri}})
         hover_id = client.send_request("textDocument/hover", hover)
         lens = client.wait(lens_id, timeout=60)
@@ -79,8 +86,10 @@ def main() -> None:
     print(f"{lines} lines, {text.count('@exporter.export_target')} targets, {args.rounds} edits")
     print(f"lenses: median {statistics.median(lenses) * 1000:.0f} ms, max {max(lenses) * 1000:.0f} ms")
     print(f"hover asked with them: median {statistics.median(hovers) * 1000:.0f} ms, max {max(hovers) * 1000:.0f} ms")
-    print(f"hover alone: median {statistics.median(idle) * 1000:.0f} ms, max {max(idle) * 1000:.0f} ms; "
-          f"ratio of the medians (with lenses / alone) {statistics.median(hovers) / statistics.median(idle):.1f}")
+    print(
+        f"hover alone: median {statistics.median(idle) * 1000:.0f} ms, max {max(idle) * 1000:.0f} ms; "
+        f"ratio of the medians (with lenses / alone) {statistics.median(hovers) / statistics.median(idle):.1f}"
+    )
 
 
 if __name__ == "__main__":

@@ -38,12 +38,20 @@ def cells() -> list[str]:
 def open_notebook(client: StdioClient, path: pathlib.Path) -> str:
     """Open the notebook as VS Code does (a cell URI per cell); the URI of its target's cell."""
     uris = [f"vscode-notebook-cell:{path.as_posix()}#W{i}sZmlsZQ%3D%3D" for i in range(3)]
-    client.notify("notebookDocument/didOpen", {
-        "notebookDocument": {"uri": path.as_uri(), "notebookType": "jupyter-notebook", "version": 1,
-                             "cells": [{"kind": 2, "document": uri} for uri in uris]},
-        "cellTextDocuments": [{"uri": uri, "languageId": "python", "version": 1, "text": text}
-                              for uri, text in zip(uris, cells())],
-    })
+    client.notify(
+        "notebookDocument/didOpen",
+        {
+            "notebookDocument": {
+                "uri": path.as_uri(),
+                "notebookType": "jupyter-notebook",
+                "version": 1,
+                "cells": [{"kind": 2, "document": uri} for uri in uris],
+            },
+            "cellTextDocuments": [
+                {"uri": uri, "languageId": "python", "version": 1, "text": text} for uri, text in zip(uris, cells())
+            ],
+        },
+    )
     return uris[-1]
 
 
@@ -65,12 +73,20 @@ def main() -> None:
     notebook.write_text("{}")  # the server reads the editor's cells, not the file; the file must exist in the workspace
 
     client = StdioClient(cwd=REPO)
-    client.request("initialize", {"processId": os.getpid(), "rootUri": root.as_uri(),
-                                  "capabilities": {"notebookDocument": {"synchronization": {}}}}, timeout=60)
+    client.request(
+        "initialize",
+        {
+            "processId": os.getpid(),
+            "rootUri": root.as_uri(),
+            "capabilities": {"notebookDocument": {"synchronization": {}}},
+        },
+        timeout=60,
+    )
     client.notify("initialized")
     py_uri = py_file.as_uri()
-    client.notify("textDocument/didOpen", {"textDocument": {"uri": py_uri, "languageId": "python", "version": 1,
-                                                            "text": SOURCE}})
+    client.notify(
+        "textDocument/didOpen", {"textDocument": {"uri": py_uri, "languageId": "python", "version": 1, "text": SOURCE}}
+    )
     cell_uri = open_notebook(client, notebook)
     cases = {"plain": {}, "op-level debug": {"opLevelDebug": True}}
     times: dict[tuple[str, str], list[float]] = {}

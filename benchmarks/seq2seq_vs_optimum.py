@@ -64,7 +64,14 @@ main_export(sys.argv[1], output=sys.argv[2], task=task)
 print(json.dumps({"seconds": time.perf_counter() - start}))
 """
 BUILDER = [
-    "-m", "onnxruntime_genai.models.builder", "-m", "openai/whisper-tiny", "-p", "fp32", "-e", "cpu",
+    "-m",
+    "onnxruntime_genai.models.builder",
+    "-m",
+    "openai/whisper-tiny",
+    "-p",
+    "fp32",
+    "-e",
+    "cpu",
 ]  # -m only names the model: its weights and config come from -i
 OPTIMUM_LOADS = """
 import json, sys, torch
@@ -177,7 +184,15 @@ def main() -> None:
                 "optimum": [args.optimum_python, "-c", OPTIMUM, model_dir],
             }
             if name == "whisper":
-                exporters["builder"] = [sys.executable, *BUILDER, "-i", model_dir, "-c", os.path.join(work, "cache"), "-o"]
+                exporters["builder"] = [
+                    sys.executable,
+                    *BUILDER,
+                    "-i",
+                    model_dir,
+                    "-c",
+                    os.path.join(work, "cache"),
+                    "-o",
+                ]
             seconds = {e: [] for e in exporters}
             process = {e: [] for e in exporters}
             for r in range(args.repeats):

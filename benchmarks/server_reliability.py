@@ -110,7 +110,11 @@ def latency_ms(seconds: list[float]) -> dict[str, float]:
 def _children(pid: int) -> list[int]:
     """Children of any thread of `pid` (none if it is gone)."""
     try:
-        return [int(c) for task in pathlib.Path(f"/proc/{pid}/task").iterdir() for c in (task / "children").read_text().split()]
+        return [
+            int(c)
+            for task in pathlib.Path(f"/proc/{pid}/task").iterdir()
+            for c in (task / "children").read_text().split()
+        ]
     except (FileNotFoundError, ProcessLookupError):
         return []
 
@@ -194,7 +198,9 @@ def measure(client: StdioClient, uri: str, hover_line: int, sizes: Sizes) -> dic
     # 1c. Hovers while the fork server restarts: SIGKILL it, then ask for an export.
     killed = fork_server_pid(server)
     if killed is None:
-        raise RuntimeError(f"no fork server among the descendants of the server ({server}); looked for {FORK_SERVER_MARKERS}")
+        raise RuntimeError(
+            f"no fork server among the descendants of the server ({server}); looked for {FORK_SERVER_MARKERS}"
+        )
     killed_cmdline = _cmdline(killed)
     os.kill(killed, signal.SIGKILL)
     wait_dead(killed)
@@ -204,17 +210,31 @@ def measure(client: StdioClient, uri: str, hover_line: int, sizes: Sizes) -> dic
 
     single = statistics.median(times)
     return {
-        "hover_ms": {"idle": latency_ms(idle), "export burst": latency_ms(burst_hovers), "fork server restart": latency_ms(restart_hovers)},
+        "hover_ms": {
+            "idle": latency_ms(idle),
+            "export burst": latency_ms(burst_hovers),
+            "fork server restart": latency_ms(restart_hovers),
+        },
         "memory_mib": memory,
         "single_export_s": {"median": single, "min": min(times), "max": max(times), "n": len(times)},
-        "one_target_burst": {"requests": sizes.burst_one, "seconds": one_seconds, "ratio_to_single": one_seconds / single, "statuses": statuses(one)},
+        "one_target_burst": {
+            "requests": sizes.burst_one,
+            "seconds": one_seconds,
+            "ratio_to_single": one_seconds / single,
+            "statuses": statuses(one),
+        },
         "export_burst": {
-            "requests": sizes.burst_targets, "targets": BURST_TARGETS,
-            "seconds": max(a.arrived for a in burst) - min(a.sent for a in burst), "statuses": statuses(burst),
+            "requests": sizes.burst_targets,
+            "targets": BURST_TARGETS,
+            "seconds": max(a.arrived for a in burst) - min(a.sent for a in burst),
+            "statuses": statuses(burst),
         },
         "restart": {
-            "killed_pid": killed, "new_pid": fork_server_pid(server), "export_s": restart.seconds,
-            "statuses": statuses([restart]), "killed_cmdline": killed_cmdline,
+            "killed_pid": killed,
+            "new_pid": fork_server_pid(server),
+            "export_s": restart.seconds,
+            "statuses": statuses([restart]),
+            "killed_cmdline": killed_cmdline,
         },
     }
 
@@ -228,18 +248,28 @@ def print_table(r: dict[str, Any]) -> None:
         print(f"  {f'after {exports} exports':<30}{m['server']:>10.0f}{m['fork server']:>13.0f}")
     s, one, burst, restart = r["single_export_s"], r["one_target_burst"], r["export_burst"], r["restart"]
     print(f"\none export (round trip): median {s['median']:.2f} s (min {s['min']:.2f}, max {s['max']:.2f}, n {s['n']})")
-    print(f"burst of {one['requests']} requests for one target: {one['seconds']:.1f} s until the last answer "
-          f"= {one['ratio_to_single']:.1f} x one export; jobs {one['statuses']}")
-    print(f"burst of {burst['requests']} requests over {len(burst['targets'])} targets (hovers above): "
-          f"{burst['seconds']:.1f} s; jobs {burst['statuses']}")
-    print(f"fork server restart: SIGKILL {restart['killed_pid']}, next export answered in {restart['export_s']:.1f} s "
-          f"(jobs {restart['statuses']}), fork server now {restart['new_pid']}")
+    print(
+        f"burst of {one['requests']} requests for one target: {one['seconds']:.1f} s until the last answer "
+        f"= {one['ratio_to_single']:.1f} x one export; jobs {one['statuses']}"
+    )
+    print(
+        f"burst of {burst['requests']} requests over {len(burst['targets'])} targets (hovers above): "
+        f"{burst['seconds']:.1f} s; jobs {burst['statuses']}"
+    )
+    print(
+        f"fork server restart: SIGKILL {restart['killed_pid']}, next export answered in {restart['export_s']:.1f} s "
+        f"(jobs {restart['statuses']}), fork server now {restart['new_pid']}"
+    )
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help=f"a short run: {QUICK}")
-    parser.add_argument("--exports", type=int, help=f"sequential exports for the memory figure (>= 5; {FULL.exports}, quick {QUICK.exports})")
+    parser.add_argument(
+        "--exports",
+        type=int,
+        help=f"sequential exports for the memory figure (>= 5; {FULL.exports}, quick {QUICK.exports})",
+    )
     parser.add_argument("--json", type=pathlib.Path, metavar="OUT", help="write every figure as JSON")
     args = parser.parse_args()
     sizes = QUICK if args.quick else FULL
@@ -259,7 +289,9 @@ def main() -> None:
     client = StdioClient(cwd=REPO, log=log)  # its own session: close() kills the server, fork server and workers
     try:
         client.initialize(root)
-        client.notify("textDocument/didOpen", {"textDocument": {"uri": uri, "languageId": "python", "version": 1, "text": source}})
+        client.notify(
+            "textDocument/didOpen", {"textDocument": {"uri": uri, "languageId": "python", "version": 1, "text": source}}
+        )
         results = measure(client, uri, hover_line, sizes)
     except BaseException:
         print(f"stopped early; the server's log: {log}", file=sys.stderr)

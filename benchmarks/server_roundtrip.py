@@ -57,7 +57,6 @@ def _rss(pid: int) -> float:
 def torch_onnx_export_seconds(repeats: int) -> float:
     sys.path.insert(0, str(REPO / "examples"))
     import torch
-
     from mlp import MLPModel
 
     model, x = MLPModel(), torch.rand((97, 8))
@@ -93,7 +92,10 @@ def main() -> None:
     memory_n = rss_mib(client)
 
     # Hover latency while an op-level-debug export runs.
-    debug = {"command": "onnxlens.server.export", "arguments": [{"uri": uri, "target": "mlp", "options": {"opLevelDebug": True}}]}
+    debug = {
+        "command": "onnxlens.server.export",
+        "arguments": [{"uri": uri, "target": "mlp", "options": {"opLevelDebug": True}}],
+    }
     client.request(execute, debug, timeout=600)
     export_id = client.send_request(execute, debug)
     hovers = []
@@ -105,10 +107,16 @@ def main() -> None:
 
     torch_seconds = torch_onnx_export_seconds(10)
     rt = statistics.median(round_trips)
-    print(f"seed MLP warm round trip executeCommand→publishDiagnostics: median {rt * 1000:.0f} ms (min {min(round_trips) * 1000:.0f}, max {max(round_trips) * 1000:.0f}) over 10")
-    print(f"torch.onnx.export(dynamo=True) alone, warm, same model: median {torch_seconds * 1000:.0f} ms; ratio round trip / torch.onnx.export = {rt / torch_seconds:.2f}")
+    print(
+        f"seed MLP warm round trip executeCommand→publishDiagnostics: median {rt * 1000:.0f} ms (min {min(round_trips) * 1000:.0f}, max {max(round_trips) * 1000:.0f}) over 10"
+    )
+    print(
+        f"torch.onnx.export(dynamo=True) alone, warm, same model: median {torch_seconds * 1000:.0f} ms; ratio round trip / torch.onnx.export = {rt / torch_seconds:.2f}"
+    )
     print(f"memory after 5 exports: {memory_5}; after {args.exports}: {memory_n} (MiB RSS)")
-    print(f"hover latency during an export: median {statistics.median(hovers) * 1000:.1f} ms, max {max(hovers) * 1000:.1f} ms over {len(hovers)} hovers")
+    print(
+        f"hover latency during an export: median {statistics.median(hovers) * 1000:.1f} ms, max {max(hovers) * 1000:.1f} ms over {len(hovers)} hovers"
+    )
 
 
 if __name__ == "__main__":

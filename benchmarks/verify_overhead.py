@@ -27,13 +27,15 @@ import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests"))
 
+import corpus  # noqa: E402
 import torch  # noqa: E402
 
-import corpus  # noqa: E402
 import exporter  # noqa: E402
-from exporter.verify import divergence
-from exporter.verify import numerics  # noqa: E402
 from exporter.api import Exporter  # noqa: E402
+from exporter.verify import (
+    divergence,
+    numerics,  # noqa: E402
+)
 
 
 def _export(case: corpus.Case, verify: bool) -> float:
@@ -68,8 +70,14 @@ def _large_llama(layers: int) -> corpus.Built:
 
     torch.manual_seed(0)
     config = LlamaConfig(
-        vocab_size=32000, hidden_size=1024, intermediate_size=2816, num_hidden_layers=layers, num_attention_heads=16,
-        num_key_value_heads=4, max_position_embeddings=256, attn_implementation=corpus.HF_ATTN,
+        vocab_size=32000,
+        hidden_size=1024,
+        intermediate_size=2816,
+        num_hidden_layers=layers,
+        num_attention_heads=16,
+        num_key_value_heads=4,
+        max_position_embeddings=256,
+        attn_implementation=corpus.HF_ATTN,
     )
     return LlamaForCausalLM(config).eval(), (), corpus._token_inputs(32000, 2, 64)
 
@@ -88,7 +96,9 @@ def _child(name: str, mode: str, layers: int) -> None:
         feeds = {i.name: x for i, x in zip(export_output.model.graph.inputs, inputs)}
         divergence.bisect(verifier.program, export_output.model, feeds, args, kwargs, verifier.tolerances)
     seconds = time.perf_counter() - start
-    print(seconds, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, sum(p.numel() for p in model.parameters()))
+    print(
+        seconds, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, sum(p.numel() for p in model.parameters())
+    )
 
 
 def _fresh_processes(name: str, layers: int, repeats: int) -> None:
@@ -99,16 +109,23 @@ def _fresh_processes(name: str, layers: int, repeats: int) -> None:
         for mode in MODES:
             out = subprocess.run(
                 [sys.executable, os.path.abspath(__file__), "--child", name, mode, "--large-layers", str(layers)],
-                capture_output=True, text=True, cwd=root, env={**os.environ, "PYTHONPATH": root}, check=True,
+                capture_output=True,
+                text=True,
+                cwd=root,
+                env={**os.environ, "PYTHONPATH": root},
+                check=True,
             )
             seconds, rss, params = out.stdout.split()
             results[mode].append((float(seconds), float(rss)))
     plain = statistics.median(s for s, _ in results["plain"])
-    print(f"{name} ({int(params) / 1e6:.1f}M parameters), fresh processes, median of {repeats}: " + "; ".join(
-        f"{mode} {statistics.median(s for s, _ in runs):.1f}s ({statistics.median(s for s, _ in runs) / plain:.2f}x), "
-        f"peak RSS {statistics.median(r for _, r in runs):.0f} MiB"
-        for mode, runs in results.items()
-    ))
+    print(
+        f"{name} ({int(params) / 1e6:.1f}M parameters), fresh processes, median of {repeats}: "
+        + "; ".join(
+            f"{mode} {statistics.median(s for s, _ in runs):.1f}s ({statistics.median(s for s, _ in runs) / plain:.2f}x), "
+            f"peak RSS {statistics.median(r for _, r in runs):.0f} MiB"
+            for mode, runs in results.items()
+        )
+    )
 
 
 def _faults() -> None:
@@ -116,10 +133,46 @@ def _faults() -> None:
     from fixtures import diverging_models as models
 
     faults = [
-        ("sigmoid 1% high", "gated-sigmoid", lambda: models.Gated().eval(), (5, 16), torch.float32, t.sigmoid_one_percent_high, "sigmoid", None),
-        ("softmax overflow", "attention-softmax", lambda: models.ScaledAttention(40.0).eval(), (2, 6, 16), torch.float32, t.softmax_without_max, "softmax", "int"),
-        ("float16 norm 5% high", "half-normalize", lambda: models.NormalizedHalf().eval().half(), (4, 64), torch.float16, t.norm_five_percent_high, "linalg_vector_norm", None),
-        ("mean within tolerance, amplified", "centered-sub", lambda: models.Centered().eval(), (3, 16), torch.float32, t.mean_ten_ppm_high, "mean", "dim"),
+        (
+            "sigmoid 1% high",
+            "gated-sigmoid",
+            lambda: models.Gated().eval(),
+            (5, 16),
+            torch.float32,
+            t.sigmoid_one_percent_high,
+            "sigmoid",
+            None,
+        ),
+        (
+            "softmax overflow",
+            "attention-softmax",
+            lambda: models.ScaledAttention(40.0).eval(),
+            (2, 6, 16),
+            torch.float32,
+            t.softmax_without_max,
+            "softmax",
+            "int",
+        ),
+        (
+            "float16 norm 5% high",
+            "half-normalize",
+            lambda: models.NormalizedHalf().eval().half(),
+            (4, 64),
+            torch.float16,
+            t.norm_five_percent_high,
+            "linalg_vector_norm",
+            None,
+        ),
+        (
+            "mean within tolerance, amplified",
+            "centered-sub",
+            lambda: models.Centered().eval(),
+            (3, 16),
+            torch.float32,
+            t.mean_ten_ppm_high,
+            "mean",
+            "dim",
+        ),
     ]
     for title, marker, build, shape, dtype, function, name, overload in faults:
         torch.manual_seed(0)
@@ -158,7 +211,9 @@ def main() -> None:
         return
     cases = [corpus.get(n) for n in args.cases.split(",")] if args.cases else list(corpus.CASES)
     ratios: dict[str, float] = {}
-    print(f"{'case':28} {'plain s':>8} {'verify s':>8} {'ratio':>6} {'bisect/plain':>12} {'compared':>8} {'mapped':>6} {'ort runs':>8} first divergence")
+    print(
+        f"{'case':28} {'plain s':>8} {'verify s':>8} {'ratio':>6} {'bisect/plain':>12} {'compared':>8} {'mapped':>6} {'ort runs':>8} first divergence"
+    )
     for case in cases:
         plain, verified = [], []
         try:
@@ -181,12 +236,16 @@ def main() -> None:
             flush=True,
         )
     values = sorted(ratios.values())
-    print(f"\nverify/plain over {len(values)} models: median {statistics.median(values):.2f}, max {values[-1]:.2f} ({max(ratios, key=ratios.get)})")
+    print(
+        f"\nverify/plain over {len(values)} models: median {statistics.median(values):.2f}, max {values[-1]:.2f} ({max(ratios, key=ratios.get)})"
+    )
     hf = [c for c in cases if "hf" in c.tags]
     if hf:
         largest = max(hf, key=_params)
         if largest.name in ratios:
-            print(f"largest Hugging Face model {largest.name} ({_params(largest) / 1e6:.2f}M parameters): verify/plain {ratios[largest.name]:.2f}")
+            print(
+                f"largest Hugging Face model {largest.name} ({_params(largest) / 1e6:.2f}M parameters): verify/plain {ratios[largest.name]:.2f}"
+            )
         if not args.no_rss:
             _fresh_processes(largest.name, args.large_layers, args.repeats)
     if not args.no_rss:

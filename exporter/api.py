@@ -8,25 +8,22 @@ from typing import Any
 
 import torch
 
-from exporter.capture import adapters
-from exporter.translate import analysis
+from exporter.capture import adapters, dynamic
 from exporter.capture import extractor as capture
-from exporter.capture import dynamic
-from exporter.translate import python_functions as generate
-from exporter.diagnostics import dynamic_report
-from exporter.diagnostics import DiagnosticContext, Level
-from exporter.diagnostics import rules
+from exporter.capture.fake import check_fake_consistency
+from exporter.constants import Stage
+from exporter.diagnostics import DiagnosticContext, Level, dynamic_report, rules
 from exporter.diagnostics.explain import explain
 from exporter.diagnostics.torch_logs import captured_logs
 from exporter.errors import OnnxExporterError, is_out_of_memory
-from exporter.capture.fake import check_fake_consistency
+from exporter.onnx_passes import finalize
 from exporter.options import ExportOptions
 from exporter.output.program import ExportOutput
-from exporter.onnx_passes import finalize
 from exporter.passes import decompose, inline_grad_regions, type_promotion
-from exporter.constants import Stage
-from exporter.translate.registry import default_registry
+from exporter.translate import analysis
+from exporter.translate import python_functions as generate
 from exporter.translate.fx_to_onnx import GraphTranslator, TranslationError
+from exporter.translate.registry import default_registry
 
 ProgressCallback = Callable[[str, dict[str, Any]], None]
 
@@ -76,24 +73,54 @@ class Exporter:
                 from exporter.verify.op_debug import validate_ops
 
                 self._stage(
-                    Stage.OP_LEVEL_DEBUG, validate_ops, program, self._translator, model, self.model_args, self.model_kwargs,
-                    self.ctx, fake=self.options.fake_context is not None,
+                    Stage.OP_LEVEL_DEBUG,
+                    validate_ops,
+                    program,
+                    self._translator,
+                    model,
+                    self.model_args,
+                    self.model_kwargs,
+                    self.ctx,
+                    fake=self.options.fake_context is not None,
                 )
             elif self._translator.custom_nodes and self.options.fake_context is None:
                 from exporter.verify.op_debug import check_custom_translations
 
-                self._stage(Stage.OP_LEVEL_DEBUG, check_custom_translations, program, self._translator, model, self.model_args, self.model_kwargs, self.ctx)
+                self._stage(
+                    Stage.OP_LEVEL_DEBUG,
+                    check_custom_translations,
+                    program,
+                    self._translator,
+                    model,
+                    self.model_args,
+                    self.model_kwargs,
+                    self.ctx,
+                )
             unoptimized = model.clone() if self.options.verify else None  # verify: was it the optimizer?
             self._stage(Stage.ONNX_PASSES, self._finalize, model)
             self._record_adapters(program, model)
             if self.options.fake_context is None:
                 self._verifier = self._make_verifier(program, model, unoptimized)
-            if self._dims and self.options.second_size_check and self.options.fake_context is None and not self.ctx.errors():
+            if (
+                self._dims
+                and self.options.second_size_check
+                and self.options.fake_context is None
+                and not self.ctx.errors()
+            ):
                 from exporter.verify import second_size
 
                 self._stage(
-                    Stage.SECOND_SIZE, second_size.check, program, model, self.input_adapter, self.output_adapter, self.model,
-                    self.model_args, self.model_kwargs, dynamic.dim_names(program, self._dims), self.ctx,
+                    Stage.SECOND_SIZE,
+                    second_size.check,
+                    program,
+                    model,
+                    self.input_adapter,
+                    self.output_adapter,
+                    self.model,
+                    self.model_args,
+                    self.model_kwargs,
+                    dynamic.dim_names(program, self._dims),
+                    self.ctx,
                 )
             if self.options.verify and self._verifier is not None and not self.ctx.errors():
                 self._stage(Stage.VERIFY, self._verifier.verify, self.model_args, self.model_kwargs, self.ctx)
@@ -143,10 +170,20 @@ class Exporter:
         except capture.GraphCaptureError as e:
             first = e.attempts[0].error
             torch_message = f"{type(first).__name__}: {capture._first_line(first)}"
-            violation = dynamic_report.constraint_violation(first, extractor.specializations, self.options.dynamic_shapes, self._arguments())
+            violation = dynamic_report.constraint_violation(
+                first, extractor.specializations, self.options.dynamic_shapes, self._arguments()
+            )
             if violation is not None:
                 message, stack, details = violation
-                self.ctx.report(rules.DIMENSION_SPECIALIZED, Level.ERROR, message, stack=stack, exception=first, torchMessage=torch_message, **details)
+                self.ctx.report(
+                    rules.DIMENSION_SPECIALIZED,
+                    Level.ERROR,
+                    message,
+                    stack=stack,
+                    exception=first,
+                    torchMessage=torch_message,
+                    **details,
+                )
                 raise OnnxExporterErrorWithin(message) from first
             explanation = next((x for a in e.attempts if (x := explain(a.error, e.location))), None)
             if explanation is None:
@@ -155,10 +192,17 @@ class Exporter:
                 message = f"{explanation.message} {explanation.fix}"
                 details = {"cause": explanation.cause, "fix": explanation.fix, "torchMessage": torch_message}
             self.ctx.report(
-                rules.GRAPH_CAPTURE, Level.ERROR, message, stack=e.location, exception=first,
-                strategies=[a.strategy for a in e.attempts], **details,
+                rules.GRAPH_CAPTURE,
+                Level.ERROR,
+                message,
+                stack=e.location,
+                exception=first,
+                strategies=[a.strategy for a in e.attempts],
+                **details,
             )
-            raise OnnxExporterErrorWithin(f"Could not capture the model as an FX graph: {message}" if explanation else str(e)) from first
+            raise OnnxExporterErrorWithin(
+                f"Could not capture the model as an FX graph: {message}" if explanation else str(e)
+            ) from first
         self._dims = dynamic.requested_dims(program, self.options.dynamic_shapes)
         dynamic_report.report_specialized(
             self.ctx, program, self._dims, extractor.specializations, self._arguments(), extractor.assumptions
@@ -188,7 +232,13 @@ class Exporter:
         try:
             result = run()
         except Exception as e:
-            self.ctx.report(rules.FX_PASS, Level.ERROR, f"FX pass {name} failed: {type(e).__name__}: {e}", exception=e, **{"pass": name})
+            self.ctx.report(
+                rules.FX_PASS,
+                Level.ERROR,
+                f"FX pass {name} failed: {type(e).__name__}: {e}",
+                exception=e,
+                **{"pass": name},
+            )
             raise OnnxExporterErrorWithin(f"FX pass {name} failed: {e}") from e
         self.ctx.report(rules.FX_PASS, Level.NONE, f"Ran FX pass {name}.", **{"pass": name})
         return result
@@ -210,14 +260,21 @@ class Exporter:
         return {"generatedFunction": generated.properties()} if generated else {}
 
     def _translate(self, program: torch.export.ExportedProgram):
-        translator = self._translator = GraphTranslator(self.registry, self.ctx, self.opset_version, on_node=self._on_node)
+        translator = self._translator = GraphTranslator(
+            self.registry, self.ctx, self.opset_version, on_node=self._on_node
+        )
         self._translated = 0
         self._total = sum(1 for n in program.graph.nodes if n.op == "call_function")
         try:
             return translator.translate_program(program, dim_names=dynamic.dim_names(program, self._dims))
         except TranslationError as e:
             self.ctx.report(
-                rules.FX_NODE_TO_ONNX, Level.ERROR, str(e), node=e.node, exception=e.__cause__, onnxFunction=e.function_name
+                rules.FX_NODE_TO_ONNX,
+                Level.ERROR,
+                str(e),
+                node=e.node,
+                exception=e.__cause__,
+                onnxFunction=e.function_name,
             )
             raise OnnxExporterErrorWithin(str(e)) from e
 
@@ -228,14 +285,23 @@ class Exporter:
 
     def _finalize(self, model) -> None:
         try:
-            finalize.finalize(model, self.opset_version, self.ctx, optimize=self.options.optimize, modularize=self.options.modularize)
+            finalize.finalize(
+                model, self.opset_version, self.ctx, optimize=self.options.optimize, modularize=self.options.modularize
+            )
         except finalize.PassFailed as e:
             raise OnnxExporterErrorWithin(str(e)) from e.__cause__
 
     def _record_adapters(self, program: torch.export.ExportedProgram, model) -> None:
-        user_inputs = [s for s in program.graph_signature.input_specs if s.kind == torch.export.graph_signature.InputKind.USER_INPUT]
+        user_inputs = [
+            s
+            for s in program.graph_signature.input_specs
+            if s.kind == torch.export.graph_signature.InputKind.USER_INPUT
+        ]
         placeholders = {n.name: n for n in program.graph.nodes if n.op == "placeholder"}
-        keep_in = tuple(adapters.is_graph_io(placeholders[s.arg.name].meta.get("val")) if hasattr(s.arg, "name") else False for s in user_inputs)
+        keep_in = tuple(
+            adapters.is_graph_io(placeholders[s.arg.name].meta.get("val")) if hasattr(s.arg, "name") else False
+            for s in user_inputs
+        )
         self.input_adapter.append_step(adapters.FlattenInputStep(program.call_spec.in_spec))
         self.input_adapter.append_step(adapters.KeepGraphInputsStep(keep_in))
         self.input_adapter.append_step(adapters.ConvertComplexToRealStep())
@@ -254,8 +320,14 @@ class Exporter:
         from exporter.verify.accuracy import Verifier
 
         return Verifier(
-            program, self.model, model, unoptimized, self.input_adapter, self.output_adapter,
-            opset_version=self.opset_version, tolerances=self.options.verify_tolerances,
+            program,
+            self.model,
+            model,
+            unoptimized,
+            self.input_adapter,
+            self.output_adapter,
+            opset_version=self.opset_version,
+            tolerances=self.options.verify_tolerances,
         )
 
     def _partial(self, error: BaseException) -> ExportOutput:

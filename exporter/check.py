@@ -83,8 +83,10 @@ class CheckReport:
         for name, target in zip(names, self.targets):
             c = counts[name]
             new = f" {c['new']:>4}" if baseline else ""
-            lines.append(f"{name:<{width}}  {str(target.result.outcome.kind):<9} {c['error']:>6} {c['warning']:>8}{new}"
-                         f"  {target.seconds:7.2f}")
+            lines.append(
+                f"{name:<{width}}  {str(target.result.outcome.kind):<9} {c['error']:>6} {c['warning']:>8}{new}"
+                f"  {target.seconds:7.2f}"
+            )
         absent = sum(r.get("baselineState") == "absent" for r in self.results)
         kinds = [str(t.result.outcome.kind) for t in self.targets]
         summary = ", ".join(f"{kinds.count(k)} {k}" for k in dict.fromkeys(kinds)) or "no targets"
@@ -94,8 +96,13 @@ class CheckReport:
 
 
 def check(
-    paths: Sequence[str], *, overrides: Mapping[str, Any] | None = None, root: str | None = None,
-    baseline: dict[str, Any] | None = None, category: str | None = None, progress: Progress | None = None,
+    paths: Sequence[str],
+    *,
+    overrides: Mapping[str, Any] | None = None,
+    root: str | None = None,
+    baseline: dict[str, Any] | None = None,
+    category: str | None = None,
+    progress: Progress | None = None,
 ) -> CheckReport:
     """Export every target under `paths` (files or folders) with `overrides` (parsed export settings) and
     report them: a SARIF log relative to `root` (default: the git repository holding the working directory,
@@ -177,8 +184,9 @@ def check_file(path: str, overrides: Mapping[str, Any], progress: Progress | Non
     try:
         module = load_module(path)
     except Exception as e:  # the file raised while being imported: each of its targets fails there
-        return [TargetCheck(path, name, line, failure(e, name), time.perf_counter() - start)
-                for name, line in lines.items()]
+        return [
+            TargetCheck(path, name, line, failure(e, name), time.perf_counter() - start) for name, line in lines.items()
+        ]
     found = find_targets(module)
     checked = []
     for name, line in {**lines, **{n: fn.__code__.co_firstlineno for n, fn in found.items()}}.items():
@@ -207,8 +215,9 @@ def _problems(target: TargetCheck, root: str) -> list[Problem]:
     result, ctx = target.result, target.result.context
     diagnostics = [d for d in ctx.diagnostics if d.level >= Level.WARNING] if ctx is not None else []
     if not result.ok and not any(d.level == Level.ERROR for d in diagnostics):
-        frames = [Frame(f["path"], f["line"], f["function"], linecache.getline(f["path"], f["line"]))
-                  for f in result.frames]
+        frames = [
+            Frame(f["path"], f["line"], f["function"], linecache.getline(f["path"], f["line"])) for f in result.frames
+        ]
         message = f"Target {target.name} failed: {_first_line(result.message)}"
         diagnostics.append(Diagnostic(EXPORT_TARGET, Level.ERROR, message, frames))
     name = f"{_relative(target.path, root)}:{target.name}"
@@ -232,4 +241,3 @@ def _relative(path: str, root: str) -> str:
 
 def _is_within(path: str, root: str) -> bool:
     return os.path.commonpath([os.path.abspath(path), root]) == root
-

@@ -27,18 +27,25 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="onnxlens-export", description=DESCRIPTION)
     parser.add_argument("target", help="FILE.py or FILE.py:TARGET (default: every target in the file)")
     parser.add_argument(
-        "-o", "--output",
+        "-o",
+        "--output",
         help="output .onnx path, or folder for --task text-generation (one target only; "
         "default: <file>.<target>.onnx, <file>.<target>/ beside FILE)",
     )
     parser.add_argument(
-        "--task", choices=["text-generation"],
+        "--task",
+        choices=["text-generation"],
         help="export the target's causal LM for generation (KV cache, genai_config.json, checked by generating); "
         "default: the target's task",
     )
     parser.add_argument("--sarif", help="write the SARIF diagnostics log here (.sarif; one target only)")
     _add_settings(parser)
-    parser.add_argument("-v", "--verbose", action="store_true", help="also print torch's log output and the warnings raised during export")
+    parser.add_argument(
+        "-v",
+        "--verbose",
+        action="store_true",
+        help="also print torch's log output and the warnings raised during export",
+    )
     return parser.parse_args(argv)
 
 
@@ -48,8 +55,12 @@ def parse_check_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("paths", nargs="+", metavar="PATH", help="model files or folders holding them")
     parser.add_argument("--sarif", help="write the SARIF log of every target here (.sarif)")
     parser.add_argument("--baseline", help="a previous check's SARIF log: only new problems fail the check")
-    parser.add_argument("--fail-on", choices=["error", "warning"], default="error",
-                        help="the least severe problem that fails the check (default: error)")
+    parser.add_argument(
+        "--fail-on",
+        choices=["error", "warning"],
+        default="error",
+        help="the least severe problem that fails the check (default: error)",
+    )
     parser.add_argument("--category", help="the SARIF automationDetails.id category (default: the paths)")
     _add_settings(parser)
     return parser.parse_args(argv)
@@ -135,12 +146,19 @@ def run(argv: list[str] | None = None) -> int:
     flags = {name: value for name, value in vars(args).items() if name in SETTINGS and value is not None}
     failures = 0
     for target_name, fn in targets.items():
-        stem = os.path.join(os.path.dirname(os.path.abspath(path)), f"{os.path.splitext(os.path.basename(path))[0]}.{target_name}")
+        stem = os.path.join(
+            os.path.dirname(os.path.abspath(path)), f"{os.path.splitext(os.path.basename(path))[0]}.{target_name}"
+        )
         generation = (args.task or target_task(fn)) == TEXT_GENERATION
         output = args.output or (stem if generation else f"{stem}.onnx")
         start = time.perf_counter()
         result = export_target(
-            fn, {}, flags, output, args.sarif, task=args.task,
+            fn,
+            {},
+            flags,
+            output,
+            args.sarif,
+            task=args.task,
             progress=lambda stage, info, name=target_name: progress(f"{name}: {stage}", info),
         )
         progress.done()
@@ -197,9 +215,9 @@ def _import_pipeline() -> None:
     """Import what every export uses before it runs (see `run`): the pipeline, torchlib's table and
     TorchDynamo, which torch.export imports on its first call."""
     import torch.export._trace  # noqa: F401
-    from exporter.translate.registry import default_registry
 
     import exporter.api  # noqa: F401
+    from exporter.translate.registry import default_registry
 
     default_registry()
 
@@ -261,8 +279,10 @@ def _print_result(name: str, fn, result, generation: bool, seconds: float, verbo
     summary = result.summary
     headline = f"  {outcome.headline}\n" if outcome.kind != Kind.EXPORTED else ""
     if generation:
-        print(f"{outcome.kind} {name} for generation -> {os.path.dirname(result.onnx)}\n{headline}"
-              f"  {', '.join(result.files)}\n  {summary['generation']}\n  {seconds:.2f}s ({stages})")
+        print(
+            f"{outcome.kind} {name} for generation -> {os.path.dirname(result.onnx)}\n{headline}"
+            f"  {', '.join(result.files)}\n  {summary['generation']}\n  {seconds:.2f}s ({stages})"
+        )
         return
     print(
         f"{outcome.kind} {name} -> {result.onnx}\n{headline}"
@@ -282,7 +302,11 @@ def _where(error: BaseException, path: str) -> str:
     from exporter.diagnostics.locations import is_user_file
 
     if isinstance(error, SyntaxError) and error.filename:
-        return f"{error.filename}:{error.lineno}:{error.offset}: " if error.offset else f"{error.filename}:{error.lineno}: "
+        return (
+            f"{error.filename}:{error.lineno}:{error.offset}: "
+            if error.offset
+            else f"{error.filename}:{error.lineno}: "
+        )
     frames = [f for f in traceback.extract_tb(error.__traceback__) if is_user_file(f.filename)]
     return f"{frames[-1].filename}:{frames[-1].lineno}: " if frames else f"{path}: "
 

@@ -9,7 +9,9 @@ import enum
 from collections.abc import Mapping
 from typing import Any
 
-DEFAULT_OPSET_VERSION = 20  # as torch.onnx.export since PyTorch 2.9 (the seed: 18); ExportOptions.opset_version changes it
+DEFAULT_OPSET_VERSION = (
+    20  # as torch.onnx.export since PyTorch 2.9 (the seed: 18); ExportOptions.opset_version changes it
+)
 PRODUCER_NAME = "onnxlens"
 TWO_GIB = 2**31  # the protobuf limit: larger models keep their weights in external data
 

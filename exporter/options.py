@@ -31,7 +31,9 @@ PRECISIONS = ("fp32", "fp16", "int8", "int4")  # ExportOptions.precision (export
 def check_opset(version: int) -> int:
     """`version` if a model can be exported at it; else a `ValueError` naming the valid range."""
     if isinstance(version, bool) or not isinstance(version, int) or version not in OPSET_VERSIONS:
-        raise ValueError(f"opset_version must be an integer from {OPSET_VERSIONS[0]} to {OPSET_VERSIONS[-1]}, got {version!r}")
+        raise ValueError(
+            f"opset_version must be an integer from {OPSET_VERSIONS[0]} to {OPSET_VERSIONS[-1]}, got {version!r}"
+        )
     return version
 
 
@@ -52,7 +54,10 @@ class Flag:
 
     def cli(self, setting: Setting) -> dict[str, Any]:
         negated = setting.default is True
-        return {"action": "store_false" if negated else "store_true", "help": f"do not {setting.help}" if negated else setting.help}
+        return {
+            "action": "store_false" if negated else "store_true",
+            "help": f"do not {setting.help}" if negated else setting.help,
+        }
 
 
 @dataclasses.dataclass(frozen=True)
@@ -124,7 +129,10 @@ class DynamicShapesSpec:
     def cli(self, setting: Setting) -> dict[str, Any]:
         example = '{"x": {"0": "batch"}}'
         return {
-            "type": _cli_type(self), "nargs": "?", "const": True, "metavar": "SPEC",
+            "type": _cli_type(self),
+            "nargs": "?",
+            "const": True,
+            "metavar": "SPEC",
             "help": f"{setting.help}; or only those of a JSON spec, e.g. '{example}' (a name, auto, dynamic or static per dim)",
         }
 
@@ -206,8 +214,11 @@ class ExportOptions:
     onnx_registry: Any = None  # OnnxRegistry
     diagnostic_options: DiagnosticOptions | None = None
     opset_version: int | None = _setting(
-        None, Integer(OPSET_VERSIONS[0], OPSET_VERSIONS[-1]), f"ONNX opset version (default {DEFAULT_OPSET_VERSION})",
-        flag="--opset", editor="opset",
+        None,
+        Integer(OPSET_VERSIONS[0], OPSET_VERSIONS[-1]),
+        f"ONNX opset version (default {DEFAULT_OPSET_VERSION})",
+        flag="--opset",
+        editor="opset",
     )
     optimize: bool | str = _setting(True, Flag(), "run onnxscript's optimizer")  # or OPTIMIZE_ONNXRUNTIME (Python only)
     modularize: bool = _setting(True, Flag(), "wrap nn.Modules in ONNX functions")
@@ -217,7 +228,9 @@ class ExportOptions:
     precision: str = _setting("fp32", Choice(PRECISIONS), "weight precision of a text-generation export")
     block_size: int = _setting(32, Integer(16, 256), "weights per quantization block of an int4/int8 export")
     symmetric: bool = _setting(True, Flag(), "quantize symmetrically (no zero points)")
-    accuracy_level: int = _setting(4, Integer(0, 4), "MatMulNBits accuracy level of an int4/int8 export (4: int8 compute)")
+    accuracy_level: int = _setting(
+        4, Integer(0, 4), "MatMulNBits accuracy level of an int4/int8 export (4: int8 compute)"
+    )
     int8_head: bool = _setting(False, Flag(), "keep the output head of an int4 export in int8")
     fused_kernels: bool = _setting(True, Flag(), "fuse attention, rotary embeddings and norms into onnxruntime kernels")
 
@@ -289,7 +302,9 @@ def _settings() -> dict[str, Setting]:
         flag = f.metadata.get("flag") or ("--no-" if f.default is True else "--") + f.name.replace("_", "-")
         editor_key = f.metadata.get("editor") or _camel(f.name)
         found[f.name] = Setting(f.name, f.metadata["setting"], f.default, f.metadata["help"], flag, editor_key)
-    found["verbosity"] = Setting("verbosity", Choice(VERBOSITIES), "info", "diagnostics detail", "--verbosity", "verbosity")
+    found["verbosity"] = Setting(
+        "verbosity", Choice(VERBOSITIES), "info", "diagnostics detail", "--verbosity", "verbosity"
+    )
     return found
 
 

@@ -23,7 +23,12 @@ from typing import Any, Protocol
 
 from exporter.constants import Prop
 from exporter.diagnostics.rules import (
-    ACCURACY_DIVERGENCE, DIMENSION_SPECIALIZED, GENERATION_DIVERGENCE, OP_LEVEL_DEBUGGING, Level, Rule,
+    ACCURACY_DIVERGENCE,
+    DIMENSION_SPECIALIZED,
+    GENERATION_DIVERGENCE,
+    OP_LEVEL_DEBUGGING,
+    Level,
+    Rule,
 )
 
 ASKED_DYNAMIC = "askedDynamic"  # FXE0020's note (a warning when all came out static): the dims asked dynamic
@@ -69,7 +74,9 @@ class Outcome:
 
     def to_json(self) -> dict[str, Any]:
         return {
-            "kind": self.kind.value, "headline": self.headline, "severity": self.severity,
+            "kind": self.kind.value,
+            "headline": self.headline,
+            "severity": self.severity,
             "fixedDims": [dataclasses.asdict(d) for d in self.fixed],
         }
 
@@ -92,8 +99,12 @@ class DiagnosticLike(Protocol):
 
 
 def decide(
-    diagnostics: Sequence[DiagnosticLike], *, name: str | None = None, model: bool | None = None,
-    failure: str = "", fixed_by_options: Sequence[FixedDim] = (),
+    diagnostics: Sequence[DiagnosticLike],
+    *,
+    name: str | None = None,
+    model: bool | None = None,
+    failure: str = "",
+    fixed_by_options: Sequence[FixedDim] = (),
 ) -> Outcome:
     """The outcome of the export of `name` (None: "the model") from its `diagnostics`.
 

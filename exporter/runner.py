@@ -16,16 +16,20 @@ from exporter.errors import is_out_of_memory
 from exporter.options import ExportOptions
 from exporter.outcome import Outcome, decide, failed, fixed_by_spec
 from exporter.targets import (
-    GENERATION_FIXED, TEXT_GENERATION, TargetError, build_generation_target, build_target, load_module, target_options,
+    GENERATION_FIXED,
+    TEXT_GENERATION,
+    TargetError,
+    build_generation_target,
+    build_target,
+    load_module,
+    target_options,
     target_task,
 )
 
 Progress = Callable[[str, dict[str, Any]], None]
 
 
-def merge_settings(
-    editor: Mapping[str, Any], target: Mapping[str, Any], override: Mapping[str, Any]
-) -> dict[str, Any]:
+def merge_settings(editor: Mapping[str, Any], target: Mapping[str, Any], override: Mapping[str, Any]) -> dict[str, Any]:
     """The settings of one export, parsed values (`exporter.options.parse_settings`) by precedence:
     built-in defaults (the `ExportOptions` fields') < the editor's settings < the target's own
     ``@export_target(...)`` options < an explicit override (a request's, or the CLI's flags)."""
@@ -61,8 +65,14 @@ class ExportResult:
 
 
 def export_file_target(
-    path: str, name: str, settings: Mapping[str, Any], overrides: Mapping[str, Any], output_stem: str,
-    *, source: str | None = None, progress: Progress | None = None,
+    path: str,
+    name: str,
+    settings: Mapping[str, Any],
+    overrides: Mapping[str, Any],
+    output_stem: str,
+    *,
+    source: str | None = None,
+    progress: Progress | None = None,
 ) -> ExportResult:
     """Load the model file `path` (or its `source` text) and `export_target` its target `name` to
     ``<output_stem>.onnx`` (a generation target: the folder ``<output_stem>/``) and ``<output_stem>.sarif``."""
@@ -83,8 +93,14 @@ def export_file_target(
 
 
 def export_target(
-    fn: Callable[..., Any], settings: Mapping[str, Any], overrides: Mapping[str, Any], output: str,
-    sarif: str | None, *, task: str | None = None, progress: Progress | None = None,
+    fn: Callable[..., Any],
+    settings: Mapping[str, Any],
+    overrides: Mapping[str, Any],
+    output: str,
+    sarif: str | None,
+    *,
+    task: str | None = None,
+    progress: Progress | None = None,
 ) -> ExportResult:
     """Export the target `fn` with `settings` (the editor's) and `overrides` (parsed values, see
     `merge_settings`) to `output`: a .onnx file, or for a text-generation target (its own ``task`` or
@@ -102,7 +118,9 @@ def export_target(
         return failure(e, _name(fn))
 
 
-def _export(fn: Callable[..., Any], values: dict[str, Any], output: str, sarif: str | None, progress: Progress) -> ExportResult:
+def _export(
+    fn: Callable[..., Any], values: dict[str, Any], output: str, sarif: str | None, progress: Progress
+) -> ExportResult:
     import exporter
 
     progress(Stage.BUILD_TARGET.value, {})
@@ -153,7 +171,9 @@ def _export_for_generation(
     model, check_inputs = build_generation_target(fn)
     progress(Stage.CAPTURE.value, {})
     try:
-        result = exporter.export_for_generation(model, output, export_options=options, sarif=sarif is None, **check_inputs)
+        result = exporter.export_for_generation(
+            model, output, export_options=options, sarif=sarif is None, **check_inputs
+        )
     except exporter.OnnxExporterError as e:
         ctx = e.export_output.diagnostic_context
         outcome = decide(ctx.diagnostics, name=_name(fn), model=False, failure=str(e))

@@ -49,8 +49,7 @@ def build_target(fn: Callable[..., Any]) -> tuple[Any, tuple[Any, ...], dict[str
     result = fn()
     if not isinstance(result, tuple) or len(result) not in (2, 3):
         raise TargetError(
-            f"export target {name} must return (model, args) or (model, args, kwargs), "
-            f"got {type(result).__name__}"
+            f"export target {name} must return (model, args) or (model, args, kwargs), got {type(result).__name__}"
         )
     model, args, *rest = result
     kwargs = rest[0] if rest else {}
@@ -89,6 +88,7 @@ def build_generation_target(fn: Callable[..., Any]) -> tuple[Any, dict[str, Any]
 
 def _returning(result: Any, name: str) -> Callable[[], Any]:
     """A function returning `result`, named `name` (for `build_target`'s messages)."""
+
     def target() -> Any:
         return result
 

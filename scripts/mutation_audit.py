@@ -133,10 +133,16 @@ SKIPPED_DIRS = {".venv", "node_modules"}  # environments, in case .gitignore doe
 
 def copy_tree(destination: pathlib.Path) -> None:
     """Copy the working tree's tracked and untracked (not ignored) files."""
-    listed = subprocess.run(
-        ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
-        cwd=REPO, capture_output=True, check=True,
-    ).stdout.decode().split("\0")
+    listed = (
+        subprocess.run(
+            ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+            cwd=REPO,
+            capture_output=True,
+            check=True,
+        )
+        .stdout.decode()
+        .split("\0")
+    )
     for name in listed:
         if not name or name.split("/")[0] in SKIPPED_DIRS:
             continue
@@ -162,7 +168,11 @@ def check_imports_copy(root: pathlib.Path) -> None:
     for package in ("exporter", "onnxlens_server"):
         found = subprocess.run(
             [sys.executable, "-c", f"import {package}; print({package}.__file__)"],
-            cwd=root, env=environment(root), capture_output=True, text=True, check=True,
+            cwd=root,
+            env=environment(root),
+            capture_output=True,
+            text=True,
+            check=True,
         ).stdout.strip()
         if not pathlib.Path(found).resolve().is_relative_to(root.resolve()):
             raise SystemExit(f"{package} imports from {found}, not from the scratch copy {root}")
@@ -172,12 +182,19 @@ def run(mutation: Mutation, root: pathlib.Path) -> Outcome:
     path = root / mutation.file
     original = path.read_text()
     if original.count(mutation.old) != 1:
-        return Outcome(mutation, "not applied", [f"{mutation.file}: the text to replace occurs {original.count(mutation.old)} times"])
+        return Outcome(
+            mutation,
+            "not applied",
+            [f"{mutation.file}: the text to replace occurs {original.count(mutation.old)} times"],
+        )
     path.write_text(original.replace(mutation.old, mutation.new))
     try:
         result = subprocess.run(
             [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--tb=no", "-rfE", *mutation.pytest_args],
-            cwd=root, env=environment(root), capture_output=True, text=True,
+            cwd=root,
+            env=environment(root),
+            capture_output=True,
+            text=True,
         )
     finally:
         path.write_text(original)
@@ -186,7 +203,9 @@ def run(mutation: Mutation, root: pathlib.Path) -> Outcome:
     if result.returncode == 0:
         return Outcome(mutation, "survived", summary)
     if result.returncode == 1 and failed:
-        shown = failed[:SHOWN_FAILURES] + ([f"... and {len(failed) - SHOWN_FAILURES} more"] if len(failed) > SHOWN_FAILURES else [])
+        shown = failed[:SHOWN_FAILURES] + (
+            [f"... and {len(failed) - SHOWN_FAILURES} more"] if len(failed) > SHOWN_FAILURES else []
+        )
         return Outcome(mutation, "caught", summary + shown)
     return Outcome(mutation, "error", summary)
 

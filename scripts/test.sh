@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
-# Run every test (after scripts/setup.sh): Python (exporter, SARIF, language server), then the
+# Run every test (after scripts/setup.sh): ruff's lint and format check, Python (exporter, SARIF, language server), then the
 # extension's unit tests and its end-to-end tests in a real VS Code (code-server, installed on demand).
-# pytest runs on every core (pytest-xdist); the tests of a module that share a module-scoped fixture stay
-# on one worker (tests/conftest.py). Arguments go to pytest (`-n 0` runs it in one process).
+# pytest runs on every core (pytest-xdist), one test file per worker at a time, in the file's order (its
+# module-scoped servers and exports are set up once). Arguments go to pytest (`-n 0` runs it in one process).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-.venv/bin/python -m pytest -q -n auto --dist loadgroup "$@"
+.venv/bin/ruff check .
+.venv/bin/ruff format --check .
+.venv/bin/python -m pytest -q -n auto --dist loadfile "$@"
 bash scripts/setup-e2e.sh
 cd vscode-extension
 npm run -s typecheck

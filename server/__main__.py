@@ -24,7 +24,9 @@ def main() -> None:
     stdin = CheckedStdin(rpc_in)
     server.start_io(stdin, rpc_out)
     if stdin.error:  # the stream is out of step: a new server starts clean
-        sys.exit(f"onnxlens-server: bad message from the client: {stdin.error}; exiting (the client restarts the server)")
+        sys.exit(
+            f"onnxlens-server: bad message from the client: {stdin.error}; exiting (the client restarts the server)"
+        )
 
 
 def _leave_the_workspace() -> None:

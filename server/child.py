@@ -42,8 +42,13 @@ def run(request: ExportRequest, conn: socket.socket) -> None:
             resource.setrlimit(resource.RLIMIT_DATA, (limit, limit))
         os.makedirs(request.output_dir, exist_ok=True)
         result = export_file_target(
-            request.path, request.target, request.settings, request.overrides, request.output_stem,
-            source=request.source, progress=progress,
+            request.path,
+            request.target,
+            request.settings,
+            request.overrides,
+            request.output_stem,
+            source=request.source,
+            progress=progress,
         )
     except BaseException as e:  # anything user code raises is a result, not a crash
         if is_out_of_memory(e):

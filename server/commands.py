@@ -64,7 +64,10 @@ class Commands:
         versions = {**documents.open_versions(self.ls.workspace), path: text.version}  # the problems' versions
         if found.syntax_error:
             self._show_syntax_error(text, found.syntax_error)
-            raise RequestError(ErrorCode.SYNTAX_ERROR, f"{os.path.basename(path)}:{found.syntax_error.line + 1}: SyntaxError: {found.syntax_error.message}")
+            raise RequestError(
+                ErrorCode.SYNTAX_ERROR,
+                f"{os.path.basename(path)}:{found.syntax_error.line + 1}: SyntaxError: {found.syntax_error.message}",
+            )
         if text.notebook is not None:  # the line of the cell: the program's
             args = attrs.evolve(args, line=text.notebook.program_line(args.uri, args.line) or 0)
         chosen_targets = _select_targets(args, found, path)
@@ -89,8 +92,10 @@ class Commands:
             for target in chosen_targets
         ]
         jobs = await asyncio.gather(
-            *(self._run(request, chosen.timeout, target, versions, text)
-              for request, target in zip(requests, chosen_targets))
+            *(
+                self._run(request, chosen.timeout, target, versions, text)
+                for request, target in zip(requests, chosen_targets)
+            )
         )
         return {"jobs": list(jobs)}
 
@@ -192,23 +197,37 @@ class Commands:
         self.ls.text_document_publish_diagnostics(types.PublishDiagnosticsParams(uri, diagnostics, version))
 
     async def _run(
-        self, request: ExportRequest, timeout: float, target: Target, versions: dict[str, int | None],
+        self,
+        request: ExportRequest,
+        timeout: float,
+        target: Target,
+        versions: dict[str, int | None],
         text: documents.Text,
     ) -> dict[str, Any]:
         """Export `request` (its `target` as discovered in `text` when the export started), apply and announce
         its result."""
-        logger.info("Export of %s (job %s) with %s, overrides %s", request.target, request.job_id, request.settings, request.overrides)
+        logger.info(
+            "Export of %s (job %s) with %s, overrides %s",
+            request.target,
+            request.job_id,
+            request.settings,
+            request.overrides,
+        )
         progress = self.ls.work_done_progress
         token = str(uuid.uuid4())
         capabilities = self.ls.client_capabilities
         if capabilities and capabilities.window and capabilities.window.work_done_progress:
             await progress.create_async(token)
             progress.tokens[token].add_done_callback(lambda f: f.cancelled() and self.pool.cancel(request.job_id))
-            progress.begin(token, types.WorkDoneProgressBegin(title=f"Exporting {request.target}", cancellable=True, percentage=0))
+            progress.begin(
+                token, types.WorkDoneProgressBegin(title=f"Exporting {request.target}", cancellable=True, percentage=0)
+            )
 
         def report(stage: str, info: dict[str, Any]) -> None:
             message = progress_text(stage, info)
-            self.ls.protocol.notify(EXPORT_PROGRESS, {"jobId": request.job_id, "target": request.target, "stage": stage, "message": message})
+            self.ls.protocol.notify(
+                EXPORT_PROGRESS, {"jobId": request.job_id, "target": request.target, "stage": stage, "message": message}
+            )
             if token in progress.tokens:
                 progress.report(token, types.WorkDoneProgressReport(message=message, percentage=_percent(stage)))
 
@@ -217,7 +236,14 @@ class Commands:
         if token in progress.tokens:
             progress.end(token, types.WorkDoneProgressEnd(message=f"{request.target}: {result.status}"))
             progress.tokens.pop(token, None)
-        logger.info("Export of %s (job %s): %s in %.1f s %s", request.target, request.job_id, result.status, result.seconds, result.message)
+        logger.info(
+            "Export of %s (job %s): %s in %.1f s %s",
+            request.target,
+            request.job_id,
+            result.status,
+            result.seconds,
+            result.message,
+        )
         state = await self._apply(result, target, versions, text)
         job = _job_json(result, state)
         self.ls.protocol.notify(EXPORT_FINISHED, job)
@@ -244,9 +270,16 @@ class Commands:
                 state.log, line_text, lambda result: places.get(id(result)), data
             )
             state.traces = state.log.traces
-        if result.status != "ok" and not any(d.severity == types.DiagnosticSeverity.Error for ds in state.diagnostics.values() for d in ds):
+        if result.status != "ok" and not any(
+            d.severity == types.DiagnosticSeverity.Error for ds in state.diagnostics.values() for d in ds
+        ):
             path, line = text.locate(*_failure_location(result, target))
-            failure = sarif_to_lsp.failure(f"Export of {request.target} {result.status}: {result.message}", f"export-{result.status}", line, line_text(path, line))
+            failure = sarif_to_lsp.failure(
+                f"Export of {request.target} {result.status}: {result.message}",
+                f"export-{result.status}",
+                line,
+                line_text(path, line),
+            )
             state.diagnostics.setdefault(path, []).append(failure)
         target_document = text.locate(request.path, target.line)[0]  # the target's file (cell) always
         for path in self.states.replace(request.key, state) | {target_document}:
@@ -264,8 +297,11 @@ class Commands:
         if error is None and not getattr(self.states.get(key), "diagnostics", None):
             return
         path, line = text.locate(text.path, error.line) if error else (text.path, 0)
-        problems = [sarif_to_lsp.failure(f"SyntaxError: {error.message}", "syntax-error", line, self._line_text(path, line))
-                    ] if error else []
+        problems = (
+            [sarif_to_lsp.failure(f"SyntaxError: {error.message}", "syntax-error", line, self._line_text(path, line))]
+            if error
+            else []
+        )
         versions = documents.open_versions(self.ls.workspace)
         for changed in self.states.replace(key, TargetState(diagnostics={path: problems} if problems else {})):
             self.publish(changed, versions.get(changed, text.version))
@@ -316,7 +352,10 @@ def _select_targets(args: ExportArgs, found: Discovery, path: str) -> list[Targe
         return list(found.targets)
     if args.target is not None:
         if args.target not in names:
-            raise RequestError(ErrorCode.UNKNOWN_TARGET, f"{os.path.basename(path)} has no export target {args.target!r}; targets: {', '.join(names)}")
+            raise RequestError(
+                ErrorCode.UNKNOWN_TARGET,
+                f"{os.path.basename(path)} has no export target {args.target!r}; targets: {', '.join(names)}",
+            )
         return [next(t for t in found.targets if t.name == args.target)]
     return [target_at(found.targets, args.line)]
 
@@ -337,8 +376,12 @@ async def fixed_dimension_places(
         where = None
         if all(key in properties for key in (Prop.ARGUMENT, Prop.DIM, Prop.SIZE)):
             where = await run(
-                shape_fixes.example_size_range, request.source or "", request.target,
-                properties[Prop.ARGUMENT], properties[Prop.DIM], properties[Prop.SIZE],
+                shape_fixes.example_size_range,
+                request.source or "",
+                request.target,
+                properties[Prop.ARGUMENT],
+                properties[Prop.DIM],
+                properties[Prop.SIZE],
             )
         places[id(result)] = (request.path, where.start.line if where is not None else target.line)
     return places

@@ -66,7 +66,10 @@ def read(workspace: Workspace, uri: str) -> Text:
     try:
         return Text(path, pathlib.Path(path).read_text(encoding="utf-8"), None)
     except UnicodeDecodeError as e:
-        raise RequestError(ErrorCode.UNREADABLE_FILE, f"{path} is not UTF-8 text (byte 0x{e.object[e.start]:02x} at offset {e.start}): save it as UTF-8") from None
+        raise RequestError(
+            ErrorCode.UNREADABLE_FILE,
+            f"{path} is not UTF-8 text (byte 0x{e.object[e.start]:02x} at offset {e.start}): save it as UTF-8",
+        ) from None
     except OSError as e:
         raise RequestError(ErrorCode.UNREADABLE_FILE, f"Cannot read {path}: {e.strerror}") from None
 

@@ -34,16 +34,47 @@ def code_lenses(uri: str, path: str, found: Discovery, states: States) -> list[t
         at = types.Range(types.Position(target.decorator_line, 0), types.Position(target.decorator_line, 0))
         arguments = {"uri": uri, "target": target.name}
         if target.task == TEXT_GENERATION:  # the target's task decides how it exports
-            lenses.append(types.CodeLens(at, types.Command(title="$(export) Export for Generation", command=EXPORT_TARGET, arguments=[arguments])))
+            lenses.append(
+                types.CodeLens(
+                    at,
+                    types.Command(
+                        title="$(export) Export for Generation", command=EXPORT_TARGET, arguments=[arguments]
+                    ),
+                )
+            )
         else:
-            lenses.append(types.CodeLens(at, types.Command(title="$(export) Export to ONNX", command=EXPORT_TARGET, arguments=[arguments])))
-            lenses.append(types.CodeLens(at, types.Command(
-                title="Export with op-level debug", command=EXPORT_TARGET, arguments=[{**arguments, "options": {_OP_LEVEL_DEBUG: True}}])))
-            lenses.append(types.CodeLens(at, types.Command(
-                title="Export and verify", command=EXPORT_TARGET, arguments=[{**arguments, "options": {_VERIFY: True}}])))
+            lenses.append(
+                types.CodeLens(
+                    at, types.Command(title="$(export) Export to ONNX", command=EXPORT_TARGET, arguments=[arguments])
+                )
+            )
+            lenses.append(
+                types.CodeLens(
+                    at,
+                    types.Command(
+                        title="Export with op-level debug",
+                        command=EXPORT_TARGET,
+                        arguments=[{**arguments, "options": {_OP_LEVEL_DEBUG: True}}],
+                    ),
+                )
+            )
+            lenses.append(
+                types.CodeLens(
+                    at,
+                    types.Command(
+                        title="Export and verify",
+                        command=EXPORT_TARGET,
+                        arguments=[{**arguments, "options": {_VERIFY: True}}],
+                    ),
+                )
+            )
         state = states.get(target_key(path, target.name))
         if state and state.sarif:
-            lenses.append(types.CodeLens(at, types.Command(title="Open SARIF log", command=OPEN_SARIF_LOG, arguments=[state.sarif])))
+            lenses.append(
+                types.CodeLens(
+                    at, types.Command(title="Open SARIF log", command=OPEN_SARIF_LOG, arguments=[state.sarif])
+                )
+            )
     return lenses
 
 
@@ -61,7 +92,9 @@ def hover(path: str, line: int, states: States) -> types.Hover | None:
     found = [t for t in states.traces(path) if t.line == line]
     if not found:
         return None
-    return types.Hover(types.MarkupContent(types.MarkupKind.Markdown, "\n\n".join(traces.hover_markdown(t) for t in found)))
+    return types.Hover(
+        types.MarkupContent(types.MarkupKind.Markdown, "\n\n".join(traces.hover_markdown(t) for t in found))
+    )
 
 
 async def code_actions(
@@ -86,25 +119,35 @@ async def code_actions(
             continue
         generated = fixes.register_generated(schema, properties.get(Prop.GENERATED_FUNCTION), source, found, end)
         if generated:
-            actions.append(types.CodeAction(
-                title=f"Insert generated ONNX function for {schema.split('(')[0]} (verified)",
-                kind=types.CodeActionKind.QuickFix, diagnostics=[diagnostic],
-                edit=types.WorkspaceEdit(changes={uri: generated}), is_preferred=True,
-            ))
+            actions.append(
+                types.CodeAction(
+                    title=f"Insert generated ONNX function for {schema.split('(')[0]} (verified)",
+                    kind=types.CodeActionKind.QuickFix,
+                    diagnostics=[diagnostic],
+                    edit=types.WorkspaceEdit(changes={uri: generated}),
+                    is_preferred=True,
+                )
+            )
         if edits := fixes.register_stub(schema, found, end):
-            actions.append(types.CodeAction(
-                title=f"Add an ONNX function stub for {schema.split('(')[0]} and register it",
-                kind=types.CodeActionKind.QuickFix, diagnostics=[diagnostic],
-                edit=types.WorkspaceEdit(changes={uri: edits}), is_preferred=not generated,
-            ))
+            actions.append(
+                types.CodeAction(
+                    title=f"Add an ONNX function stub for {schema.split('(')[0]} and register it",
+                    kind=types.CodeActionKind.QuickFix,
+                    diagnostics=[diagnostic],
+                    edit=types.WorkspaceEdit(changes={uri: edits}),
+                    is_preferred=not generated,
+                )
+            )
     line = params.range.start.line
     for module in found.modules:
         if module.line <= line <= module.end_line and not _has_target_for(source, found, module.name):
-            actions.append(types.CodeAction(
-                title=f"Create an export target for {module.name}",
-                kind=types.CodeActionKind.QuickFix,
-                edit=types.WorkspaceEdit(changes={uri: fixes.export_target_for(module, found)}),
-            ))
+            actions.append(
+                types.CodeAction(
+                    title=f"Create an export target for {module.name}",
+                    kind=types.CodeActionKind.QuickFix,
+                    edit=types.WorkspaceEdit(changes={uri: fixes.export_target_for(module, found)}),
+                )
+            )
     return actions
 
 
@@ -119,14 +162,20 @@ async def _shape_fixes(
         return []
     actions = []
     for title, edits in await run(shape_fixes.fixes, target_source, target, properties):
-        actions.append(types.CodeAction(
-            title=title, kind=types.CodeActionKind.QuickFix, diagnostics=[diagnostic], is_preferred=True,
-            edit=types.WorkspaceEdit(changes={target_uri: edits}),
-            command=types.Command(
-                title=f"Save and export {target}", command=EXPORT_AFTER_FIX,
-                arguments=[{"uri": target_uri, "target": target}],
-            ),
-        ))
+        actions.append(
+            types.CodeAction(
+                title=title,
+                kind=types.CodeActionKind.QuickFix,
+                diagnostics=[diagnostic],
+                is_preferred=True,
+                edit=types.WorkspaceEdit(changes={target_uri: edits}),
+                command=types.Command(
+                    title=f"Save and export {target}",
+                    command=EXPORT_AFTER_FIX,
+                    arguments=[{"uri": target_uri, "target": target}],
+                ),
+            )
+        )
     return actions
 
 

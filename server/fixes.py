@@ -30,7 +30,9 @@ def register_stub(schema: str, discovery: Discovery, end_line: int) -> list[type
             continue
         type_, _, rest = arg.partition(" ")
         name, _, default = rest.partition("=")
-        if defaulted and not default:  # keyword-only after a defaulted one: onnxscript has no `*`, Python needs a default
+        if (
+            defaulted and not default
+        ):  # keyword-only after a defaulted one: onnxscript has no `*`, Python needs a default
             default = "None"
         defaulted = defaulted or bool(default)
         attribute = _ATTRIBUTE_TYPES.get(type_)
@@ -43,7 +45,7 @@ def register_stub(schema: str, discovery: Discovery, end_line: int) -> list[type
     function = f"{ns}_{op_name}" + ("" if overload == "default" else f"_{overload}")
     result = ", ".join(["op.Identity(" + inputs[0] + ")"] * outputs) if inputs else "op.Constant(value_float=0.0)"
     stub = (
-        f"\n\n_{ns}_opset = onnxscript.values.Opset(\"custom.{ns}\", 1)\n\n\n"
+        f'\n\n_{ns}_opset = onnxscript.values.Opset("custom.{ns}", 1)\n\n\n'
         f"@onnxscript.script(_{ns}_opset)\n"
         f"def {function}({', '.join(params)}):\n"
         f'    """ONNX translation of {ns}::{op_name}.{overload} (a stub: fill in the ONNX ops)."""\n'
@@ -62,7 +64,9 @@ def register_stub(schema: str, discovery: Discovery, end_line: int) -> list[type
     return _edit_with_imports(discovery, imports, end_line, stub)
 
 
-def register_generated(schema: str, generated: Any, source: str, discovery: Discovery, end_line: int) -> list[types.TextEdit] | None:
+def register_generated(
+    schema: str, generated: Any, source: str, discovery: Discovery, end_line: int
+) -> list[types.TextEdit] | None:
     """Edits that add the function the exporter generated and verified for the operator `schema` (an
     FXE0011 result's ``generatedFunction``) and register it; None if `generated` is not one."""
     match = _SCHEMA.match(schema.strip())
@@ -100,12 +104,23 @@ def export_target_for(module: ModuleClass, discovery: Discovery) -> list[types.T
         f'    """Build {module.name} with example inputs for onnxlens (check the input shape)."""\n'
         f"    return {module.name}().eval(), ({module.example_input},)\n"
     )
-    imports = [line for line, present in (("import torch", discovery.imports_torch), ("import exporter", discovery.imports_exporter)) if not present]
+    imports = [
+        line
+        for line, present in (
+            ("import torch", discovery.imports_torch),
+            ("import exporter", discovery.imports_exporter),
+        )
+        if not present
+    ]
     return _edit_with_imports(discovery, imports, module.end_line + 1, code)
 
 
 def _edit_with_imports(discovery: Discovery, imports: list[str], line: int, code: str) -> list[types.TextEdit]:
-    edits = [types.TextEdit(types.Range(types.Position(line, 0), types.Position(line, 0)), code.lstrip("\n") if line == 0 else code)]
+    edits = [
+        types.TextEdit(
+            types.Range(types.Position(line, 0), types.Position(line, 0)), code.lstrip("\n") if line == 0 else code
+        )
+    ]
     if imports:
         at = types.Position(discovery.last_import_line + 1, 0)
         edits.insert(0, types.TextEdit(types.Range(at, at), "".join(f"{i}\n" for i in imports)))

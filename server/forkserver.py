@@ -29,7 +29,9 @@ logger = logging.getLogger("onnxlens_server.forkserver")
 def main() -> None:
     # Its output and that of the export processes (their logs, warnings, user code's prints) is read by
     # the server (`WorkerPool`), which logs each line at the level its first word names.
-    logging.basicConfig(stream=sys.stderr, level=logging.INFO, format="%(levelname)s %(name)s[%(process)d]: %(message)s")
+    logging.basicConfig(
+        stream=sys.stderr, level=logging.INFO, format="%(levelname)s %(name)s[%(process)d]: %(message)s"
+    )
     logging.captureWarnings(True)
     sys.stdout.reconfigure(line_buffering=True)  # a pipe: user code's prints reach the log as they happen
     control = socket.socket(fileno=int(sys.argv[1]))

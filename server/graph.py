@@ -169,7 +169,9 @@ class _Builder:
         for value in graph.outputs:
             vid = env[value]
             if vid in self.producers:
-                self.edges.append({"from": self.producers[vid], "to": f"output:{value.name}", "value": value.name or ""})
+                self.edges.append(
+                    {"from": self.producers[vid], "to": f"output:{value.name}", "value": value.name or ""}
+                )
             outputs.append(_value_info(value))
         for group in self.groups:
             group["class"] = self.classes.get(group["module"])
@@ -206,12 +208,22 @@ class _Builder:
                 env[value] = self._define(value, f"{prefix}{value.name}", node_id)
             self._add_node(node, node_id, inputs, [env[v] for v in node.outputs], group)
 
-    def _call(self, node: ir.Node, node_id: str, function: ir.Function, inputs: list[str | None], env: dict[ir.Value, str], group: str | None) -> None:
+    def _call(
+        self,
+        node: ir.Node,
+        node_id: str,
+        function: ir.Function,
+        inputs: list[str | None],
+        env: dict[ir.Value, str],
+        group: str | None,
+    ) -> None:
         """Expand a function call: a module's call is a group of its own, other functions join `group`."""
         if node.domain == DOMAIN_MODULES:
             source, _ = _source(node)
             module = node.metadata_props.get(METADATA_MODULE_PATH, "")
-            self.groups.append({"id": node_id, "parent": group, "function": function.name, "module": module, "source": source})
+            self.groups.append(
+                {"id": node_id, "parent": group, "function": function.name, "module": module, "source": source}
+            )
             self.group_modules[node_id] = module
             group = node_id
         inner = {formal: actual for formal, actual in zip(function.inputs, inputs) if actual is not None}
@@ -219,7 +231,9 @@ class _Builder:
         for output, formal in zip(node.outputs, function.outputs):
             env[output] = inner[formal]
 
-    def _add_node(self, node: ir.Node, node_id: str, inputs: list[str | None], outputs: list[str], group: str | None) -> None:
+    def _add_node(
+        self, node: ir.Node, node_id: str, inputs: list[str | None], outputs: list[str], group: str | None
+    ) -> None:
         for vid in inputs:
             if vid in self.producers:  # a node's output or a graph input (initializers have no producer)
                 self.edges.append({"from": self.producers[vid], "to": node_id, "value": self.values[vid]["name"]})
@@ -239,7 +253,9 @@ class _Builder:
                 "domain": node.domain,
                 "name": node.name or "",
                 "group": group,
-                "module": modules[-1][0] if modules else self.group_modules[group],  # nodes the optimizer made have no stack
+                "module": modules[-1][0]
+                if modules
+                else self.group_modules[group],  # nodes the optimizer made have no stack
                 "inputs": [self.values.get(vid, {"name": vid}) if vid is not None else None for vid in inputs],
                 "outputs": [self.values[vid] for vid in outputs],
                 "attributes": {name: _attribute_text(attr) for name, attr in node.attributes.items()},

@@ -10,7 +10,11 @@ from pygls.lsp.server import LanguageServer
 
 from onnxlens_server.protocol import RequestError
 
-_TYPES = {logging.ERROR: types.MessageType.Error, logging.WARNING: types.MessageType.Warning, logging.INFO: types.MessageType.Info}
+_TYPES = {
+    logging.ERROR: types.MessageType.Error,
+    logging.WARNING: types.MessageType.Warning,
+    logging.INFO: types.MessageType.Info,
+}
 
 
 class ClientLogHandler(logging.Handler):

@@ -57,8 +57,11 @@ class Notebook:
             return self.locate(self.path, line)[0] == cell_uri
 
         def shifted(item):  # a Target or a ModuleClass: its line fields moved into the cell
-            fields = {f: self.locate(self.path, getattr(item, f))[1] for f in ("line", "end_line", "decorator_line")
-                      if hasattr(item, f)}
+            fields = {
+                f: self.locate(self.path, getattr(item, f))[1]
+                for f in ("line", "end_line", "decorator_line")
+                if hasattr(item, f)
+            }
             return dataclasses.replace(item, **fields)
 
         return dataclasses.replace(
@@ -72,8 +75,10 @@ class Notebook:
         index = self._index(cell_uri)
         if index is None:
             return None
-        return types.Range(types.Position(self.program.line_of(index, where.start.line), where.start.character),
-                           types.Position(self.program.line_of(index, where.end.line), where.end.character))
+        return types.Range(
+            types.Position(self.program.line_of(index, where.start.line), where.start.character),
+            types.Position(self.program.line_of(index, where.end.line), where.end.character),
+        )
 
     def in_cells(self, actions: list[types.CodeAction]) -> list[types.CodeAction]:
         """Code actions made on the program, their edits of the notebook's cells moved into the cells (an action
@@ -151,8 +156,9 @@ def locate_log(log: SarifLog, notebook: Notebook) -> SarifLog:
         key, line = notebook.locate(where.path, where.line)
         return where if key == where.path else dataclasses.replace(where, path=key, line=line)
 
-    results = [dataclasses.replace(r, location=moved(r.location), related=[moved(w) for w in r.related])
-               for r in log.results]
+    results = [
+        dataclasses.replace(r, location=moved(r.location), related=[moved(w) for w in r.related]) for r in log.results
+    ]
     return dataclasses.replace(log, results=results)
 
 

@@ -33,7 +33,9 @@ COMPARE_GRAPHS = "onnxlens.server.compareGraphs"
 TENSOR = "onnxlens.server.tensor"
 # Client commands (the extension implements them), used by code lenses:
 OPEN_SARIF_LOG = "onnxlens.openSarifLog"  # [sarif path]
-EXPORT_TARGET = "onnxlens.exportTarget"  # [ExportArgs]: exports as EXPORT does, and shows the result as every export does
+EXPORT_TARGET = (
+    "onnxlens.exportTarget"  # [ExportArgs]: exports as EXPORT does, and shows the result as every export does
+)
 EXPORT_AFTER_FIX = "onnxlens.exportAfterFix"  # [ExportArgs]: a quick fix's: saves its file, then EXPORT_TARGET
 
 EXPORT_PROGRESS = "onnxlens/exportProgress"  # {jobId, target, stage, detail, message}
@@ -104,7 +106,9 @@ class ExportArgs:
     target: str | None = attrs.field(default=None, validator=_json(str, type(None)))
     line: int = attrs.field(default=0, validator=[_json(int), _not_negative])
     all: bool = attrs.field(default=False, validator=_json(bool))
-    options: dict[str, Any] = attrs.field(factory=dict, validator=_json(dict))  # per-request overrides of the onnxlens settings
+    options: dict[str, Any] = attrs.field(
+        factory=dict, validator=_json(dict)
+    )  # per-request overrides of the onnxlens settings
     job_id: str | None = attrs.field(default=None, alias="jobId", validator=_json(str, type(None)))
 
 

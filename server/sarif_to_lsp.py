@@ -26,8 +26,19 @@ _SEVERITY = {
     "note": types.DiagnosticSeverity.Information,
 }
 _FIX_PROPERTIES = (  # the properties a code action needs (not the large dumps)
-    Prop.FX_TARGET, Prop.FX_NODE, Prop.MODULE_PATH, Prop.ONNX_OP_TYPES, Prop.SCHEMA, Prop.GENERATED_FUNCTION,  # FXE0011
-    Prop.INPUT, Prop.DIM, Prop.SIZE, Prop.ARGUMENT, Prop.DIM_NAME, Prop.SUGGESTED_FIXES, Prop.DYNAMIC_SHAPES,  # FXE0020
+    Prop.FX_TARGET,
+    Prop.FX_NODE,
+    Prop.MODULE_PATH,
+    Prop.ONNX_OP_TYPES,
+    Prop.SCHEMA,
+    Prop.GENERATED_FUNCTION,  # FXE0011
+    Prop.INPUT,
+    Prop.DIM,
+    Prop.SIZE,
+    Prop.ARGUMENT,
+    Prop.DIM_NAME,
+    Prop.SUGGESTED_FIXES,
+    Prop.DYNAMIC_SHAPES,  # FXE0020
 )
 
 
@@ -76,16 +87,20 @@ def diagnostics_by_path(
             continue
         if result.rule_id == rules.UNSUPPORTED_FX_NODE_ANALYSIS.id and rules.NO_SYMBOLIC_FUNCTION.id in rule_ids:
             continue
-        related = [types.DiagnosticRelatedInformation(_lsp_location(r, range_of(r)), r.message or "called from here")
-                   for r in result.related]
+        related = [
+            types.DiagnosticRelatedInformation(_lsp_location(r, range_of(r)), r.message or "called from here")
+            for r in result.related
+        ]
         module = result.properties.get(Prop.MODULE_PATH)
         if module and related:
             related[0].message += f" — in module {module}"
         if reproducer := result.properties.get(Prop.REPRODUCER):  # FXE0021: the first divergence's reproducer
             related.append(_reproducer(reproducer))
         if result.rule_id == rules.GRAPH_CAPTURE.id:
-            related += [types.DiagnosticRelatedInformation(_lsp_location(a.location, range_of(a.location)), a.message)
-                        for a in attempts]
+            related += [
+                types.DiagnosticRelatedInformation(_lsp_location(a.location, range_of(a.location)), a.message)
+                for a in attempts
+            ]
         rule = log.rules.get(result.rule_id)
         found.setdefault(result.location.path, []).append(
             types.Diagnostic(

@@ -56,7 +56,9 @@ async def export_command(ls: OnnxlensServer, *arguments: Any) -> dict[str, Any]:
 
 @server.command(protocol.LIST_TARGETS)
 async def list_targets_command(ls: OnnxlensServer, *arguments: Any) -> dict[str, Any]:
-    return await ls.commands.list_targets(protocol.parse_arguments(protocol.LIST_TARGETS, protocol.DocumentArgs, arguments))
+    return await ls.commands.list_targets(
+        protocol.parse_arguments(protocol.LIST_TARGETS, protocol.DocumentArgs, arguments)
+    )
 
 
 @server.command(protocol.CANCEL)
@@ -158,7 +160,9 @@ def hover(ls: OnnxlensServer, params: types.HoverParams) -> types.Hover | None:
     return features.hover(documents.key_of(params.text_document.uri), params.position.line, ls.states)
 
 
-@server.feature(types.TEXT_DOCUMENT_CODE_ACTION, types.CodeActionOptions(code_action_kinds=[types.CodeActionKind.QuickFix]))
+@server.feature(
+    types.TEXT_DOCUMENT_CODE_ACTION, types.CodeActionOptions(code_action_kinds=[types.CodeActionKind.QuickFix])
+)
 async def code_actions(ls: OnnxlensServer, params: types.CodeActionParams) -> list[types.CodeAction]:
     uri = params.text_document.uri
     text, found = await ls.commands.discover(uri)
@@ -171,5 +175,9 @@ async def code_actions(ls: OnnxlensServer, params: types.CodeActionParams) -> li
     if ls.protocol.trace != types.TraceValue.Off:  # the client asked for a trace (VS Code: the log level Trace)
         line = params.range.start.line
         trigger = params.context.trigger_kind.name.lower() if params.context.trigger_kind else "unknown"
-        ls.log_trace(types.LogTraceParams(f"Code actions at {os.path.basename(to_fs_path(uri) or uri)}:{line + 1} ({trigger}): {len(actions)}"))
+        ls.log_trace(
+            types.LogTraceParams(
+                f"Code actions at {os.path.basename(to_fs_path(uri) or uri)}:{line + 1} ({trigger}): {len(actions)}"
+            )
+        )
     return actions

@@ -49,7 +49,9 @@ def export_settings(configuration: Mapping[str, Any], overrides: Mapping[str, An
     Raises `RequestError` (INVALID_OPTIONS) for bad values."""
     unknown = sorted(set(overrides) - set(_NAMES))
     if unknown:
-        raise RequestError(ErrorCode.INVALID_OPTIONS, f"Unknown export option {unknown[0]!r}; known: {', '.join(_NAMES)}")
+        raise RequestError(
+            ErrorCode.INVALID_OPTIONS, f"Unknown export option {unknown[0]!r}; known: {', '.join(_NAMES)}"
+        )
     try:
         settings = parse_settings({_NAMES[k]: v for k, v in configuration.items() if k in _NAMES})
         overrides = parse_settings({_NAMES[k]: v for k, v in overrides.items()})
@@ -57,14 +59,27 @@ def export_settings(configuration: Mapping[str, Any], overrides: Mapping[str, An
         raise RequestError(ErrorCode.INVALID_OPTIONS, f"Invalid onnxlens settings: {e}") from None
     for key, (valid, expected) in _SERVER_KEYS.items():
         if configuration.get(key) is not None and not valid(configuration[key]):
-            raise RequestError(ErrorCode.INVALID_OPTIONS, f"Invalid onnxlens settings: {key} must be {expected}, got {configuration[key]!r}")
+            raise RequestError(
+                ErrorCode.INVALID_OPTIONS,
+                f"Invalid onnxlens settings: {key} must be {expected}, got {configuration[key]!r}",
+            )
     timeout = float(configuration.get(TIMEOUT_KEY) or DEFAULT_TIMEOUT)
     memory_limit = configuration.get(MEMORY_LIMIT_KEY)
     memory_limit = default_memory_limit_mb() if memory_limit is None else memory_limit
     if not isinstance(memory_limit, int) or isinstance(memory_limit, bool) or memory_limit < 0:
-        raise RequestError(ErrorCode.INVALID_OPTIONS, f"Invalid onnxlens settings: {MEMORY_LIMIT_KEY} must be a whole number of MiB >= 0 (0: no limit), not {memory_limit!r}")
+        raise RequestError(
+            ErrorCode.INVALID_OPTIONS,
+            f"Invalid onnxlens settings: {MEMORY_LIMIT_KEY} must be a whole number of MiB >= 0 (0: no limit), not {memory_limit!r}",
+        )
     output_folder = configuration.get(OUTPUT_FOLDER_KEY) or DEFAULT_OUTPUT_FOLDER
-    return ExportSettings(settings, dict(overrides), timeout, output_folder, configuration.get(OUTPUT_FOLDER_SCOPE) == "user", memory_limit)
+    return ExportSettings(
+        settings,
+        dict(overrides),
+        timeout,
+        output_folder,
+        configuration.get(OUTPUT_FOLDER_SCOPE) == "user",
+        memory_limit,
+    )
 
 
 def default_memory_limit_mb() -> int:
@@ -78,7 +93,9 @@ async def read_configuration(ls: LanguageServer, scope_uri: str | None) -> dict[
         return {}
     item = types.ConfigurationItem(scope_uri=scope_uri, section=CONFIGURATION_SECTION)
     try:
-        (configuration,) = await asyncio.wait_for(ls.workspace_configuration_async(types.ConfigurationParams(items=[item])), timeout=5)
+        (configuration,) = await asyncio.wait_for(
+            ls.workspace_configuration_async(types.ConfigurationParams(items=[item])), timeout=5
+        )
     except (asyncio.TimeoutError, ValueError):
         logger.warning("The client did not answer workspace/configuration: default settings")
         return {}

@@ -47,7 +47,9 @@ def fixes(source: str, target: str, properties: dict[str, Any]) -> list[tuple[st
     return [fix for fix in made if fix is not None]
 
 
-def change_example_size(source: str, target: str, properties: dict[str, Any]) -> tuple[str, list[types.TextEdit]] | None:
+def change_example_size(
+    source: str, target: str, properties: dict[str, Any]
+) -> tuple[str, list[types.TextEdit]] | None:
     """(title, edits) making the example's literal size 0/1 of a fixed dimension 2."""
     argument, dim, size = properties.get("argument"), properties.get("dim"), properties.get("size")
     if not isinstance(argument, (int, str)) or not isinstance(dim, int) or size not in (0, 1):
@@ -59,15 +61,23 @@ def change_example_size(source: str, target: str, properties: dict[str, Any]) ->
     return title, [types.TextEdit(where, "2")]
 
 
-def apply_suggested_fix(source: str, target: str, properties: dict[str, Any]) -> tuple[str, list[types.TextEdit]] | None:
+def apply_suggested_fix(
+    source: str, target: str, properties: dict[str, Any]
+) -> tuple[str, list[types.TextEdit]] | None:
     """(title, edits) applying torch.export's suggested fix for the named dim of a constraint violation
     to the target's ``dynamic_shapes``."""
     name = properties.get("dimName")
-    fix = next((rhs for line in properties.get("suggestedFixes") or [] if (rhs := _suggestion(line, name)) is not None), None)
+    fix = next(
+        (rhs for line in properties.get("suggestedFixes") or [] if (rhs := _suggestion(line, name)) is not None), None
+    )
     function, decorator = _target(source, target)
     if fix is None or function is None:
         return None
-    spec = next((k.value for k in decorator.keywords if k.arg == "dynamic_shapes"), None) if isinstance(decorator, ast.Call) else None
+    spec = (
+        next((k.value for k in decorator.keywords if k.arg == "dynamic_shapes"), None)
+        if isinstance(decorator, ast.Call)
+        else None
+    )
     edits = _edit_spec(source, spec, name, fix) if spec is not None else _add_spec(source, decorator, properties, fix)
     if not edits:
         return None
@@ -82,7 +92,9 @@ def _suggestion(line: str, name: Any) -> ast.expr | None:
         statement = ast.parse(line.strip()).body[0]
     except (SyntaxError, IndexError):
         return None
-    if not (isinstance(statement, ast.Assign) and len(statement.targets) == 1 and isinstance(statement.targets[0], ast.Name)):
+    if not (
+        isinstance(statement, ast.Assign) and len(statement.targets) == 1 and isinstance(statement.targets[0], ast.Name)
+    ):
         return None
     if statement.targets[0].id != name:
         return None
@@ -101,9 +113,18 @@ def _edit_spec(source: str, spec: ast.expr, name: str, fix: ast.expr) -> list[ty
     for node in ast.walk(spec):
         if _dim_call(node) == name:
             edits.append(types.TextEdit(_range(source, node), _spelled(fix, source, node)))
-        elif isinstance(node, ast.Constant) and node.value == name and id(node) not in arguments and isinstance(fix, ast.Constant):
+        elif (
+            isinstance(node, ast.Constant)
+            and node.value == name
+            and id(node) not in arguments
+            and isinstance(fix, ast.Constant)
+        ):
             edits.append(types.TextEdit(_range(source, node), ast.unparse(fix)))
-        elif isinstance(node, ast.Name) and (bound := _module_binding(tree, node.id)) is not None and _dim_call(bound) == name:
+        elif (
+            isinstance(node, ast.Name)
+            and (bound := _module_binding(tree, node.id)) is not None
+            and _dim_call(bound) == name
+        ):
             edit = types.TextEdit(_range(source, bound), _spelled(fix, source, bound))
             edits += [] if edit in edits else [edit]
     return edits
@@ -150,7 +171,9 @@ def _target(source: str, name: str) -> tuple[ast.FunctionDef | None, ast.expr | 
     target = next((t for t in discover(source).targets if t.name == name), None)
     if target is None:
         return None, None
-    function = next(n for n in ast.walk(ast.parse(source)) if isinstance(n, ast.FunctionDef) and n.lineno - 1 == target.line)
+    function = next(
+        n for n in ast.walk(ast.parse(source)) if isinstance(n, ast.FunctionDef) and n.lineno - 1 == target.line
+    )
     return function, next(d for d in function.decorator_list if d.lineno - 1 == target.decorator_line)
 
 
@@ -166,7 +189,10 @@ def _example(function: ast.FunctionDef, argument: int | str) -> ast.expr | None:
             return elements[argument] if argument < len(elements) else None
         kwargs = _resolve(function, kwargs[0], node) if kwargs else None
         if isinstance(kwargs, ast.Dict):
-            return next((v for k, v in zip(kwargs.keys, kwargs.values) if isinstance(k, ast.Constant) and k.value == argument), None)
+            return next(
+                (v for k, v in zip(kwargs.keys, kwargs.values) if isinstance(k, ast.Constant) and k.value == argument),
+                None,
+            )
         if isinstance(kwargs, ast.Call) and isinstance(kwargs.func, ast.Name) and kwargs.func.id == "dict":
             return next((k.value for k in kwargs.keywords if k.arg == argument), None)
     return None
@@ -197,8 +223,10 @@ def _resolve(function: ast.FunctionDef, node: ast.expr, before: ast.stmt | None)
     if not isinstance(node, ast.Name):
         return node
     assigned = [
-        n.value for n in _own_nodes(function)
-        if isinstance(n, ast.Assign) and any(isinstance(t, ast.Name) and t.id == node.id for t in n.targets)
+        n.value
+        for n in _own_nodes(function)
+        if isinstance(n, ast.Assign)
+        and any(isinstance(t, ast.Name) and t.id == node.id for t in n.targets)
         and (before is None or n.lineno < before.lineno)
     ]
     return assigned[-1] if assigned else node
@@ -217,7 +245,11 @@ def _own_nodes(function: ast.FunctionDef) -> list[ast.AST]:
 
 def _module_binding(tree: ast.Module, name: str) -> ast.expr | None:
     """The value of the module-level ``name = ...`` (the last one)."""
-    values = [n.value for n in tree.body if isinstance(n, ast.Assign) and any(isinstance(t, ast.Name) and t.id == name for t in n.targets)]
+    values = [
+        n.value
+        for n in tree.body
+        if isinstance(n, ast.Assign) and any(isinstance(t, ast.Name) and t.id == name for t in n.targets)
+    ]
     return values[-1] if values else None
 
 
@@ -237,4 +269,6 @@ def _range(source: str, node: ast.AST) -> types.Range:
         text = lines[line - 1].encode()[:byte].decode(errors="ignore")
         return types.Position(line - 1, len(text.encode("utf-16-le")) // 2)
 
-    return types.Range(position(node.lineno, node.col_offset), position(node.end_lineno or node.lineno, node.end_col_offset or 0))
+    return types.Range(
+        position(node.lineno, node.col_offset), position(node.end_lineno or node.lineno, node.end_col_offset or 0)
+    )

@@ -67,7 +67,10 @@ class States:
             return line
 
         def move_range(r: types.Range) -> types.Range:
-            return types.Range(types.Position(moved(r.start.line), r.start.character), types.Position(moved(r.end.line), r.end.character))
+            return types.Range(
+                types.Position(moved(r.start.line), r.start.character),
+                types.Position(moved(r.end.line), r.end.character),
+            )
 
         changed = False
         for state in self._by_target.values():
@@ -76,7 +79,9 @@ class States:
                     diagnostic.range = move_range(diagnostic.range)
                     changed = True
             for diagnostics in state.diagnostics.values():
-                for info in (i for d in diagnostics for i in d.related_information or [] if to_fs_path(i.location.uri) == path):
+                for info in (
+                    i for d in diagnostics for i in d.related_information or [] if to_fs_path(i.location.uri) == path
+                ):
                     line = info.location.range.start.line
                     info.location.range = move_range(info.location.range)
                     info.message = info.message.replace(f":{line + 1})", f":{moved(line) + 1})")  # "forward (m.py:26)"

@@ -176,7 +176,11 @@ class _ImportAliases:
             decorator = decorator.func
         if isinstance(decorator, ast.Name):
             return decorator.id in self.target_names
-        return isinstance(decorator, ast.Attribute) and decorator.attr == "export_target" and _dotted(decorator.value) in self.exporter_modules
+        return (
+            isinstance(decorator, ast.Attribute)
+            and decorator.attr == "export_target"
+            and _dotted(decorator.value) in self.exporter_modules
+        )
 
     def is_module_base(self, base: ast.expr) -> bool:
         dotted = _dotted(base)

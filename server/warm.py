@@ -18,4 +18,6 @@ from exporter.translate.registry import default_registry
 
 default_registry().supported_targets()  # builds torchlib's table and its operator lookup
 torchlib_lazy.build_all()  # compiled once here rather than in every forked export
-exporter.dynamo_export(torch.nn.Sequential(torch.nn.Linear(2, 2), torch.nn.Hardshrink(), torch.nn.ReLU()), torch.zeros(1, 2))
+exporter.dynamo_export(
+    torch.nn.Sequential(torch.nn.Linear(2, 2), torch.nn.Hardshrink(), torch.nn.ReLU()), torch.zeros(1, 2)
+)

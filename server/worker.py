@@ -98,8 +98,15 @@ class WorkerPool:
     async def _start(self) -> None:
         ours, theirs = socket.socketpair()
         self._forkserver = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "onnxlens_server.forkserver", str(theirs.fileno()),
-            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, pass_fds=(theirs.fileno(),), cwd=_NEUTRAL_DIRECTORY,
+            sys.executable,
+            "-m",
+            "onnxlens_server.forkserver",
+            str(theirs.fileno()),
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            pass_fds=(theirs.fileno(),),
+            cwd=_NEUTRAL_DIRECTORY,
         )
         theirs.close()
         asyncio.ensure_future(_log_output(self._forkserver.stdout))
@@ -184,7 +191,9 @@ class WorkerPool:
                         code, job.ended = message[1], True
         except TimeoutError:
             job.kill()
-            return JobResult("timeout", request, f"Timed out after {timeout:g} s during {stage}.", stage, seconds=timeout)
+            return JobResult(
+                "timeout", request, f"Timed out after {timeout:g} s during {stage}.", stage, seconds=timeout
+            )
         finally:
             writer.close()
             if code is None:  # the fork server died first: nobody else kills what the export started
@@ -195,7 +204,9 @@ class WorkerPool:
         if job.cancelled:
             return JobResult("cancelled", request, f"{job.cancelled} during {stage}.", stage, seconds=seconds)
         if result is None:
-            return JobResult("crashed", request, f"The export process {_describe_exit(code)} during {stage}.", stage, seconds=seconds)
+            return JobResult(
+                "crashed", request, f"The export process {_describe_exit(code)} during {stage}.", stage, seconds=seconds
+            )
         return JobResult(result["status"], request, result.get("message", ""), stage, result, seconds)
 
     async def _watch(self, process: asyncio.subprocess.Process) -> None:

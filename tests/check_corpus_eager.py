@@ -79,9 +79,7 @@ def run_eager(model: nn.Module, args: tuple, kwargs: dict) -> list[torch.Tensor]
 
 
 def same(a: list[torch.Tensor], b: list[torch.Tensor]) -> bool:
-    return len(a) == len(b) and all(
-        x.shape == y.shape and torch.equal(x, y) for x, y in zip(a, b, strict=True)
-    )
+    return len(a) == len(b) and all(x.shape == y.shape and torch.equal(x, y) for x, y in zip(a, b, strict=True))
 
 
 def auto_dynamic_shapes(model: nn.Module, args: tuple, kwargs: dict) -> dict[str, Any]:
@@ -89,9 +87,7 @@ def auto_dynamic_shapes(model: nn.Module, args: tuple, kwargs: dict) -> dict[str
 
     def spec(value: Any) -> Any:
         return pytree.tree_map(
-            lambda x: dict.fromkeys(range(x.dim()), torch.export.Dim.AUTO)
-            if isinstance(x, torch.Tensor)
-            else None,
+            lambda x: dict.fromkeys(range(x.dim()), torch.export.Dim.AUTO) if isinstance(x, torch.Tensor) else None,
             value,
         )
 
@@ -116,9 +112,7 @@ def check_onnx(case: corpus.Case, dynamic: bool) -> tuple[str, float | None, str
     try:
         shapes = auto_dynamic_shapes(model, args, kwargs) if dynamic else None
         with contextlib.redirect_stdout(sink), contextlib.redirect_stderr(sink):
-            program = torch.onnx.export(
-                model, args, kwargs=kwargs, dynamo=True, dynamic_shapes=shapes, verbose=False
-            )
+            program = torch.onnx.export(model, args, kwargs=kwargs, dynamo=True, dynamic_shapes=shapes, verbose=False)
     except Exception as e:  # noqa: BLE001
         return "FAIL " + short_reason(e), None, ""
 
@@ -184,9 +178,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("cases", nargs="*", help="case names (default: all)")
     parser.add_argument("--no-onnx", action="store_true", help="skip torch.onnx.export")
-    parser.add_argument(
-        "--onnx-dynamic", action="store_true", help="torch.onnx.export with every dim Dim.AUTO"
-    )
+    parser.add_argument("--onnx-dynamic", action="store_true", help="torch.onnx.export with every dim Dim.AUTO")
     opts = parser.parse_args(argv)
 
     warnings.filterwarnings("ignore")
@@ -207,8 +199,7 @@ def main(argv: list[str] | None = None) -> int:
     print(
         f"\n{len(rows)} cases: eager ok {count('eager')}, torch.export ok {count('export')}, "
         f"dynamic ok {count('dynamic')}"
-        + ("" if opts.no_onnx else f", torch.onnx.export ok {count('onnx')}, "
-           f"onnx within tol {count('tol', 'within')}")
+        + ("" if opts.no_onnx else f", torch.onnx.export ok {count('onnx')}, onnx within tol {count('tol', 'within')}")
         + f"; total {time.perf_counter() - start:.1f}s"
     )
     return 0 if count("eager") == len(rows) else 1

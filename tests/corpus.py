@@ -162,7 +162,9 @@ class SeedKwargsModel(nn.Module):
         return out
 
 
-@case("seed_kwargs_bias", dims={"x": ("x_dim_0", "x_dim_1", 2)}, second={"batch": 3, "rows": 5}, tags=("seed", "kwargs"))
+@case(
+    "seed_kwargs_bias", dims={"x": ("x_dim_0", "x_dim_1", 2)}, second={"batch": 3, "rows": 5}, tags=("seed", "kwargs")
+)
 def build_seed_kwargs_bias(batch: int = 2, rows: int = 2) -> Built:
     return SeedKwargsModel(), (torch.randn(batch, rows, 2),), {"bias": 3.0}
 
@@ -241,7 +243,12 @@ class SmallCNN(nn.Module):
 
 
 # The head's Linear(16 * 4 * 4) takes any height and width in [16, 19].
-@case("cnn_batchnorm", dims={"x": ("x_dim_0", 3, "x_dim_2", "x_dim_3")}, second={"batch": 3, "h": 17, "w": 19}, tags=("cnn",))
+@case(
+    "cnn_batchnorm",
+    dims={"x": ("x_dim_0", 3, "x_dim_2", "x_dim_3")},
+    second={"batch": 3, "h": 17, "w": 19},
+    tags=("cnn",),
+)
 def build_cnn_batchnorm(batch: int = 2, h: int = 16, w: int = 16) -> Built:
     model = SmallCNN()
     _randomize_batchnorm_stats(model)
@@ -263,7 +270,12 @@ class DepthwiseSeparableBlock(nn.Module):
         return self.bn2(self.pointwise(x))
 
 
-@case("depthwise_conv", dims={"x": ("x_dim_0", 8, "x_dim_2", "x_dim_3")}, second={"batch": 3, "h": 13, "w": 9}, tags=("cnn",))
+@case(
+    "depthwise_conv",
+    dims={"x": ("x_dim_0", 8, "x_dim_2", "x_dim_3")},
+    second={"batch": 3, "h": 13, "w": 9},
+    tags=("cnn",),
+)
 def build_depthwise_conv(batch: int = 2, h: int = 12, w: int = 12) -> Built:
     model = DepthwiseSeparableBlock()
     _randomize_batchnorm_stats(model)
@@ -302,7 +314,12 @@ class VideoConv3d(nn.Module):
 
 
 # The batch of 1 stays 1: torch.export specializes dims whose example size is 0 or 1.
-@case("conv3d", dims={"x": ("x_dim_0", 3, "x_dim_2", "x_dim_3", "x_dim_4")}, second={"batch": 3, "frames": 6, "h": 12, "w": 10}, tags=("cnn",))
+@case(
+    "conv3d",
+    dims={"x": ("x_dim_0", 3, "x_dim_2", "x_dim_3", "x_dim_4")},
+    second={"batch": 3, "frames": 6, "h": 12, "w": 10},
+    tags=("cnn",),
+)
 def build_conv3d(batch: int = 1, frames: int = 4, h: int = 8, w: int = 8) -> Built:
     """A batch-1 example: under dynamic_shapes=True the batch stays symbolic (runs at batch 3)."""
     return VideoConv3d(), (torch.randn(batch, 3, frames, h, w),), {}
@@ -320,7 +337,12 @@ class ConvTranspose2dDecoder(nn.Module):
         return torch.sigmoid(self.up2(F.relu(self.up1(z))))
 
 
-@case("conv_transpose2d", dims={"z": ("z_dim_0", 8, "z_dim_2", "z_dim_3")}, second={"batch": 3, "h": 5, "w": 3}, tags=("cnn",))
+@case(
+    "conv_transpose2d",
+    dims={"z": ("z_dim_0", 8, "z_dim_2", "z_dim_3")},
+    second={"batch": 3, "h": 5, "w": 3},
+    tags=("cnn",),
+)
 def build_conv_transpose2d(batch: int = 2, h: int = 4, w: int = 4) -> Built:
     return ConvTranspose2dDecoder(), (torch.randn(batch, 8, h, w),), {}
 
@@ -376,7 +398,12 @@ class AdaptivePoolingHead(nn.Module):
         return self.avg(h), self.max(h).flatten(1)
 
 
-@case("adaptive_pooling", dims={"x": ("x_dim_0", 3, "x_dim_2", "x_dim_3")}, second={"batch": 3, "h": 15, "w": 18}, tags=("cnn",))
+@case(
+    "adaptive_pooling",
+    dims={"x": ("x_dim_0", 3, "x_dim_2", "x_dim_3")},
+    second={"batch": 3, "h": 15, "w": 18},
+    tags=("cnn",),
+)
 def build_adaptive_pooling(batch: int = 2, h: int = 12, w: int = 12) -> Built:
     return AdaptivePoolingHead(), (torch.randn(batch, 3, h, w),), {}
 
@@ -394,7 +421,10 @@ class NearestUpsample(nn.Module):
 
 @case(
     "interpolate_nearest",
-    dims={"coarse": ("coarse_dim_0", 4, "coarse_dim_2", "coarse_dim_3"), "fine": ("coarse_dim_0", 4, "2*coarse_dim_2", "2*coarse_dim_3")},
+    dims={
+        "coarse": ("coarse_dim_0", 4, "coarse_dim_2", "coarse_dim_3"),
+        "fine": ("coarse_dim_0", 4, "2*coarse_dim_2", "2*coarse_dim_3"),
+    },
     second={"batch": 3, "h": 6, "w": 7},
     tags=("cnn", "resize"),
 )
@@ -416,7 +446,12 @@ class BilinearResize(nn.Module):
         return to_size, scaled
 
 
-@case("interpolate_bilinear", dims={"x": ("x_dim_0", 4, "x_dim_2", "x_dim_3")}, second={"batch": 3, "h": 7, "w": 5}, tags=("cnn", "resize"))
+@case(
+    "interpolate_bilinear",
+    dims={"x": ("x_dim_0", 4, "x_dim_2", "x_dim_3")},
+    second={"batch": 3, "h": 7, "w": 5},
+    tags=("cnn", "resize"),
+)
 def build_interpolate_bilinear(batch: int = 2, h: int = 6, w: int = 8) -> Built:
     return BilinearResize(), (torch.randn(batch, 4, h, w),), {}
 
@@ -451,7 +486,9 @@ class ProjectedLSTM(nn.Module):
 
     def __init__(self) -> None:
         super().__init__()
-        self.lstm = nn.LSTM(input_size=8, hidden_size=16, num_layers=2, proj_size=4, bidirectional=True, batch_first=True)
+        self.lstm = nn.LSTM(
+            input_size=8, hidden_size=16, num_layers=2, proj_size=4, bidirectional=True, batch_first=True
+        )
 
     def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor]]:
         return self.lstm(x)
@@ -554,9 +591,7 @@ class CrossAttention(nn.Module):
     def forward(
         self, query: torch.Tensor, memory: torch.Tensor, key_padding_mask: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        return self.attn(
-            query, memory, memory, key_padding_mask=key_padding_mask, need_weights=True
-        )
+        return self.attn(query, memory, memory, key_padding_mask=key_padding_mask, need_weights=True)
 
 
 @case(
@@ -597,7 +632,12 @@ def build_sdpa(batch: int = 2, seq: int = 6) -> Built:
     return SDPASelfAttention(causal=False), (torch.randn(batch, seq, 32),), {}
 
 
-@case("sdpa_causal", dims={"x": ("x_dim_0", "x_dim_1", 32)}, second={"batch": 3, "seq": 9}, tags=("transformer", "sdpa", "decoder"))
+@case(
+    "sdpa_causal",
+    dims={"x": ("x_dim_0", "x_dim_1", 32)},
+    second={"batch": 3, "seq": 9},
+    tags=("transformer", "sdpa", "decoder"),
+)
 def build_sdpa_causal(batch: int = 2, seq: int = 6) -> Built:
     return SDPASelfAttention(causal=True), (torch.randn(batch, seq, 32),), {}
 
@@ -605,9 +645,7 @@ def build_sdpa_causal(batch: int = 2, seq: int = 6) -> Built:
 class SDPAMasked(nn.Module):
     """F.scaled_dot_product_attention with an explicit boolean attention mask and a scale."""
 
-    def forward(
-        self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor
-    ) -> torch.Tensor:
+    def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=0.5)
 
 
@@ -649,7 +687,12 @@ class BagOfEmbeddings(nn.Module):
         return self.head(pooled)
 
 
-@case("embedding", dims={"input_ids": ("input_ids_dim_0", "input_ids_dim_1")}, second={"batch": 4, "seq": 9}, tags=("index",))
+@case(
+    "embedding",
+    dims={"input_ids": ("input_ids_dim_0", "input_ids_dim_1")},
+    second={"batch": 4, "seq": 9},
+    tags=("index",),
+)
 def build_embedding(batch: int = 3, seq: int = 6) -> Built:
     input_ids = torch.randint(1, 50, (batch, seq))
     input_ids[0, 4:] = 0
@@ -682,7 +725,9 @@ class EinsumBilinear(nn.Module):
     second={"n": 4, "batch": 3, "heads": 3, "q_len": 5, "kv_len": 6, "head_dim": 7},
     tags=("index",),
 )
-def build_einsum(n: int = 3, batch: int = 2, heads: int = 2, q_len: int = 4, kv_len: int = 5, head_dim: int = 8) -> Built:
+def build_einsum(
+    n: int = 3, batch: int = 2, heads: int = 2, q_len: int = 4, kv_len: int = 5, head_dim: int = 8
+) -> Built:
     a, b = torch.randn(n, 6), torch.randn(n, 5)
     args = (a, b, torch.randn(batch, heads, q_len, head_dim), torch.randn(batch, heads, kv_len, head_dim))
     return EinsumBilinear(), args, {}
@@ -695,9 +740,7 @@ class GatherScatter(nn.Module):
         self, x: torch.Tensor, index: torch.Tensor, segment_ids: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor]:
         picked = torch.gather(x, 1, index)
-        pooled = torch.zeros(4, x.size(1), dtype=x.dtype).scatter_add(
-            0, segment_ids.unsqueeze(1).expand_as(x), x
-        )
+        pooled = torch.zeros(4, x.size(1), dtype=x.dtype).scatter_add(0, segment_ids.unsqueeze(1).expand_as(x), x)
         return picked, pooled
 
 
@@ -717,9 +760,7 @@ def build_gather_scatter(rows: int = 6, cols: int = 10, picked_rows: int = 6, pi
 class IndexPut(nn.Module):
     """Histogram via index_put_(accumulate=True), slice assignment and index_select."""
 
-    def forward(
-        self, values: torch.Tensor, bins: torch.Tensor, x: torch.Tensor
-    ) -> tuple[torch.Tensor, torch.Tensor]:
+    def forward(self, values: torch.Tensor, bins: torch.Tensor, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         hist = torch.zeros(8, dtype=values.dtype)
         hist.index_put_((bins,), values, accumulate=True)
         y = x.clone()
@@ -755,7 +796,12 @@ class TopkArgmaxCumsum(nn.Module):
         }
 
 
-@case("topk_argmax_cumsum", dims={"logits": ("logits_dim_0", "logits_dim_1")}, second={"batch": 5, "vocab": 12}, tags=("index", "nested"))
+@case(
+    "topk_argmax_cumsum",
+    dims={"logits": ("logits_dim_0", "logits_dim_1")},
+    second={"batch": 5, "vocab": 12},
+    tags=("index", "nested"),
+)
 def build_topk_argmax_cumsum(batch: int = 4, vocab: int = 10) -> Built:
     return TopkArgmaxCumsum(), (torch.randn(batch, vocab),), {}
 
@@ -763,9 +809,7 @@ def build_topk_argmax_cumsum(batch: int = 4, vocab: int = 10) -> Built:
 class MaskedFillWhere(nn.Module):
     """Masked softmax with masked_fill(-inf) and a leaky activation via torch.where."""
 
-    def forward(
-        self, scores: torch.Tensor, mask: torch.Tensor
-    ) -> tuple[torch.Tensor, torch.Tensor]:
+    def forward(self, scores: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         attn = scores.masked_fill(~mask, float("-inf")).softmax(-1)
         leaky = torch.where(scores > 0, scores, 0.1 * scores)
         return attn, leaky
@@ -773,7 +817,10 @@ class MaskedFillWhere(nn.Module):
 
 @case(
     "masked_fill_where",
-    dims={"scores": ("scores_dim_0", "scores_dim_1", "scores_dim_2"), "mask": ("scores_dim_0", "scores_dim_1", "scores_dim_2")},
+    dims={
+        "scores": ("scores_dim_0", "scores_dim_1", "scores_dim_2"),
+        "mask": ("scores_dim_0", "scores_dim_1", "scores_dim_2"),
+    },
     second={"batch": 4, "q_len": 6, "kv_len": 7},
     tags=("index",),
 )
@@ -853,7 +900,12 @@ class NonzeroDetections(nn.Module):
         return keep, scores[keep[:, 0], keep[:, 1]]
 
 
-@case("nonzero", dims={"scores": ("scores_dim_0", "scores_dim_1")}, second={"rows": 5, "cols": 7}, tags=("data_dependent",))
+@case(
+    "nonzero",
+    dims={"scores": ("scores_dim_0", "scores_dim_1")},
+    second={"rows": 5, "cols": 7},
+    tags=("data_dependent",),
+)
 def build_nonzero(rows: int = 4, cols: int = 6) -> Built:
     return NonzeroDetections(), (torch.rand(rows, cols),), {}
 
@@ -870,7 +922,9 @@ class RFFTMagnitude(nn.Module):
         return torch.log1p(torch.fft.rfft(signal, dim=-1).abs())
 
 
-@case("fft_rfft_abs", dims={"signal": ("signal_dim_0", "signal_dim_1")}, second={"batch": 3, "n": 35}, tags=("complex",))
+@case(
+    "fft_rfft_abs", dims={"signal": ("signal_dim_0", "signal_dim_1")}, second={"batch": 3, "n": 35}, tags=("complex",)
+)
 def build_fft_rfft_abs(batch: int = 2, n: int = 32) -> Built:
     return RFFTMagnitude(), (torch.randn(batch, n),), {}
 
@@ -882,7 +936,12 @@ class FFTViewAsReal(nn.Module):
         return torch.view_as_real(torch.fft.fft(signal, dim=-1))
 
 
-@case("fft_view_as_real", dims={"signal": ("signal_dim_0", "signal_dim_1")}, second={"batch": 3, "n": 21}, tags=("complex",))
+@case(
+    "fft_view_as_real",
+    dims={"signal": ("signal_dim_0", "signal_dim_1")},
+    second={"batch": 3, "n": 21},
+    tags=("complex",),
+)
 def build_fft_view_as_real(batch: int = 2, n: int = 16) -> Built:
     return FFTViewAsReal(), (torch.randn(batch, n),), {}
 
@@ -895,7 +954,12 @@ class FourierMixing(nn.Module):
         return torch.fft.fftn(hidden, dim=(1, 2)).real
 
 
-@case("fft_fourier_mixing", dims={"hidden": ("hidden_dim_0", "hidden_dim_1", "hidden_dim_2")}, second={"batch": 3, "seq": 11, "width": 12}, tags=("complex",))
+@case(
+    "fft_fourier_mixing",
+    dims={"hidden": ("hidden_dim_0", "hidden_dim_1", "hidden_dim_2")},
+    second={"batch": 3, "seq": 11, "width": 12},
+    tags=("complex",),
+)
 def build_fft_fourier_mixing(batch: int = 2, seq: int = 8, width: int = 16) -> Built:
     return FourierMixing(), (torch.randn(batch, seq, width),), {}
 
@@ -909,7 +973,12 @@ class LogSpectrogram(nn.Module):
         return torch.log1p(spectrum.abs())
 
 
-@case("stft_log_spectrogram", dims={"signal": ("signal_dim_0", "signal_dim_1")}, second={"batch": 3, "n": 100}, tags=("complex", "audio"))
+@case(
+    "stft_log_spectrogram",
+    dims={"signal": ("signal_dim_0", "signal_dim_1")},
+    second={"batch": 3, "n": 100},
+    tags=("complex", "audio"),
+)
 def build_stft_log_spectrogram(batch: int = 2, n: int = 64) -> Built:
     return LogSpectrogram(), (torch.randn(batch, n),), {}
 
@@ -1126,7 +1195,11 @@ class IntegerMath(nn.Module):
 
 @case(
     "integer_math",
-    dims={"x": ("x_dim_0", "x_dim_1"), "counts": ("counts_dim_0", "counts_dim_1"), "mask": ("mask_dim_0", "mask_dim_1")},
+    dims={
+        "x": ("x_dim_0", "x_dim_1"),
+        "counts": ("counts_dim_0", "counts_dim_1"),
+        "mask": ("mask_dim_0", "mask_dim_1"),
+    },
     second={"rows": 4, "cols": 7},
     tags=("promotion",),
 )
@@ -1267,7 +1340,10 @@ def build_hf_bert(batch: int = 2, seq: int = 8) -> Built:
 
 @case(
     "hf_gpt2_lm",
-    dims={"input_ids": ("input_ids_dim_0", "input_ids_dim_1"), "attention_mask": ("input_ids_dim_0", "attention_mask_dim_1")},
+    dims={
+        "input_ids": ("input_ids_dim_0", "input_ids_dim_1"),
+        "attention_mask": ("input_ids_dim_0", "attention_mask_dim_1"),
+    },
     second={"batch": 3, "seq": 11},
     atol=HF_ATOL,
     tags=("hf", "transformer", "decoder", "cache"),
@@ -1302,17 +1378,32 @@ _DECODER = dict(
     pad_token_id=0,
     attn_implementation=HF_ATTN,
 )
-_DECODER_DIMS = {"input_ids": ("input_ids_dim_0", "input_ids_dim_1"), "attention_mask": ("attention_mask_dim_0", "attention_mask_dim_1")}
+_DECODER_DIMS = {
+    "input_ids": ("input_ids_dim_0", "input_ids_dim_1"),
+    "attention_mask": ("attention_mask_dim_0", "attention_mask_dim_1"),
+}
 
 
-@case("hf_llama_lm", dims=_DECODER_DIMS, second={"batch": 3, "seq": 11}, atol=HF_ATOL, tags=("hf", "transformer", "decoder", "cache"))
+@case(
+    "hf_llama_lm",
+    dims=_DECODER_DIMS,
+    second={"batch": 3, "seq": 11},
+    atol=HF_ATOL,
+    tags=("hf", "transformer", "decoder", "cache"),
+)
 def build_hf_llama_lm(batch: int = 2, seq: int = 8) -> Built:
     from transformers import LlamaConfig, LlamaForCausalLM
 
     return LlamaForCausalLM(LlamaConfig(**_DECODER)), (), _token_inputs(100, batch, seq)
 
 
-@case("hf_mistral_lm", dims=_DECODER_DIMS, second={"batch": 3, "seq": 11}, atol=HF_ATOL, tags=("hf", "transformer", "decoder", "cache"))
+@case(
+    "hf_mistral_lm",
+    dims=_DECODER_DIMS,
+    second={"batch": 3, "seq": 11},
+    atol=HF_ATOL,
+    tags=("hf", "transformer", "decoder", "cache"),
+)
 def build_hf_mistral_lm(batch: int = 2, seq: int = 8) -> Built:
     """Sliding-window attention (a window shorter than the sequence) and its cache, whose length is
     a Python int when run eagerly but symbolic when captured with a dynamic sequence."""
@@ -1358,7 +1449,10 @@ def build_hf_t5(batch: int = 2, seq: int = 8, target_len: int = 4) -> Built:
 # Whisper fixes the frames (2 * max_source_positions) and the mel bins.
 @case(
     "hf_whisper",
-    dims={"input_features": ("input_features_dim_0", 16, 32), "decoder_input_ids": ("input_features_dim_0", "decoder_input_ids_dim_1")},
+    dims={
+        "input_features": ("input_features_dim_0", 16, 32),
+        "decoder_input_ids": ("input_features_dim_0", "decoder_input_ids_dim_1"),
+    },
     second={"batch": 3, "target_len": 6},
     atol=HF_ATOL,
     tags=("hf", "transformer", "decoder", "cache", "seq2seq"),
@@ -1392,7 +1486,13 @@ def build_hf_whisper(batch: int = 2, target_len: int = 4) -> Built:
 
 
 # ViT's position embeddings fix the image size.
-@case("hf_vit", dims={"pixel_values": ("pixel_values_dim_0", 3, 32, 32)}, second={"batch": 3}, atol=HF_ATOL, tags=("hf", "transformer", "vision"))
+@case(
+    "hf_vit",
+    dims={"pixel_values": ("pixel_values_dim_0", 3, 32, 32)},
+    second={"batch": 3},
+    atol=HF_ATOL,
+    tags=("hf", "transformer", "vision"),
+)
 def build_hf_vit(batch: int = 2) -> Built:
     from transformers import ViTConfig, ViTModel
 
@@ -1433,7 +1533,10 @@ def build_hf_resnet(batch: int = 2, h: int = 32, w: int = 32) -> Built:
 
 @case(
     "hf_distilbert",
-    dims={"input_ids": ("input_ids_dim_0", "input_ids_dim_1"), "attention_mask": ("attention_mask_dim_0", "input_ids_dim_1")},
+    dims={
+        "input_ids": ("input_ids_dim_0", "input_ids_dim_1"),
+        "attention_mask": ("attention_mask_dim_0", "input_ids_dim_1"),
+    },
     second={"batch": 3, "seq": 11},
     atol=HF_ATOL,
     tags=("hf", "transformer"),
@@ -1442,7 +1545,13 @@ def build_hf_distilbert(batch: int = 2, seq: int = 8) -> Built:
     from transformers import DistilBertConfig, DistilBertModel
 
     config = DistilBertConfig(
-        vocab_size=100, max_position_embeddings=64, n_layers=2, n_heads=2, dim=32, hidden_dim=64, attn_implementation=HF_ATTN
+        vocab_size=100,
+        max_position_embeddings=64,
+        n_layers=2,
+        n_heads=2,
+        dim=32,
+        hidden_dim=64,
+        attn_implementation=HF_ATTN,
     )
     return DistilBertModel(config), (), _token_inputs(100, batch, seq)
 
@@ -1489,7 +1598,10 @@ def build_hf_convnext(batch: int = 2, h: int = 32, w: int = 32) -> Built:
 
 @case(
     "hf_clip_text",
-    dims={"input_ids": ("input_ids_dim_0", "input_ids_dim_1"), "attention_mask": ("attention_mask_dim_0", "input_ids_dim_1")},
+    dims={
+        "input_ids": ("input_ids_dim_0", "input_ids_dim_1"),
+        "attention_mask": ("attention_mask_dim_0", "input_ids_dim_1"),
+    },
     second={"batch": 3, "seq": 11},
     atol=HF_ATOL,
     tags=("hf", "transformer"),

@@ -75,7 +75,9 @@ def expected_outputs(outputs: Any) -> list[torch.Tensor]:
     return [leaf for child in children for leaf in expected_outputs(child)]
 
 
-def run_onnx_feeds(model_proto: onnx.ModelProto, feeds: dict[str, np.ndarray], *, reference: bool = False) -> list[np.ndarray]:
+def run_onnx_feeds(
+    model_proto: onnx.ModelProto, feeds: dict[str, np.ndarray], *, reference: bool = False
+) -> list[np.ndarray]:
     """Run a model in onnxruntime (CPU), or in `onnx.reference.ReferenceEvaluator` if `reference`."""
     if reference:
         from onnx.reference import ReferenceEvaluator
@@ -97,7 +99,9 @@ def _feeds(export_output, model: Any, args: tuple, kwargs: dict) -> dict[str, np
     """Feeds for the graph's inputs by name; the graph must take exactly the expected inputs, in order."""
     expected = expected_graph_inputs(model, args, kwargs)
     graph_names = [i.name for i in export_output.model_proto.graph.input]
-    assert graph_names == list(expected), f"graph inputs {graph_names}, expected {list(expected)} from the model's signature"
+    assert graph_names == list(expected), (
+        f"graph inputs {graph_names}, expected {list(expected)} from the model's signature"
+    )
     return {name: _to_numpy(t) for name, t in expected.items()}
 
 
@@ -132,7 +136,9 @@ def assert_matches_eager(
         assert a.shape == e.shape, f"output {i}: shape {a.shape} vs eager {e.shape}"
         assert a.dtype == e.dtype, f"output {i}: dtype {a.dtype} vs eager {e.dtype}"
         if np.issubdtype(e.dtype, np.floating) or e.dtype == _bfloat16():
-            np.testing.assert_allclose(a.astype(np.float64), e.astype(np.float64), atol=atol, rtol=rtol, err_msg=f"output {i}")
+            np.testing.assert_allclose(
+                a.astype(np.float64), e.astype(np.float64), atol=atol, rtol=rtol, err_msg=f"output {i}"
+            )
         else:
             np.testing.assert_array_equal(a, e, err_msg=f"output {i}")
 
@@ -145,7 +151,9 @@ def assert_matches_eager(
 def _assert_same_arrays(actual: list[np.ndarray], expected: list[np.ndarray], what: str) -> None:
     assert len(actual) == len(expected), f"{what}: {len(actual)} values, expected {len(expected)}"
     for i, (a, e) in enumerate(zip(actual, expected)):
-        assert a.shape == e.shape and a.dtype == e.dtype, f"{what}[{i}]: {a.dtype}{a.shape}, expected {e.dtype}{e.shape}"
+        assert a.shape == e.shape and a.dtype == e.dtype, (
+            f"{what}[{i}]: {a.dtype}{a.shape}, expected {e.dtype}{e.shape}"
+        )
         np.testing.assert_array_equal(a, e, err_msg=f"{what}[{i}]")
 
 
@@ -166,7 +174,6 @@ def _to_numpy(x):
             return x.view(torch.int16).numpy().view(_bfloat16())
         return x.numpy()
     return np.asarray(x)
-
 
 
 def console_script(name: str) -> str:

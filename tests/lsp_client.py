@@ -68,8 +68,9 @@ class StdioClient:
 
     def __init__(self, cwd: str | os.PathLike | None = None, log: pathlib.Path | None = None) -> None:
         with open(log, "wb") if log else contextlib.nullcontext(subprocess.PIPE) as stderr:
-            self.process = subprocess.Popen(SERVER, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=stderr,
-                                            cwd=cwd, start_new_session=True)
+            self.process = subprocess.Popen(
+                SERVER, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=stderr, cwd=cwd, start_new_session=True
+            )
         self.received: list[Received] = []  # every message, in order
         self.error: str | None = None  # why the reader stopped before end-of-file
         self._ids = itertools.count(1)
@@ -81,8 +82,9 @@ class StdioClient:
         self._stderr: list[bytes] = []
         self._reader = threading.Thread(target=self._read, daemon=True)
         self._reader.start()
-        self._stderr_reader = threading.Thread(target=lambda: self._stderr.extend(self.process.stderr or ()),
-                                               daemon=True)
+        self._stderr_reader = threading.Thread(
+            target=lambda: self._stderr.extend(self.process.stderr or ()), daemon=True
+        )
         self._stderr_reader.start()
 
     # --- reading ----------------------------------------------------------------------------

@@ -11,10 +11,10 @@ import textwrap
 import onnx
 import pytest
 import torch
+from helpers import assert_matches_eager, run_onnx, validate_sarif
 
 import exporter
 from exporter.targets import TargetError, build_target
-from helpers import assert_matches_eager, run_onnx, validate_sarif
 
 
 @dataclasses.dataclass
@@ -124,7 +124,9 @@ class ConvNet(torch.nn.Module):
 
 def test_dynamic_shapes_run_on_other_shapes():
     model = ConvNet().eval()
-    export_output = exporter.dynamo_export(model, torch.randn(2, 3, 16, 16), export_options=exporter.ExportOptions(dynamic_shapes=True))
+    export_output = exporter.dynamo_export(
+        model, torch.randn(2, 3, 16, 16), export_options=exporter.ExportOptions(dynamic_shapes=True)
+    )
     dims = export_output.model_proto.graph.input[0].type.tensor_type.shape.dim
     assert [d.dim_param for d in dims] == ["x_dim_0", "", "x_dim_2", "x_dim_3"]
     assert dims[1].dim_value == 3
@@ -136,7 +138,9 @@ def test_dynamic_shapes_run_on_other_shapes():
 def test_dynamic_sequence_length_for_a_transformer_encoder():
     layer = torch.nn.TransformerEncoderLayer(d_model=16, nhead=2, dim_feedforward=32, batch_first=True)
     model = torch.nn.TransformerEncoder(layer, num_layers=2, enable_nested_tensor=False).eval()
-    export_output = exporter.dynamo_export(model, torch.randn(2, 7, 16), export_options=exporter.ExportOptions(dynamic_shapes=True))
+    export_output = exporter.dynamo_export(
+        model, torch.randn(2, 7, 16), export_options=exporter.ExportOptions(dynamic_shapes=True)
+    )
     for shape in [(1, 3, 16), (4, 12, 16)]:
         x = torch.randn(shape)
         assert_matches_eager(export_output, model, (x,), run_args=(x,), atol=1e-4)
@@ -224,8 +228,19 @@ def test_cli_exports_a_target_and_reports_a_broken_one(tmp_path):
     source = tmp_path / "models.py"
     source.write_text(MODEL_FILE)
     ok = subprocess.run(
-        [sys.executable, "-m", "exporter.cli", f"{source}:small", "-o", str(tmp_path / "small.onnx"), "--sarif", str(tmp_path / "small.sarif")],
-        capture_output=True, text=True, timeout=300,
+        [
+            sys.executable,
+            "-m",
+            "exporter.cli",
+            f"{source}:small",
+            "-o",
+            str(tmp_path / "small.onnx"),
+            "--sarif",
+            str(tmp_path / "small.sarif"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     assert ok.returncode == 0, ok.stderr
     assert "exported small" in ok.stdout and "1 inputs, 1 outputs" in ok.stdout
@@ -233,11 +248,15 @@ def test_cli_exports_a_target_and_reports_a_broken_one(tmp_path):
     assert model.graph.input[0].type.tensor_type.shape.dim[0].dim_param == "input_dim_0"
     assert validate_sarif(tmp_path / "small.sarif")["runs"][0]["invocations"][0]["executionSuccessful"] is True
 
-    bad = subprocess.run([sys.executable, "-m", "exporter.cli", f"{source}:broken"], capture_output=True, text=True, timeout=300)
+    bad = subprocess.run(
+        [sys.executable, "-m", "exporter.cli", f"{source}:broken"], capture_output=True, text=True, timeout=300
+    )
     assert bad.returncode == 1
     assert "must return (model, args) or (model, args, kwargs), got Linear" in bad.stderr
 
-    missing = subprocess.run([sys.executable, "-m", "exporter.cli", f"{source}:nope"], capture_output=True, text=True, timeout=300)
+    missing = subprocess.run(
+        [sys.executable, "-m", "exporter.cli", f"{source}:nope"], capture_output=True, text=True, timeout=300
+    )
     assert missing.returncode == 2 and "no export target 'nope'" in missing.stderr
 
 
@@ -250,12 +269,15 @@ class _LayerNormGelu(torch.nn.Module):
         return torch.nn.functional.gelu(self.norm(self.fc(x)))
 
 
-@pytest.mark.parametrize("options, opset", [
-    (dict(opset_version=18, onnx_registry=exporter.OnnxRegistry(opset_version=20)), 18),  # the option wins
-    (dict(opset_version=21, onnx_registry=exporter.OnnxRegistry(opset_version=18)), 21),
-    (dict(onnx_registry=exporter.OnnxRegistry(opset_version=18)), 18),  # no option: the registry's
-    (dict(), 20),  # the default, as torch.onnx.export's
-])
+@pytest.mark.parametrize(
+    "options, opset",
+    [
+        (dict(opset_version=18, onnx_registry=exporter.OnnxRegistry(opset_version=20)), 18),  # the option wins
+        (dict(opset_version=21, onnx_registry=exporter.OnnxRegistry(opset_version=18)), 21),
+        (dict(onnx_registry=exporter.OnnxRegistry(opset_version=18)), 18),  # no option: the registry's
+        (dict(), 20),  # the default, as torch.onnx.export's
+    ],
+)
 def test_the_requested_opset_is_the_models_whatever_the_registry(options, opset):
     model, x = _LayerNormGelu().eval(), torch.randn(2, 4)
     output = exporter.dynamo_export(model, x, export_options=exporter.ExportOptions(**options))
@@ -268,10 +290,14 @@ def test_the_requested_opset_is_the_models_whatever_the_registry(options, opset)
 def test_ir_version_follows_onnx_table_for_the_imported_opsets(opset, ir_version):
     model, x = _LayerNormGelu().eval(), torch.randn(2, 4)
     proto = exporter.dynamo_export(model, x, export_options=exporter.ExportOptions(opset_version=opset)).model_proto
-    assert proto.ir_version == max(10, onnx.helper.find_min_ir_version_for(list(proto.opset_import), ignore_unknown=True))
+    assert proto.ir_version == max(
+        10, onnx.helper.find_min_ir_version_for(list(proto.opset_import), ignore_unknown=True)
+    )
     assert proto.ir_version == ir_version  # onnx's table: opset 23 needs IR 11, 25 IR 13; 10 at least (node metadata)
     onnx.checker.check_model(proto, full_check=True)
-    assert_matches_eager(exporter.dynamo_export(model, x, export_options=exporter.ExportOptions(opset_version=opset)), model, (x,))
+    assert_matches_eager(
+        exporter.dynamo_export(model, x, export_options=exporter.ExportOptions(opset_version=opset)), model, (x,)
+    )
 
 
 class Spectrum(torch.nn.Module):

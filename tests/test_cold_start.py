@@ -25,7 +25,9 @@ cli.main([sys.argv[1], "-o", sys.argv[2]])
 
 def _python(code: str, *args: str) -> str:
     """The standard output of `code` run with `args`; it must exit with 0."""
-    return subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, check=True, timeout=600).stdout
+    return subprocess.run(
+        [sys.executable, "-c", code, *args], capture_output=True, text=True, check=True, timeout=600
+    ).stdout
 
 
 def test_the_export_pipeline_does_not_import_what_an_export_may_not_need():

@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import pytest
 import torch
+from helpers import assert_matches_eager
 
 import exporter
 from exporter.capture.extractor import FXGraphExtractor
 from exporter.diagnostics import DiagnosticContext
 from exporter.passes import decompose
 from exporter.translate.registry import default_registry
-from helpers import assert_matches_eager
 
 
 class Conversions(torch.nn.Module):
@@ -40,7 +40,16 @@ def _cases():
     i, j = torch.randint(-8, 8, (2, 5)), torch.randint(-8, 8, (2, 5))
     return {
         "conversions": (Conversions(), (x, n), (torch.randn(5, 2) * 10, torch.randint(-9, 9, (5, 2)))),
-        "logic": (Logic(), (a, b, i, j), (torch.rand(4, 1) > 0.5, torch.rand(4, 1) > 0.5, torch.randint(-8, 8, (4, 1)), torch.randint(-8, 8, (4, 1)))),
+        "logic": (
+            Logic(),
+            (a, b, i, j),
+            (
+                torch.rand(4, 1) > 0.5,
+                torch.rand(4, 1) > 0.5,
+                torch.randint(-8, 8, (4, 1)),
+                torch.randint(-8, 8, (4, 1)),
+            ),
+        ),
     }
 
 
@@ -49,8 +58,14 @@ def _cases():
 def test_composites_match_eager_without_decomposition(case, dynamic):
     model, args, other = _cases()[case]
     program = FXGraphExtractor().generate_fx(model, args, {}, dynamic_shapes=dynamic, ctx=DiagnosticContext())
-    targets = {n.target._schema.name for n in program.graph.nodes if n.op == "call_function" and hasattr(n.target, "_schema")}
-    assert {"aten::to"} <= targets if case == "conversions" else {"aten::__and__", "aten::__or__", "aten::__xor__", "aten::min", "aten::max"} <= targets
+    targets = {
+        n.target._schema.name for n in program.graph.nodes if n.op == "call_function" and hasattr(n.target, "_schema")
+    }
+    assert (
+        {"aten::to"} <= targets
+        if case == "conversions"
+        else {"aten::__and__", "aten::__or__", "aten::__xor__", "aten::min", "aten::max"} <= targets
+    )
     assert decompose.untranslatable_targets(program, default_registry()) == set()
     export_output = exporter.dynamo_export(model, *args, export_options=exporter.ExportOptions(dynamic_shapes=dynamic))
     assert_matches_eager(export_output, model, args)
@@ -99,7 +114,9 @@ class SizeArithmetic(torch.nn.Module):
 def test_functions_of_symbolic_sizes_translate():
     model, x = SizeArithmetic(), torch.randn(2, 5, 7)
     program = FXGraphExtractor().generate_fx(model, (x,), {}, dynamic_shapes=True, ctx=DiagnosticContext())
-    assert {torch.sym_min, torch.sym_max, torch.sym_float, torch.ops.aten.sym_numel.default} <= {n.target for n in program.graph.nodes}
+    assert {torch.sym_min, torch.sym_max, torch.sym_float, torch.ops.aten.sym_numel.default} <= {
+        n.target for n in program.graph.nodes
+    }
     export_output = exporter.dynamo_export(model, x, export_options=exporter.ExportOptions(dynamic_shapes=True))
     for other in (x, torch.randn(3, 6, 4), torch.randn(1, 3, 3)):
         assert_matches_eager(export_output, model, (x,), run_args=(other,))
@@ -132,7 +149,9 @@ class OrderStatistics(torch.nn.Module):
 @pytest.mark.parametrize("dynamic", [False, True], ids=["static", "dynamic"])
 def test_order_statistics_match_eager(dynamic):
     x = torch.randn(4, 7)  # odd and even lengths: the lower median of an even count
-    export_output = exporter.dynamo_export(OrderStatistics(), x, export_options=exporter.ExportOptions(dynamic_shapes=dynamic))
+    export_output = exporter.dynamo_export(
+        OrderStatistics(), x, export_options=exporter.ExportOptions(dynamic_shapes=dynamic)
+    )
     assert_matches_eager(export_output, OrderStatistics(), (x,))
     if dynamic:
         for other in (torch.randn(5, 8), torch.randn(3, 9)):
@@ -164,18 +183,45 @@ def _expected_grouped_mm(x, weights, offs):
     return torch.cat([*rows, torch.zeros(x.shape[0] - start, weights.shape[2])])
 
 
-@pytest.mark.parametrize("model, dtype", [(GroupedMatmul(), torch.bfloat16), (GroupedMatmulFallback(), torch.float32)], ids=["aten", "transformers"])
+@pytest.mark.parametrize(
+    "model, dtype",
+    [(GroupedMatmul(), torch.bfloat16), (GroupedMatmulFallback(), torch.float32)],
+    ids=["aten", "transformers"],
+)
 def test_grouped_matmul_of_experts_follows_the_offsets_given_at_run_time(model, dtype):
     """torch.export takes ``_grouped_mm`` in bfloat16 only: onnx's reference evaluator runs that one
     (onnxruntime's CPU provider has no bfloat16 MatMul)."""
     torch.manual_seed(0)
     x, weights = torch.randn(7, 8, dtype=dtype), torch.randn(3, 8, 8, dtype=dtype)
     offs = torch.tensor([2, 2, 7], dtype=torch.int32)  # the middle expert gets no row
-    assert torch.allclose(model(x, weights, offs).float(), _expected_grouped_mm(x.float(), weights.float(), offs), atol=5e-2)
-    export_output = exporter.dynamo_export(model, x, weights, offs, export_options=exporter.ExportOptions(dynamic_shapes={"x": {0: torch.export.Dim("rows")}, "weights": None, "offs": None}))
-    for run in [(x, weights, offs), (torch.randn(9, 8, dtype=dtype), weights, torch.tensor([0, 5, 9], dtype=torch.int32))]:
-        assert_matches_eager(export_output, model, (x, weights, offs), run_args=run, reference=dtype == torch.bfloat16, atol=5e-2, rtol=2e-2)
-    if isinstance(model, GroupedMatmulFallback):  # rows after the last offset are zeros (eager _grouped_mm leaves them unset)
+    assert torch.allclose(
+        model(x, weights, offs).float(), _expected_grouped_mm(x.float(), weights.float(), offs), atol=5e-2
+    )
+    export_output = exporter.dynamo_export(
+        model,
+        x,
+        weights,
+        offs,
+        export_options=exporter.ExportOptions(
+            dynamic_shapes={"x": {0: torch.export.Dim("rows")}, "weights": None, "offs": None}
+        ),
+    )
+    for run in [
+        (x, weights, offs),
+        (torch.randn(9, 8, dtype=dtype), weights, torch.tensor([0, 5, 9], dtype=torch.int32)),
+    ]:
+        assert_matches_eager(
+            export_output,
+            model,
+            (x, weights, offs),
+            run_args=run,
+            reference=dtype == torch.bfloat16,
+            atol=5e-2,
+            rtol=2e-2,
+        )
+    if isinstance(
+        model, GroupedMatmulFallback
+    ):  # rows after the last offset are zeros (eager _grouped_mm leaves them unset)
         short = torch.tensor([1, 3, 5], dtype=torch.int32)
         assert_matches_eager(export_output, model, (x, weights, offs), run_args=(x, weights, short))
 
@@ -206,7 +252,9 @@ def _attention_inputs(batch: int, queries: int, keys: int):
 @pytest.mark.parametrize("dynamic", [False, True], ids=["static", "dynamic"])
 def test_attention_of_any_rank_matches_eager(dynamic):
     inputs = _attention_inputs(2, 5, 6)
-    export_output = exporter.dynamo_export(AttentionOfAnyRank(), *inputs, export_options=exporter.ExportOptions(dynamic_shapes=dynamic))
+    export_output = exporter.dynamo_export(
+        AttentionOfAnyRank(), *inputs, export_options=exporter.ExportOptions(dynamic_shapes=dynamic)
+    )
     assert_matches_eager(export_output, AttentionOfAnyRank(), inputs)
     if dynamic:
         assert_matches_eager(export_output, AttentionOfAnyRank(), inputs, run_args=_attention_inputs(3, 7, 9))
@@ -217,14 +265,18 @@ class GroupedQueryAttention(torch.nn.Module):
 
     def forward(self, q, k, v):
         attention = torch.nn.functional.scaled_dot_product_attention
-        return attention(q, k, v, enable_gqa=True, is_causal=True), attention(q[None], k[None], v[None], enable_gqa=True)
+        return attention(q, k, v, enable_gqa=True, is_causal=True), attention(
+            q[None], k[None], v[None], enable_gqa=True
+        )
 
 
 @pytest.mark.parametrize("dynamic", [False, True], ids=["static", "dynamic"])
 def test_grouped_query_attention_with_head_counts_known_only_at_run_time(dynamic):
     """Under ``dynamic_shapes=True`` the head counts are symbolic too (torchlib's needs them known)."""
     q, k, v = torch.randn(2, 8, 5, 16), torch.randn(2, 2, 5, 16), torch.randn(2, 2, 5, 16)
-    export_output = exporter.dynamo_export(GroupedQueryAttention(), q, k, v, export_options=exporter.ExportOptions(dynamic_shapes=dynamic))
+    export_output = exporter.dynamo_export(
+        GroupedQueryAttention(), q, k, v, export_options=exporter.ExportOptions(dynamic_shapes=dynamic)
+    )
     assert_matches_eager(export_output, GroupedQueryAttention(), (q, k, v))
     if dynamic:  # 6 query heads on 3 key/value heads
         other = torch.randn(3, 6, 7, 16), torch.randn(3, 3, 7, 16), torch.randn(3, 3, 7, 16)

@@ -9,12 +9,12 @@ optimizations: onnxruntime's fusions (``optimize="onnxruntime"``) and opsets 18 
 
 from __future__ import annotations
 
+import corpus
 import onnx
 import pytest
-
-import corpus
-import exporter
 from helpers import assert_matches_eager, expected_graph_inputs
+
+import exporter
 
 # Known gaps, each a strict xfail: the day it passes, the test says so.
 KNOWN_FAILURES: dict[str, str] = {}
@@ -42,18 +42,24 @@ def _compare(case: corpus.Case, export_output: exporter.ExportOutput, **sizes: i
     change their buffers when run; the model is the export's, whatever the sizes)."""
     reference, _, _ = case.build()
     _, args, kwargs = case.build(**sizes)
-    assert_matches_eager(export_output, reference, args, kwargs, atol=case.atol, rtol=case.rtol, reference=case.ort_note is not None)
+    assert_matches_eager(
+        export_output, reference, args, kwargs, atol=case.atol, rtol=case.rtol, reference=case.ort_note is not None
+    )
 
 
 @pytest.mark.parametrize("case", _params(KNOWN_FAILURES, exporter.OnnxExporterError))
 def test_export_matches_eager(case: corpus.Case):
-    export_output = _export(case, exporter.ExportOptions(verify=True))  # no false alarm (FXE0021) at the default tolerances
+    export_output = _export(
+        case, exporter.ExportOptions(verify=True)
+    )  # no false alarm (FXE0021) at the default tolerances
     [verified] = [d for d in export_output.diagnostic_context.diagnostics if d.rule.id == "FXE0021"]
     assert verified.message.startswith("Verification skipped" if case.ort_note else "Verified"), verified.message
     _compare(case, export_output)
 
 
-@pytest.mark.parametrize("case", _params(KNOWN_FAILURES | KNOWN_SECOND_SHAPE_FAILURES, (exporter.OnnxExporterError, AssertionError)))
+@pytest.mark.parametrize(
+    "case", _params(KNOWN_FAILURES | KNOWN_SECOND_SHAPE_FAILURES, (exporter.OnnxExporterError, AssertionError))
+)
 def test_dynamic_export_matches_eager_at_two_shapes(case: corpus.Case):
     export_output = _export(case, exporter.ExportOptions(dynamic_shapes=True))
     shapes = {

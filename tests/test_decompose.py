@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from helpers import assert_matches_eager
 
 import exporter
 from exporter.capture.extractor import FXGraphExtractor
@@ -12,7 +13,6 @@ from exporter.diagnostics import DiagnosticContext
 from exporter.diagnostics.locations import stack_of
 from exporter.passes import decompose
 from exporter.translate.registry import default_registry
-from helpers import assert_matches_eager
 
 
 def _line(fn, text: str) -> int:
@@ -137,14 +137,18 @@ def test_in_place_ops_on_a_private_tensor_become_functional(no_whole_program_dec
 def test_slice_assignments_to_a_private_tensor_become_scatters(no_whole_program_decomposition, dynamic):
     """Without the whole-program re-trace, which took ~170 s of a dynamic Swin export."""
     x = torch.randn(2, 6, 7)
-    export_output = exporter.dynamo_export(SliceAssignments(), x, export_options=exporter.ExportOptions(dynamic_shapes=dynamic))
+    export_output = exporter.dynamo_export(
+        SliceAssignments(), x, export_options=exporter.ExportOptions(dynamic_shapes=dynamic)
+    )
     assert_matches_eager(export_output, SliceAssignments(), (x,))
     if dynamic:
         assert_matches_eager(export_output, SliceAssignments(), (x,), run_args=(torch.randn(3, 9, 5),))
 
 
 @pytest.mark.parametrize(
-    "model", [InPlaceOnPrivate, InPlaceThroughView, InPlaceAfterView, SliceAssignmentSeenThroughAnEarlierView], ids=lambda m: m.__name__
+    "model",
+    [InPlaceOnPrivate, InPlaceThroughView, InPlaceAfterView, SliceAssignmentSeenThroughAnEarlierView],
+    ids=lambda m: m.__name__,
 )
 def test_in_place_ops_compute_what_eager_computes(model):
     x = torch.randn(2, 3)
@@ -190,13 +194,17 @@ def traced(monkeypatch) -> list:
 
 
 @pytest.mark.parametrize("dynamic", [False, True], ids=["static", "dynamic"])
-def test_conversions_translate_without_a_trace_and_the_no_op_ones_vanish(no_whole_program_decomposition, traced, dynamic):
+def test_conversions_translate_without_a_trace_and_the_no_op_ones_vanish(
+    no_whole_program_decomposition, traced, dynamic
+):
     x = torch.randn(3, 5) * 4
     program = _capture(Conversions(), x, dynamic=dynamic)
     assert sum(n.op == "call_function" and n.target._schema.name == "aten::to" for n in program.graph.nodes) == 4
     decompose.decompose(program, default_registry())
     assert len(traced) == 1  # reshape_as
-    export_output = exporter.dynamo_export(Conversions(), x, export_options=exporter.ExportOptions(dynamic_shapes=dynamic))
+    export_output = exporter.dynamo_export(
+        Conversions(), x, export_options=exporter.ExportOptions(dynamic_shapes=dynamic)
+    )
     ops = [n.op_type for n in export_output.model_proto.graph.node]
     assert ops.count("Cast") == 1 and "Identity" not in ops  # only the cast to int64
     assert_matches_eager(export_output, Conversions(), (x,))
@@ -238,10 +246,14 @@ def test_a_decomposition_that_mutates_its_temporaries_is_spliced_functionally(no
     program = decompose.decompose(_capture(Cosine(), a, b, dynamic=dynamic), default_registry())
     assert not any(t._schema.is_mutable for t in _targets(program) if hasattr(t, "_schema"))
     assert decompose.untranslatable_targets(program, default_registry()) == set()
-    export_output = exporter.dynamo_export(Cosine(), a, b, export_options=exporter.ExportOptions(dynamic_shapes=dynamic))
+    export_output = exporter.dynamo_export(
+        Cosine(), a, b, export_options=exporter.ExportOptions(dynamic_shapes=dynamic)
+    )
     assert_matches_eager(export_output, Cosine(), (a, b))
     a[0] = 0.0  # a zero norm: the clamp to eps is what keeps it finite
-    assert_matches_eager(export_output, Cosine(), (a, b), run_args=(a, b) if not dynamic else (torch.cat([a, a]), torch.cat([b, b])))
+    assert_matches_eager(
+        export_output, Cosine(), (a, b), run_args=(a, b) if not dynamic else (torch.cat([a, a]), torch.cat([b, b]))
+    )
 
 
 def test_a_node_whose_trace_fails_sends_the_program_through_the_whole_decomposition(monkeypatch):

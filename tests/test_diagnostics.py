@@ -11,12 +11,12 @@ import subprocess
 import onnxscript
 import pytest
 import torch
-from onnxscript import opset18 as op
-
-import exporter
 from fixtures import located_models as models
 from fixtures.located_models import line_of
 from helpers import console_script, validate_sarif
+from onnxscript import opset18 as op
+
+import exporter
 
 MODEL_FILE = os.path.realpath(models.__file__)
 REPO = pathlib.Path(__file__).resolve().parents[1]
@@ -98,9 +98,14 @@ def test_capture_failure_is_located_at_the_offending_line(tmp_path):
     )
     properties = errors[0]["properties"]
     assert properties["cause"] == "data-dependent-branch" and properties["fix"].startswith("Use torch.cond(")
-    assert properties["torchMessage"].startswith("GuardOnDataDependentSymNode: Could not guard on data-dependent expression")
+    assert properties["torchMessage"].startswith(
+        "GuardOnDataDependentSymNode: Could not guard on data-dependent expression"
+    )
     attempts = [r for r in results(log, "FXE0017") if r["level"] == "note"]
-    assert {r["properties"]["strategy"] for r in attempts} == {"torch.export(strict=False)", "torch.export(strict=True, TorchDynamo)"}
+    assert {r["properties"]["strategy"] for r in attempts} == {
+        "torch.export(strict=False)",
+        "torch.export(strict=True, TorchDynamo)",
+    }
 
 
 def test_info_verbosity_has_no_per_node_trail_and_debug_adds_it(tmp_path):
@@ -110,8 +115,13 @@ def test_info_verbosity_has_no_per_node_trail_and_debug_adds_it(tmp_path):
     log = save(info, tmp_path, "info.sarif")
     assert not [r for r in log["runs"][0]["results"] if r["level"] == "none"]
 
-    debug = exporter.dynamo_export(model, x, export_options=exporter.ExportOptions(
-        diagnostic_options=exporter.DiagnosticOptions(verbosity_level=logging.DEBUG)))
+    debug = exporter.dynamo_export(
+        model,
+        x,
+        export_options=exporter.ExportOptions(
+            diagnostic_options=exporter.DiagnosticOptions(verbosity_level=logging.DEBUG)
+        ),
+    )
     log = save(debug, tmp_path, "debug.sarif")
     nodes = results(log, "FXE0008")
     assert [r["properties"]["fxTarget"] for r in nodes] == ["aten.linear.default", "aten.relu.default"]
@@ -125,8 +135,12 @@ def test_info_verbosity_has_no_per_node_trail_and_debug_adds_it(tmp_path):
 def test_sarif_is_deterministic_apart_from_timestamps(tmp_path):
     logs, model = [], models.IndexOps()
     for i in range(2):
-        export_output = exporter.dynamo_export(model, torch.tensor([[1, 2, 3]]), torch.tensor([0, 2]),
-                                               export_options=exporter.ExportOptions(diagnostic_options=exporter.DiagnosticOptions(logging.DEBUG)))
+        export_output = exporter.dynamo_export(
+            model,
+            torch.tensor([[1, 2, 3]]),
+            torch.tensor([0, 2]),
+            export_options=exporter.ExportOptions(diagnostic_options=exporter.DiagnosticOptions(logging.DEBUG)),
+        )
         log = save(export_output, tmp_path, f"{i}.sarif")
         del log["runs"][0]["invocations"]
         logs.append(json.dumps(log, sort_keys=True))
@@ -156,8 +170,11 @@ def _index_inputs():
 def test_op_level_debug_flags_exactly_the_wrong_node(tmp_path):
     registry = exporter.OnnxRegistry()
     registry.register_op(wrong_relu, "aten", "relu")
-    export_output = exporter.dynamo_export(models.IndexOps(), *_index_inputs(), export_options=exporter.ExportOptions(
-        op_level_debug=True, onnx_registry=registry))
+    export_output = exporter.dynamo_export(
+        models.IndexOps(),
+        *_index_inputs(),
+        export_options=exporter.ExportOptions(op_level_debug=True, onnx_registry=registry),
+    )
     log = save(export_output, tmp_path)
     checks = results(log, "FXE0013")
     (warning,) = [r for r in checks if r["level"] == "warning"]
@@ -167,7 +184,11 @@ def test_op_level_debug_flags_exactly_the_wrong_node(tmp_path):
 
     per_line = {primary(r)[1]: r["properties"] for r in checks if r["properties"].get("aggregate") == "sourceLine"}
     assert per_line[line_of("relu")]["mismatches"] == 1
-    for marker, target in [("embedding", "aten.embedding.default"), ("index-select", "aten.index_select.default"), ("gather", "aten.gather.default")]:
+    for marker, target in [
+        ("embedding", "aten.embedding.default"),
+        ("index-select", "aten.index_select.default"),
+        ("gather", "aten.gather.default"),
+    ]:
         ops = {o["fxTarget"]: o for o in per_line[line_of(marker)]["ops"]}
         assert ops[target]["ok"] is True and "skipped" not in ops[target], ops[target]
         assert ops[target]["maxAbsError"] == 0.0  # index ops are checked on the real (valid) indices
@@ -177,8 +198,11 @@ def test_op_level_debug_flags_exactly_the_wrong_node(tmp_path):
 def test_warnings_as_errors_fails_the_export_clearly():
     registry = exporter.OnnxRegistry()
     registry.register_op(wrong_relu, "aten", "relu")
-    options = exporter.ExportOptions(op_level_debug=True, onnx_registry=registry,
-                                     diagnostic_options=exporter.DiagnosticOptions(warnings_as_errors=True))
+    options = exporter.ExportOptions(
+        op_level_debug=True,
+        onnx_registry=registry,
+        diagnostic_options=exporter.DiagnosticOptions(warnings_as_errors=True),
+    )
     with pytest.raises(exporter.OnnxExporterError, match="warnings_as_errors") as info:
         exporter.dynamo_export(models.IndexOps(), *_index_inputs(), export_options=options)
     (error,) = info.value.export_output.diagnostic_context.errors()
@@ -198,7 +222,13 @@ def test_cli_prints_clickable_results(tmp_path):
         "    return M(), (torch.randn(2),)\n"
     )
     env = {**os.environ, "PYTHONPATH": str(REPO / "tests")}
-    result = subprocess.run([console_script("onnxlens-export"), str(source), "--sarif", str(tmp_path / "m.sarif")], capture_output=True, text=True, env=env, timeout=300)
+    result = subprocess.run(
+        [console_script("onnxlens-export"), str(source), "--sarif", str(tmp_path / "m.sarif")],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
     assert result.returncode == 1
     assert f"{source}:5: error FXE0011" in result.stderr
     validate_sarif(tmp_path / "m.sarif")
@@ -218,8 +248,12 @@ def test_official_sarif_multitool_validates_our_log(tmp_path):
     failed = export_failure(models.HelperCallsCustomOp(), torch.randn(2, 4))
     failed.save_diagnostics(tmp_path / "log.sarif")
     out = tmp_path / "validation.sarif"
-    run = subprocess.run([tool, "validate", str(tmp_path / "log.sarif"), "--output", str(out)],
-                         capture_output=True, text=True, timeout=300)
+    run = subprocess.run(
+        [tool, "validate", str(tmp_path / "log.sarif"), "--output", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert run.returncode == 0, run.stdout + run.stderr
     report = json.loads(out.read_text())
     problems = [r for r in report["runs"][0].get("results", []) if r.get("level") == "error"]

@@ -7,11 +7,11 @@ import numpy as np
 import onnx
 import pytest
 import torch
+from helpers import run_onnx_feeds
 from torch.export import Dim
 
 import exporter
 from exporter.capture import dynamic
-from helpers import run_onnx_feeds
 
 HERE = __file__
 
@@ -49,11 +49,16 @@ def export(model, *args, spec):
 
 
 def input_dims(export_output) -> dict[str, list]:
-    return {i.name: [d.dim_param or d.dim_value for d in i.type.tensor_type.shape.dim] for i in export_output.model_proto.graph.input}
+    return {
+        i.name: [d.dim_param or d.dim_value for d in i.type.tensor_type.shape.dim]
+        for i in export_output.model_proto.graph.input
+    }
 
 
 def fxe0020(export_output) -> list:
-    return [d for d in export_output.diagnostic_context.diagnostics if d.rule.id == "FXE0020" and "input" in d.properties]
+    return [
+        d for d in export_output.diagnostic_context.diagnostics if d.rule.id == "FXE0020" and "input" in d.properties
+    ]
 
 
 def line_of(text: str) -> int:
@@ -66,10 +71,16 @@ def test_a_batch_1_example_keeps_the_batch_symbolic():
     assert input_dims(out) == {"x": ["x_dim_0", 4]}
     x3 = torch.randn(3, 4)
     (actual,) = run_onnx_feeds(out.model_proto, {"x": x3.numpy()})
-    np.testing.assert_allclose(actual, torch.softmax(x3 @ model.linear.weight.T + model.linear.bias, -1).detach().numpy(), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(
+        actual, torch.softmax(x3 @ model.linear.weight.T + model.linear.bias, -1).detach().numpy(), rtol=1e-5, atol=1e-6
+    )
     # The width is fixed by the weight: a note under dynamic_shapes=True, at the line that uses it.
     (note,) = fxe0020(out)
-    assert note.level.name == "NOTE" and (note.properties["input"], note.properties["dim"], note.properties["size"]) == ("x", 1, 4)
+    assert note.level.name == "NOTE" and (
+        note.properties["input"],
+        note.properties["dim"],
+        note.properties["size"],
+    ) == ("x", 1, 4)
     assert (note.stack[0].path, note.stack[0].line) == (HERE, line_of("return self.linear(x).softmax(-1)"))
 
 
@@ -97,8 +108,10 @@ def test_a_dimension_the_code_fixes_is_a_warning_at_that_line():
     assert input_dims(out) == {"x": ["batch", 6]}
     (warning,) = fxe0020(out)
     assert warning.level.name == "WARNING"
-    assert warning.message == ("`if x.shape[1] == 6:` fixes dimension 1 of input 'x' to 6: the exported graph "
-                               "accepts only that size there, though the dimension was asked to be dynamic.")
+    assert warning.message == (
+        "`if x.shape[1] == 6:` fixes dimension 1 of input 'x' to 6: the exported graph "
+        "accepts only that size there, though the dimension was asked to be dynamic."
+    )
     assert (warning.stack[0].path, warning.stack[0].line) == (HERE, line_of("if x.shape[1] == 6:"))
     assert warning.properties["requested"] == "DimHint(AUTO)"
 
@@ -139,8 +152,13 @@ class AttendsToPast(torch.nn.Module):
 def test_guards_of_sizes_0_and_1_that_hold_at_the_example_are_assumptions_noted_and_checked():
     x, past = torch.randn(2, 3, 32), torch.randn(2, 4, 1, 8)
     out = export(AttendsToPast(), x, past, spec={"x": {1: Dim("seq", min=1)}, "past": {2: Dim("past", min=0)}})
-    assumptions = [d.message for d in out.diagnostic_context.diagnostics if d.rule.id == "FXE0020" and "assumption" in d.properties]
-    assert "The graph assumes seq != 1: torch.export could not show that the model's code allows every size the dynamic shapes do, and the exported graph does not check it." in assumptions
+    assumptions = [
+        d.message for d in out.diagnostic_context.diagnostics if d.rule.id == "FXE0020" and "assumption" in d.properties
+    ]
+    assert (
+        "The graph assumes seq != 1: torch.export could not show that the model's code allows every size the dynamic shapes do, and the exported graph does not check it."
+        in assumptions
+    )
     for seq, length in [(1, 0), (1, 5), (4, 0), (7, 2)]:  # right where the assumptions do not hold too
         run = torch.randn(2, seq, 32), torch.randn(2, 4, length, 8)
         actual = run_onnx_feeds(out.model_proto, {"x": run[0].numpy(), "past": run[1].numpy()})[0]
@@ -151,9 +169,17 @@ def test_a_guard_false_at_the_example_is_no_assumption():
     """With the example's sequence of 1, "seq != 1" would make the graph wrong at the example itself:
     torch.export fixes the dimension instead, and the named Dim is refused."""
     with pytest.raises(exporter.OnnxExporterError) as info:
-        export(AttendsToPast(), torch.randn(2, 1, 32), torch.randn(2, 4, 3, 8), spec={"x": {1: Dim("seq", min=1)}, "past": {2: Dim("past", min=0)}})
+        export(
+            AttendsToPast(),
+            torch.randn(2, 1, 32),
+            torch.randn(2, 4, 3, 8),
+            spec={"x": {1: Dim("seq", min=1)}, "past": {2: Dim("past", min=0)}},
+        )
     diagnostics = info.value.export_output.diagnostic_context.diagnostics
-    assert any(d.message.startswith("torch.export(strict=False) keeping sizes 0/1 symbolic, guards as assertions failed") for d in diagnostics)
+    assert any(
+        d.message.startswith("torch.export(strict=False) keeping sizes 0/1 symbolic, guards as assertions failed")
+        for d in diagnostics
+    )
     (error,) = [d for d in info.value.export_output.diagnostic_context.errors() if d.rule.id == "FXE0020"]
     assert error.message.endswith("declared dynamic as Dim('seq'). torch.export suggests: seq = 1.")
 
@@ -170,8 +196,10 @@ def test_a_named_dim_the_code_fixes_is_a_located_error_with_the_suggested_fix():
     with pytest.raises(exporter.OnnxExporterError) as info:
         export(FixesWidth(), torch.randn(2, 6), spec={"x": {0: Dim("batch"), 1: Dim("seq")}})
     (error,) = [d for d in info.value.export_output.diagnostic_context.errors() if d.rule.id == "FXE0020"]
-    assert error.message == ("`if x.shape[1] == 6:` fixes dimension 1 of input 'x' to 6, but it is declared "
-                             "dynamic as Dim('seq'). torch.export suggests: seq = 6.")
+    assert error.message == (
+        "`if x.shape[1] == 6:` fixes dimension 1 of input 'x' to 6, but it is declared "
+        "dynamic as Dim('seq'). torch.export suggests: seq = 6."
+    )
     assert error.properties["suggestedFixes"] == ["seq = 6"]
     assert error.properties["dynamicShapes"] == {"x": {"0": "batch", "1": "seq"}} and error.properties["argument"] == 0
     assert (error.stack[0].path, error.stack[0].line) == (HERE, line_of("if x.shape[1] == 6:"))
@@ -182,8 +210,12 @@ def test_named_and_derived_dims_name_the_graph_inputs_and_outputs():
     a, b = torch.randn(2, 3), torch.randn(2, 6)
     out = export(Doubled(), a, b, spec={"a": {0: Dim("batch"), 1: seq}, "b": {0: Dim("batch"), 1: 2 * seq}})
     assert input_dims(out) == {"a": ["batch", "seq"], "b": ["batch", "2*seq"]}
-    assert [[d.dim_param or d.dim_value for d in o.type.tensor_type.shape.dim] for o in out.model_proto.graph.output] == [["batch", "2*seq"]]
-    (summary,) = [d for d in out.diagnostic_context.diagnostics if d.rule.id == "FXE0020" and d.message.startswith("Symbolic")]
+    assert [
+        [d.dim_param or d.dim_value for d in o.type.tensor_type.shape.dim] for o in out.model_proto.graph.output
+    ] == [["batch", "2*seq"]]
+    (summary,) = [
+        d for d in out.diagnostic_context.diagnostics if d.rule.id == "FXE0020" and d.message.startswith("Symbolic")
+    ]
     assert summary.message == "Symbolic dimensions of the graph: 2*seq, batch, seq."
     a5, b5 = torch.randn(3, 5), torch.randn(3, 10)
     (actual,) = run_onnx_feeds(out.model_proto, {"a": a5.numpy(), "b": b5.numpy()})
@@ -222,7 +254,9 @@ def test_the_second_size_check_fails_a_graph_right_only_at_the_example_size():
         export(AdaptivePool(), torch.randn(1, 2, 12, 12, 12), spec=True)
     (error,) = second_size_results(info.value.export_output)
     assert error.level.name == "ERROR" and error.properties["secondSizeCheck"] == "failed"
-    assert error.message.startswith("The exported graph is only right at the example's sizes: at x_dim_0=2, x_dim_1=3, x_dim_2=19, x_dim_3=19")
+    assert error.message.startswith(
+        "The exported graph is only right at the example's sizes: at x_dim_0=2, x_dim_1=3, x_dim_2=19, x_dim_3=19"
+    )
 
 
 class PatchPositions(torch.nn.Module):
@@ -244,7 +278,9 @@ class PatchPositions(torch.nn.Module):
 def test_the_second_size_check_changes_sizes_seen_through_a_stride():
     torch.manual_seed(0)
     model, x = PatchPositions().eval(), torch.randn(2, 3, 16, 16)
-    unchecked = exporter.dynamo_export(model, x, export_options=exporter.ExportOptions(dynamic_shapes=True, second_size_check=False))
+    unchecked = exporter.dynamo_export(
+        model, x, export_options=exporter.ExportOptions(dynamic_shapes=True, second_size_check=False)
+    )
     for size in (16, 17, 18, 19):  # one pixel more still makes a 4x4 grid: the wrong graph looks right
         other = torch.randn(2, 3, size, size)
         (actual,) = run_onnx_feeds(unchecked.model_proto, {"x": other.numpy()})
@@ -252,11 +288,15 @@ def test_the_second_size_check_changes_sizes_seen_through_a_stride():
     with pytest.raises(exporter.OnnxExporterError) as info:
         export(model, x, spec=True)
     (error,) = second_size_results(info.value.export_output)
-    assert error.level.name == "ERROR" and error.properties["sizes"] == "x_dim_0=3, x_dim_2=25, x_dim_3=25"  # 16 + (16 // 2 | 1)
+    assert (
+        error.level.name == "ERROR" and error.properties["sizes"] == "x_dim_0=3, x_dim_2=25, x_dim_3=25"
+    )  # 16 + (16 // 2 | 1)
     # each side alone breaks the graph, the batch does not: the message says which to keep static
     assert error.properties["culprits"] == ["x_dim_2", "x_dim_3"]
-    assert error.message.endswith("Changed one at a time, x_dim_2, x_dim_3 make it wrong and x_dim_0 does not: "
-                                  "keep x_dim_2, x_dim_3 at the example's size (static in dynamic_shapes).")
+    assert error.message.endswith(
+        "Changed one at a time, x_dim_2, x_dim_3 make it wrong and x_dim_0 does not: "
+        "keep x_dim_2, x_dim_3 at the example's size (static in dynamic_shapes)."
+    )
 
 
 class HalvedAndDoubled(torch.nn.Module):
@@ -268,11 +308,19 @@ class HalvedAndDoubled(torch.nn.Module):
 
 def test_the_second_size_check_tries_twice_the_size_where_the_model_needs_it():
     (passed,) = second_size_results(export(HalvedAndDoubled(), torch.randn(1, 2, 6, 6), spec=True))
-    assert passed.level.name == "NOTE" and passed.message == "Second-size check passed at x_dim_0=2, x_dim_1=4, x_dim_2=12, x_dim_3=12."
+    assert (
+        passed.level.name == "NOTE"
+        and passed.message == "Second-size check passed at x_dim_0=2, x_dim_1=4, x_dim_2=12, x_dim_3=12."
+    )
 
 
 def test_the_second_size_check_passes_a_dynamic_graph_and_can_be_turned_off():
     (passed,) = second_size_results(export(Head(), torch.randn(2, 4), spec=True))
     assert passed.level.name == "NOTE" and passed.message == "Second-size check passed at x_dim_0=3."
     options = exporter.ExportOptions(dynamic_shapes=True, second_size_check=False)
-    assert second_size_results(exporter.dynamo_export(AdaptivePool(), torch.randn(1, 2, 12, 12), export_options=options)) == []
+    assert (
+        second_size_results(
+            exporter.dynamo_export(AdaptivePool(), torch.randn(1, 2, 12, 12, 12), export_options=options)
+        )
+        == []
+    )

@@ -14,12 +14,15 @@ class GuardOnDataDependentSymNode(RuntimeError):
     """Named as torch's: `explain` reads the type name and message, as a log does."""
 
 
-@pytest.mark.parametrize("line, cause", [
-    ("if h.sum() > 0:", "data-dependent-branch"),
-    ("while x.max() > 1:", "data-dependent-branch"),
-    ("y = a if x.any() else b", "data-dependent-branch"),
-    ("return x.new_zeros(n).view(2, -1)", "data-dependent-value"),
-])
+@pytest.mark.parametrize(
+    "line, cause",
+    [
+        ("if h.sum() > 0:", "data-dependent-branch"),
+        ("while x.max() > 1:", "data-dependent-branch"),
+        ("y = a if x.any() else b", "data-dependent-branch"),
+        ("return x.new_zeros(n).view(2, -1)", "data-dependent-value"),
+    ],
+)
 def test_data_dependent_failures_name_the_line_and_the_fix(line, cause):
     explained = explain(GuardOnDataDependentSymNode(GUARD), [Frame("/m/model.py", 12, "forward", line)])
     assert explained.cause == cause
@@ -37,4 +40,9 @@ def test_the_line_is_read_from_the_file_when_the_frame_has_no_snippet(tmp_path):
 
 
 def test_other_failures_keep_torchs_message():
-    assert explain(RuntimeError("mat1 and mat2 shapes cannot be multiplied"), [Frame("/m/model.py", 3, "forward", "y = a @ b")]) is None
+    assert (
+        explain(
+            RuntimeError("mat1 and mat2 shapes cannot be multiplied"), [Frame("/m/model.py", 3, "forward", "y = a @ b")]
+        )
+        is None
+    )

@@ -44,7 +44,11 @@ def run_saved(path, feeds: dict) -> list[np.ndarray]:
 def shape_constants(model: onnx.ModelProto) -> list[onnx.TensorProto]:
     """The initializers that are the graph's own small int64 constants (e.g. the shapes of the reshapes
     around a Gemm), stored in the model whatever happens to the weights."""
-    return [t for t in model.graph.initializer if t.data_type == onnx.TensorProto.INT64 and np.prod(t.dims) <= 8 and "." not in t.name]
+    return [
+        t
+        for t in model.graph.initializer
+        if t.data_type == onnx.TensorProto.INT64 and np.prod(t.dims) <= 8 and "." not in t.name
+    ]
 
 
 def test_seed_example_without_initializers(tmp_path):
@@ -63,7 +67,10 @@ def test_seed_example_with_initializers(tmp_path, form):
     state = {
         "dict": lambda: real.state_dict(),
         "pt": lambda: torch.save(real.state_dict(), tmp_path / "ckpt.pt") or str(tmp_path / "ckpt.pt"),
-        "safetensors": lambda: safetensors.torch.save_file(real.state_dict(), tmp_path / "ckpt.safetensors") or str(tmp_path / "ckpt.safetensors"),
+        "safetensors": lambda: (
+            safetensors.torch.save_file(real.state_dict(), tmp_path / "ckpt.safetensors")
+            or str(tmp_path / "ckpt.safetensors")
+        ),
     }[form]()
     export_output.save(tmp_path / "my_model_with_initializers.onnx", model_state_dict=state)
     assert sorted(os.listdir(tmp_path / "my_model_with_initializers_initializers")) == ["linear.bias", "linear.weight"]
@@ -134,8 +141,12 @@ def test_missing_weights_fail_before_anything_is_written(tmp_path):
 
 def test_wrong_shape_is_a_clear_error(tmp_path):
     export_output = seed_fake_export()
-    with pytest.raises(ValueError, match=r"linear.weight: the state dict holds shape \[3, 2\], the model expects \[2, 2\]"):
-        export_output.save(tmp_path / "m.onnx", model_state_dict={"linear.weight": torch.randn(3, 2), "linear.bias": torch.randn(2)})
+    with pytest.raises(
+        ValueError, match=r"linear.weight: the state dict holds shape \[3, 2\], the model expects \[2, 2\]"
+    ):
+        export_output.save(
+            tmp_path / "m.onnx", model_state_dict={"linear.weight": torch.randn(3, 2), "linear.bias": torch.randn(2)}
+        )
     assert os.listdir(tmp_path) == []
 
 
@@ -151,7 +162,9 @@ def test_mixing_real_and_fake_tensors_says_what_to_do():
         exporter.dynamo_export(model, torch.randn(2, 2), export_options=exporter.ExportOptions(fake_context=ctx))
     with exporter.enable_fake_mode():
         fake_model, fake_x = MyModel(), torch.randn(2, 2)
-    with pytest.raises(exporter.OnnxExporterError, match=r"are fake tensors: export them with ExportOptions\(fake_context=ctx\)"):
+    with pytest.raises(
+        exporter.OnnxExporterError, match=r"are fake tensors: export them with ExportOptions\(fake_context=ctx\)"
+    ):
         exporter.dynamo_export(fake_model, fake_x)
 
 
@@ -168,15 +181,26 @@ def test_models_over_2gib_go_to_external_data(tmp_path, monkeypatch):
 def test_hugging_face_decoder_under_fake_mode(tmp_path):
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    config = LlamaConfig(vocab_size=128, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64)
+    config = LlamaConfig(
+        vocab_size=128,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=64,
+    )
     with exporter.enable_fake_mode() as ctx:
         fake_model = LlamaForCausalLM(config).eval()
         input_ids = torch.randint(0, 128, (1, 6))
-    export_output = exporter.dynamo_export(fake_model, input_ids, export_options=exporter.ExportOptions(fake_context=ctx))
+    export_output = exporter.dynamo_export(
+        fake_model, input_ids, export_options=exporter.ExportOptions(fake_context=ctx)
+    )
     weights = set(fake_model.state_dict())
     assert not weights & {t.name for t in export_output.model_proto.graph.initializer}  # no weight data
-    assert weights <= {i.name for i in export_output.model_proto.graph.input} | {"lm_head.weight"}  # tied to the embedding
+    assert weights <= {i.name for i in export_output.model_proto.graph.input} | {
+        "lm_head.weight"
+    }  # tied to the embedding
 
     torch.manual_seed(1)
     real = LlamaForCausalLM(config).eval()

@@ -11,7 +11,7 @@ import exporter
 from onnxlens_server import fixes
 from onnxlens_server.targets import discover
 
-SOURCE = textwrap.dedent('''\
+SOURCE = textwrap.dedent("""\
     import torch
 
 
@@ -19,7 +19,7 @@ SOURCE = textwrap.dedent('''\
         def __init__(self):
             super().__init__()
             self.fc = torch.nn.Linear(4, 2)
-''')
+""")
 
 
 def apply(text: str, edits: list[types.TextEdit]) -> str:
@@ -85,8 +85,15 @@ GENERATED = {
 
 def test_generated_function_with_its_missing_imports_and_registration():
     found = discover(SOURCE)
-    fixed = apply(SOURCE, fixes.register_generated("mylib::scaled(Tensor x, float scale) -> Tensor", GENERATED, SOURCE, found, len(SOURCE.splitlines())))
-    assert fixed.startswith("import torch\nfrom onnxscript import script\nfrom onnxscript.onnx_opset import opset18\nimport exporter\n\n")
+    fixed = apply(
+        SOURCE,
+        fixes.register_generated(
+            "mylib::scaled(Tensor x, float scale) -> Tensor", GENERATED, SOURCE, found, len(SOURCE.splitlines())
+        ),
+    )
+    assert fixed.startswith(
+        "import torch\nfrom onnxscript import script\nfrom onnxscript.onnx_opset import opset18\nimport exporter\n\n"
+    )
     assert fixed.endswith(
         "\n\n@script()\ndef mylib_scaled(x, scale: float):\n    return opset18.Mul(x, opset18.Constant(value_float=scale))\n\n\n"
         'exporter.default_registry().register_op(mylib_scaled, "mylib", "scaled", "default")\n'
@@ -97,6 +104,12 @@ def test_generated_function_with_its_missing_imports_and_registration():
 def test_no_generated_function_edits_for_what_is_not_one():
     found = discover(SOURCE)
     schema = "mylib::scaled(Tensor x, float scale) -> Tensor"
-    for bad in [None, "code", {**GENERATED, "function": "not a name"}, {**GENERATED, "imports": "import os"}, {k: v for k, v in GENERATED.items() if k != "code"}]:
+    for bad in [
+        None,
+        "code",
+        {**GENERATED, "function": "not a name"},
+        {**GENERATED, "imports": "import os"},
+        {k: v for k, v in GENERATED.items() if k != "code"},
+    ]:
         assert fixes.register_generated(schema, bad, SOURCE, found, 7) is None
     assert fixes.register_generated("not a schema", GENERATED, SOURCE, found, 7) is None

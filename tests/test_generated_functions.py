@@ -9,11 +9,11 @@ import sys
 
 import pytest
 import torch
+from fixtures.custom_ops import blend, numpy_tanh, scaled_tanh, shifted_sigmoid, softmax_along
+from helpers import assert_matches_eager
 
 import exporter
 from exporter.translate import python_functions as generate
-from fixtures.custom_ops import blend, numpy_tanh, scaled_tanh, shifted_sigmoid, softmax_along
-from helpers import assert_matches_eager
 
 
 class Ops(torch.nn.Module):
@@ -25,7 +25,11 @@ class Ops(torch.nn.Module):
 
     def forward(self, x, y):
         s = self.scalars
-        return scaled_tanh(x, s.get("scale", 2.0)) + shifted_sigmoid(y) + blend(x, s.get("alpha", 0.25), y, s.get("clip", False))
+        return (
+            scaled_tanh(x, s.get("scale", 2.0))
+            + shifted_sigmoid(y)
+            + blend(x, s.get("alpha", 0.25), y, s.get("clip", False))
+        )
 
 
 def fxe0011(export_output: exporter.ExportOutput, level: str = "ERROR") -> dict[str, dict]:
@@ -65,23 +69,45 @@ def test_generated_functions_make_the_export_match_pytorch(tmp_path):
     x, y = torch.randn(2, 4), torch.randn(4)
     found = fxe0011(failed_export(Ops(), x, y))
     generated = {target: d.properties["generatedFunction"] for target, d in found.items()}
-    assert set(generated) == {"onnxlens_test.scaled_tanh.default", "onnxlens_test.shifted_sigmoid.default", "onnxlens_test.blend.default"}
+    assert set(generated) == {
+        "onnxlens_test.scaled_tanh.default",
+        "onnxlens_test.shifted_sigmoid.default",
+        "onnxlens_test.blend.default",
+    }
 
     tanh = generated["onnxlens_test.scaled_tanh.default"]
-    assert tanh["function"] == "onnxlens_test_scaled_tanh" and tanh["attributes"] == ["scale"] and tanh["specialized"] == {}
-    assert "def onnxlens_test_scaled_tanh(x, scale: float):" in tanh["code"] and "Constant(value_float=scale)" in tanh["code"]
+    assert (
+        tanh["function"] == "onnxlens_test_scaled_tanh"
+        and tanh["attributes"] == ["scale"]
+        and tanh["specialized"] == {}
+    )
+    assert (
+        "def onnxlens_test_scaled_tanh(x, scale: float):" in tanh["code"]
+        and "Constant(value_float=scale)" in tanh["code"]
+    )
     assert tanh["checkedShapes"] == [[[2, 4]], [[3, 5]]] and tanh["maxAbsError"] < 1e-5
     assert "checked against PyTorch in onnxruntime on inputs of shape x=2×4 and x=3×5" in " ".join(tanh["code"].split())
-    assert "def onnxlens_test_blend(a, alpha: float, b, clip: bool):" in generated["onnxlens_test.blend.default"]["code"]  # the schema's order
+    assert (
+        "def onnxlens_test_blend(a, alpha: float, b, clip: bool):" in generated["onnxlens_test.blend.default"]["code"]
+    )  # the schema's order
 
     registry = registry_with(generated, tmp_path)
     for model, inputs in [
         (Ops(), (x, y)),
-        (Ops(scale=-0.5, alpha=0.9, clip=True), (torch.randn(3, 5), torch.randn(5))),  # other attribute values and shapes
+        (
+            Ops(scale=-0.5, alpha=0.9, clip=True),
+            (torch.randn(3, 5), torch.randn(5)),
+        ),  # other attribute values and shapes
     ]:
-        export_output = exporter.dynamo_export(model, *inputs, export_options=exporter.ExportOptions(onnx_registry=registry))
+        export_output = exporter.dynamo_export(
+            model, *inputs, export_options=exporter.ExportOptions(onnx_registry=registry)
+        )
         assert_matches_eager(export_output, model, inputs)
-        assert not [d for d in export_output.diagnostic_context.diagnostics if d.rule.id == "FXE0013" and d.level.name == "WARNING"]
+        assert not [
+            d
+            for d in export_output.diagnostic_context.diagnostics
+            if d.rule.id == "FXE0013" and d.level.name == "WARNING"
+        ]
 
 
 def test_a_scalar_the_implementation_needs_as_a_python_value_is_specialized_and_says_so(tmp_path):
@@ -98,13 +124,20 @@ def test_a_scalar_the_implementation_needs_as_a_python_value_is_specialized_and_
     generated = found.properties["generatedFunction"]
     assert generated["attributes"] == [] and generated["specialized"] == {"dim": 1}
     assert "def onnxlens_test_softmax_along(x, dim: int):" in generated["code"]
-    assert "Specialized to this call's dim=1: other values of dim are not computed." in " ".join(generated["code"].split())
+    assert "Specialized to this call's dim=1: other values of dim are not computed." in " ".join(
+        generated["code"].split()
+    )
     registry = registry_with({"onnxlens_test.softmax_along.default": generated}, tmp_path)
     options = exporter.ExportOptions(onnx_registry=registry)
     assert_matches_eager(exporter.dynamo_export(Softmax(1), x, export_options=options), Softmax(1), (x,))
-    other = exporter.dynamo_export(Softmax(0), x, export_options=options)  # another value: the check on every export catches it
-    assert [d.properties["fxTarget"] for d in other.diagnostic_context.diagnostics if d.rule.id == "FXE0013" and d.level.name == "WARNING"] == [
-        "onnxlens_test.softmax_along.default"]
+    other = exporter.dynamo_export(
+        Softmax(0), x, export_options=options
+    )  # another value: the check on every export catches it
+    assert [
+        d.properties["fxTarget"]
+        for d in other.diagnostic_context.diagnostics
+        if d.rule.id == "FXE0013" and d.level.name == "WARNING"
+    ] == ["onnxlens_test.softmax_along.default"]
 
 
 def test_an_implementation_that_does_not_export_gets_no_function_and_a_note_why():
@@ -116,7 +149,9 @@ def test_an_implementation_that_does_not_export_gets_no_function_and_a_note_why(
     (error,) = fxe0011(export_output).values()
     assert "generatedFunction" not in error.properties
     (note,) = fxe0011(export_output, "NOTE").values()
-    assert note.message.startswith("No ONNX function could be generated for onnxlens_test.numpy_tanh.default from its Python implementation: it does not export")
+    assert note.message.startswith(
+        "No ONNX function could be generated for onnxlens_test.numpy_tanh.default from its Python implementation: it does not export"
+    )
     assert ".numpy()" in note.message and note.stack == []  # not a second problem at the line: the error is the problem
 
 
@@ -130,8 +165,20 @@ def test_the_generated_function_is_in_the_sarif_log(tmp_path):
     (result,) = [r for r in results if r["ruleId"] == "FXE0011"]
     generated = result["properties"]["generatedFunction"]
     assert generated["function"] == "onnxlens_test_scaled_tanh"
-    assert generated["imports"] == ["from onnxscript import script", "from onnxscript.values import Opset", "from onnxscript.onnx_opset import opset20"]  # the export's opset (the default)
-    assert set(generated) == {"function", "imports", "code", "attributes", "specialized", "checkedShapes", "maxAbsError"}
+    assert generated["imports"] == [
+        "from onnxscript import script",
+        "from onnxscript.values import Opset",
+        "from onnxscript.onnx_opset import opset20",
+    ]  # the export's opset (the default)
+    assert set(generated) == {
+        "function",
+        "imports",
+        "code",
+        "attributes",
+        "specialized",
+        "checkedShapes",
+        "maxAbsError",
+    }
 
 
 def test_nothing_is_generated_under_fake_mode_or_past_the_time_budget(monkeypatch):

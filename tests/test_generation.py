@@ -19,13 +19,13 @@ import onnxruntime as ort
 import onnxscript
 import pytest
 import torch
+from helpers import console_script, validate_sarif
 from onnxscript import opset18 as op
+from tiny_lms import CONFIGS, MORE_CONFIGS, tiny_model
 from transformers import AutoModelForCausalLM, GenerationConfig
 
 import exporter
 from exporter.generation.check import greedy_generate
-from helpers import console_script, validate_sarif
-from tiny_lms import CONFIGS, MORE_CONFIGS, tiny_model
 
 NEW_TOKENS = 16
 PROMPT = [[5, 17, 300, 42, 7, 99, 12], [3, 4, 5, 8, 9, 10, 11]]
@@ -44,18 +44,28 @@ def generate(model: torch.nn.Module, ids: list[list[int]], mask: list[list[int]]
     mask = torch.tensor(mask) if mask is not None else torch.ones_like(ids)
     with torch.no_grad():
         out = model.generate(ids, attention_mask=mask, max_new_tokens=NEW_TOKENS, do_sample=False, pad_token_id=0)
-    return out[:, ids.shape[1]:].tolist()
+    return out[:, ids.shape[1] :].tolist()
 
 
 def test_folder_interface_and_config(exported):
     name, model, result = exported
-    assert {"model.onnx", "genai_config.json", "config.json", "generation_config.json", "model.sarif"} <= set(result.files)
+    assert {"model.onnx", "genai_config.json", "config.json", "generation_config.json", "model.sarif"} <= set(
+        result.files
+    )
     graph = onnx.load(result.model_path, load_external_data=False).graph
-    dims = {v.name: [d.dim_param or d.dim_value for d in v.type.tensor_type.shape.dim] for v in [*graph.input, *graph.output]}
+    dims = {
+        v.name: [d.dim_param or d.dim_value for d in v.type.tensor_type.shape.dim]
+        for v in [*graph.input, *graph.output]
+    }
     kv_heads = 1 if name == "gemma" else 4 if name == "gpt2" else 2
     cache = [f"{i}.{kind}" for i in range(2) for kind in ("key", "value")]
     positions = ["position_ids"]  # every listed architecture takes them (GPT-2's absolute positions too)
-    assert [v.name for v in graph.input] == ["input_ids", "attention_mask", *positions, *(f"past_key_values.{c}" for c in cache)]
+    assert [v.name for v in graph.input] == [
+        "input_ids",
+        "attention_mask",
+        *positions,
+        *(f"past_key_values.{c}" for c in cache),
+    ]
     assert [v.name for v in graph.output] == ["logits", *(f"present.{c}" for c in cache)]
     assert dims["input_ids"] == dims["position_ids"] == ["batch_size", "sequence_length"]
     assert dims["attention_mask"] == ["batch_size", "total_sequence_length"]
@@ -67,8 +77,13 @@ def test_folder_interface_and_config(exported):
         config = json.load(f)
     decoder = config["model"]["decoder"]
     assert (decoder["head_size"], decoder["num_key_value_heads"], decoder["num_hidden_layers"]) == (16, kv_heads, 2)
-    assert decoder["inputs"]["past_key_names"] == "past_key_values.%d.key" and decoder["outputs"]["present_value_names"] == "present.%d.value"
-    assert (config["model"]["eos_token_id"], config["model"]["pad_token_id"]) == (2, 0) and config["search"]["past_present_share_buffer"] is False
+    assert (
+        decoder["inputs"]["past_key_names"] == "past_key_values.%d.key"
+        and decoder["outputs"]["present_value_names"] == "present.%d.value"
+    )
+    assert (config["model"]["eos_token_id"], config["model"]["pad_token_id"]) == (2, 0) and config["search"][
+        "past_present_share_buffer"
+    ] is False
 
 
 def test_export_checks_itself_by_generating(exported):
@@ -95,7 +110,9 @@ def test_own_loop_generates_like_generate(exported, batch):
 @pytest.mark.parametrize("batch", ["one", "two", "padded two"])
 def test_onnxruntime_genai_generates_like_generate(exported, batch):
     _, model, result = exported
-    ids, mask = {"one": (PROMPT[:1], [[1] * 7]), "two": (PROMPT, [[1] * 7] * 2), "padded two": (PADDED, PADDED_MASK)}[batch]
+    ids, mask = {"one": (PROMPT[:1], [[1] * 7]), "two": (PROMPT, [[1] * 7] * 2), "padded two": (PADDED, PADDED_MASK)}[
+        batch
+    ]
     assert genai_generate(result.output_dir, right_padded(ids, mask, pad=0)) == generate(model, ids, mask)
 
 
@@ -117,10 +134,16 @@ def test_genai_config_without_pad_or_bos_ids_pads_with_eos(exported, tmp_path):
     config = copy.deepcopy(model.config)
     config.pad_token_id = config.bos_token_id = None
     generation_config = GenerationConfig(eos_token_id=2)
-    written = genai_config.build(config, generation_config, result.export_output.model.graph, "model.onnx", uses_positions=True)["model"]
-    assert written["pad_token_id"] == written["eos_token_id"] == 2 and "bos_token_id" not in written  # genai refuses null ids
+    written = genai_config.build(
+        config, generation_config, result.export_output.model.graph, "model.onnx", uses_positions=True
+    )["model"]
+    assert (
+        written["pad_token_id"] == written["eos_token_id"] == 2 and "bos_token_id" not in written
+    )  # genai refuses null ids
     shutil.copy(result.model_path, tmp_path)
-    (tmp_path / genai_config.FILE).write_text(json.dumps({**json.load(open(f"{result.output_dir}/{genai_config.FILE}")), "model": written}))
+    (tmp_path / genai_config.FILE).write_text(
+        json.dumps({**json.load(open(f"{result.output_dir}/{genai_config.FILE}")), "model": written})
+    )
     assert genai_generate(tmp_path, right_padded(PADDED, PADDED_MASK, pad=2)) == generate(model, PADDED, PADDED_MASK)
 
 
@@ -141,7 +164,7 @@ def genai_generate(folder: str | os.PathLike, ids: list[list[int]]) -> list[list
     generator.append_tokens(np.array(ids, dtype=np.int32))
     while not generator.is_done():
         generator.generate_next_token()
-    return [[int(t) for t in generator.get_sequence(i)][len(ids[0]):] for i in range(len(ids))]
+    return [[int(t) for t in generator.get_sequence(i)][len(ids[0]) :] for i in range(len(ids))]
 
 
 wrong = onnxscript.values.Opset("onnxlens.test.wrong", 1)
@@ -151,7 +174,11 @@ wrong = onnxscript.values.Opset("onnxlens.test.wrong", 1)
 def cos_wrong_from_10(x):
     """Cos, off by 0.5 from an angle of 9.5 on: rotary positions from 10 on are wrong."""
     c = op.Cos(x)
-    return op.Where(op.Greater(x, op.CastLike(op.Constant(value_float=9.5), x)), op.Add(c, op.CastLike(op.Constant(value_float=0.5), x)), c)
+    return op.Where(
+        op.Greater(x, op.CastLike(op.Constant(value_float=9.5), x)),
+        op.Add(c, op.CastLike(op.Constant(value_float=0.5), x)),
+        c,
+    )
 
 
 def test_wrong_rotary_translation_is_a_divergence_at_its_step(tmp_path):
@@ -171,8 +198,13 @@ def test_wrong_rotary_translation_is_a_divergence_at_its_step(tmp_path):
     produced = greedy_generate(session, ids.numpy(), mask.numpy(), NEW_TOKENS, {2}, 0).tokens.tolist()
     first = min(k for k in range(NEW_TOKENS) if any(e[k] != p[k] for e, p in zip(expected, produced)))
     assert step == first
-    assert (error.properties["expectedToken"], error.properties["producedToken"]) == (expected[row][step], produced[row][step])
-    assert error.properties["logitMargin"] > 0 and error.properties["eagerLogitMargin"] > 1e-3  # a real divergence, not a tie
+    assert (error.properties["expectedToken"], error.properties["producedToken"]) == (
+        expected[row][step],
+        produced[row][step],
+    )
+    assert (
+        error.properties["logitMargin"] > 0 and error.properties["eagerLogitMargin"] > 1e-3
+    )  # a real divergence, not a tie
     log = validate_sarif(tmp_path / "model.sarif")
     (result,) = [r for r in log["runs"][0]["results"] if r["ruleId"] == "FXE0022"]
     assert result["level"] == "error" and result["properties"]["step"] == step
@@ -194,7 +226,7 @@ def _default_prompt() -> tuple[torch.Tensor, torch.Tensor]:
     return ids, mask
 
 
-CLI_MODELS = '''\
+CLI_MODELS = """\
 import torch
 import exporter
 from transformers import AutoModelForCausalLM, GPT2Config
@@ -215,7 +247,7 @@ def lm():
 @exporter.export_target
 def lm_with_prompt():
     return tiny_gpt2(), (torch.tensor([[5, 17, 300, 42]]),)
-'''
+"""
 
 
 @pytest.mark.parametrize("target, flags", [("lm", []), ("lm_with_prompt", ["--task", "text-generation"])])
@@ -224,17 +256,30 @@ def test_cli_exports_a_generation_folder(tmp_path, target, flags):
     out = tmp_path / "out" / target
     run = subprocess.run(
         [console_script("onnxlens-export"), f"{tmp_path / 'models.py'}:{target}", *flags, "-o", str(out)],
-        capture_output=True, text=True,
+        capture_output=True,
+        text=True,
     )
     assert run.returncode == 0, run.stderr
     prompts = 2 if target == "lm" else 1  # the default left-padded pair, or the target's prompt
-    assert f"16 greedy tokens for {prompts} prompt" in run.stdout and f"verified {target} for generation -> {out}"  # checked by generating in run.stdout
+    assert (
+        f"16 greedy tokens for {prompts} prompt" in run.stdout and f"verified {target} for generation -> {out}"
+    )  # checked by generating in run.stdout
     assert {"model.onnx", "genai_config.json", "generation_config.json", "model.sarif"} <= set(os.listdir(out))
 
 
 def test_cli_refuses_options_a_generation_export_does_not_take(tmp_path):
     (tmp_path / "models.py").write_text(CLI_MODELS)
-    run = subprocess.run([console_script("onnxlens-export"), f"{tmp_path / 'models.py'}:lm", "--dynamic-shapes", "-o", str(tmp_path / "o")], capture_output=True, text=True)
+    run = subprocess.run(
+        [
+            console_script("onnxlens-export"),
+            f"{tmp_path / 'models.py'}:lm",
+            "--dynamic-shapes",
+            "-o",
+            str(tmp_path / "o"),
+        ],
+        capture_output=True,
+        text=True,
+    )
     assert run.returncode == 1 and "does not take dynamic_shapes" in run.stderr and not (tmp_path / "o").exists()
 
 
@@ -248,16 +293,22 @@ def test_fake_mode_export_writes_the_checkpoint_and_generates(tmp_path):
     weights = {**real.state_dict(), **dict(real.named_buffers())}  # rotary inv_freq is not in the state dict
     with exporter.enable_fake_mode() as ctx:
         fake = AutoModelForCausalLM.from_config(CONFIGS["llama"]()).eval()
-    result = exporter.export_for_generation(fake, tmp_path, export_options=exporter.ExportOptions(fake_context=ctx), model_state_dict=weights)
+    result = exporter.export_for_generation(
+        fake, tmp_path, export_options=exporter.ExportOptions(fake_context=ctx), model_state_dict=weights
+    )
     assert result.parity is None and "model_initializers" in result.files
     (skipped,) = [d for d in result.export_output.diagnostic_context.diagnostics if d.rule.id == "FXE0022"]
     assert skipped.properties["generationCheck"] == "skipped"
     initializers = {t.name: t for t in onnx.load(result.model_path, load_external_data=False).graph.initializer}
     assert initializers["model.model.embed_tokens.weight"].data_location == onnx.TensorProto.EXTERNAL
-    assert all(t.data_location == onnx.TensorProto.EXTERNAL for name, t in initializers.items() if name.startswith("model."))
+    assert all(
+        t.data_location == onnx.TensorProto.EXTERNAL for name, t in initializers.items() if name.startswith("model.")
+    )
     session = ort.InferenceSession(result.model_path, providers=["CPUExecutionProvider"])
     ids, mask = PADDED, PADDED_MASK
-    assert greedy_generate(session, np.array(ids), np.array(mask), NEW_TOKENS, {2}, 0).tokens.tolist() == generate(real, ids, mask)
+    assert greedy_generate(session, np.array(ids), np.array(mask), NEW_TOKENS, {2}, 0).tokens.tolist() == generate(
+        real, ids, mask
+    )
     assert genai_generate(tmp_path, PROMPT[:1]) == generate(real, PROMPT[:1])
 
 
@@ -268,7 +319,9 @@ def test_fake_mode_needs_weights(tmp_path):
         exporter.export_for_generation(fake, tmp_path, export_options=exporter.ExportOptions(fake_context=ctx))
 
 
-@pytest.mark.parametrize("dtype, onnx_type", [(torch.float16, onnx.TensorProto.FLOAT16), (torch.bfloat16, onnx.TensorProto.BFLOAT16)])
+@pytest.mark.parametrize(
+    "dtype, onnx_type", [(torch.float16, onnx.TensorProto.FLOAT16), (torch.bfloat16, onnx.TensorProto.BFLOAT16)]
+)
 def test_half_precision_is_kept(tmp_path, dtype, onnx_type):
     result = exporter.export_for_generation(tiny_model("llama").to(dtype), tmp_path)
     graph = onnx.load(result.model_path).graph
@@ -278,7 +331,9 @@ def test_half_precision_is_kept(tmp_path, dtype, onnx_type):
     if dtype == torch.float16:  # generated and compared with generate() in float16
         assert result.parity.matched and check.properties["generationCheck"] == "passed"
     else:  # onnxruntime's CPU provider has no bf16 MatMul: a warning, not a verdict
-        assert result.parity is None and check.level.name == "WARNING" and check.properties["generationCheck"] == "skipped"
+        assert (
+            result.parity is None and check.level.name == "WARNING" and check.properties["generationCheck"] == "skipped"
+        )
 
 
 @pytest.mark.parametrize("gap, near_tie", [(5e-4, True), (0.25, False)])

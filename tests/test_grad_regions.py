@@ -7,13 +7,13 @@ import inspect
 
 import pytest
 import torch
+from helpers import assert_matches_eager
 
 import exporter
 from exporter.capture.extractor import FXGraphExtractor
 from exporter.diagnostics import DiagnosticContext
 from exporter.diagnostics.locations import stack_of
 from exporter.passes import inline_grad_regions
-from helpers import assert_matches_eager
 
 
 @torch.no_grad()
@@ -41,7 +41,9 @@ def _line(text: str) -> int:
 
 
 def test_regions_are_inlined_with_their_lines():
-    program = FXGraphExtractor().generate_fx(GradRegions(), (torch.randn(2, 6),), {}, dynamic_shapes=False, ctx=DiagnosticContext())
+    program = FXGraphExtractor().generate_fx(
+        GradRegions(), (torch.randn(2, 6),), {}, dynamic_shapes=False, ctx=DiagnosticContext()
+    )
     wrapper = torch.ops.higher_order.wrap_with_set_grad_enabled
     assert any(n.target is wrapper for n in program.graph.nodes)
     assert inline_grad_regions.inline_grad_regions(program) >= 2  # the region, and the one nested in it

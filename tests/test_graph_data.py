@@ -20,13 +20,12 @@ import torch
 from lsprotocol import types
 from onnxscript import opset18 as op
 from pygls.exceptions import JsonRpcException
+from test_server_reliability import ANSWER_TIMEOUT, export, model, server
 
 import exporter
 from onnxlens_server import sarif_log
 from onnxlens_server.graph import graph_json, model_graph, tensor_json
 from onnxlens_server.protocol import COMPARE_GRAPHS, GRAPH, GRAPH_FILE, TENSOR, ErrorCode
-
-from test_server_reliability import ANSWER_TIMEOUT, export, model, server
 
 
 class Net(torch.nn.Module):
@@ -66,7 +65,9 @@ def export_net(folder: pathlib.Path, **options) -> tuple[Net, pathlib.Path, dict
     torch.manual_seed(0)
     net = Net().eval()
     try:
-        output = exporter.dynamo_export(net, torch.randn(3, 8), export_options=exporter.ExportOptions(**(options or {"op_level_debug": True})))
+        output = exporter.dynamo_export(
+            net, torch.randn(3, 8), export_options=exporter.ExportOptions(**(options or {"op_level_debug": True}))
+        )
     except exporter.OnnxExporterError as e:
         output = e.export_output
     output.save(str(folder / "net.onnx"))
@@ -83,7 +84,9 @@ def test_nodes_are_the_inlined_models_nodes(exported):
     _, path, graph = exported
     inlined = onnx.inliner.inline_local_functions(onnx.load(str(path)))
     assert len(graph["nodes"]) == len(inlined.graph.node)
-    assert collections.Counter(n["op"] for n in graph["nodes"]) == collections.Counter(n.op_type for n in inlined.graph.node)
+    assert collections.Counter(n["op"] for n in graph["nodes"]) == collections.Counter(
+        n.op_type for n in inlined.graph.node
+    )
     assert len({n["id"] for n in graph["nodes"]}) == len(graph["nodes"])
 
 
@@ -91,7 +94,9 @@ def test_every_node_is_at_the_line_that_calls_its_layer(exported):
     _, _, graph = exported
     layers, head = source_line("# the layers"), source_line("# the head")
     for node in graph["nodes"]:
-        expected = layers if node["module"].startswith("layers") else head  # the relu and sigmoid are on the head's line
+        expected = (
+            layers if node["module"].startswith("layers") else head
+        )  # the relu and sigmoid are on the head's line
         assert node["source"] == {"path": __file__, "line": expected, "function": "forward"}, node["id"]
         assert node["source"] in node["stack"]
 
@@ -128,12 +133,18 @@ def test_other_functions_are_inlined_into_their_callers_group(exported):
 
 def test_edges_link_producers_to_consumers(exported):
     _, path, graph = exported
-    ids = {n["id"] for n in graph["nodes"]} | {f"input:{v['name']}" for v in graph["inputs"]} | {f"output:{v['name']}" for v in graph["outputs"]}
+    ids = (
+        {n["id"] for n in graph["nodes"]}
+        | {f"input:{v['name']}" for v in graph["inputs"]}
+        | {f"output:{v['name']}" for v in graph["outputs"]}
+    )
     assert all(e["from"] in ids and e["to"] in ids for e in graph["edges"])
     nodes = {n["id"]: n for n in graph["nodes"]}
     for edge in graph["edges"]:  # the value goes out of one and into the other
         assert edge["from"].startswith("input:") or edge["value"] in [v["name"] for v in nodes[edge["from"]]["outputs"]]
-        assert edge["to"].startswith("output:") or edge["value"] in [v["name"] for v in nodes[edge["to"]]["inputs"] if v]
+        assert edge["to"].startswith("output:") or edge["value"] in [
+            v["name"] for v in nodes[edge["to"]]["inputs"] if v
+        ]
     inlined = onnx.inliner.inline_local_functions(onnx.load(str(path))).graph
     produced = {v for n in inlined.node for v in n.output} | {v.name for v in inlined.input}
     uses = sum(v in produced for n in inlined.node for v in n.input) + len(inlined.output)
@@ -151,7 +162,9 @@ def test_values_and_initializers_are_described_without_data(exported):
     assert {i["name"]: i["shape"] for i in graph["initializers"]} == weights
     assert all(i["dtype"] == "float32" and not i["external"] for i in graph["initializers"])
     assert all(all(v["shape"] is not None for v in n["inputs"] + n["outputs"]) for n in graph["nodes"])
-    assert {k: v for k, v in next(n for n in graph["nodes"] if n["op"] == "Gemm")["attributes"].items() if k == "transB"} == {"transB": "1"}
+    assert {
+        k: v for k, v in next(n for n in graph["nodes"] if n["op"] == "Gemm")["attributes"].items() if k == "transB"
+    } == {"transB": "1"}
     text = json.dumps(graph)
     assert len(text) < 20_000 < path.stat().st_size // 10  # 67k float weights (270 kB) in the model, none in the JSON
 
@@ -162,7 +175,9 @@ def test_external_weights_are_not_read(exported, tmp_path):
     onnx.save(proto, str(tmp_path / "big.onnx"), save_as_external_data=True, location="big.data", size_threshold=4096)
     (tmp_path / "big.data").unlink()  # reading a weight would fail now
     external = graph_json(str(tmp_path / "big.onnx"), None)
-    assert {i["name"] for i in external["initializers"] if i["external"]} == {k for k, t in net.state_dict().items() if t.nbytes >= 4096}
+    assert {i["name"] for i in external["initializers"] if i["external"]} == {
+        k for k, t in net.state_dict().items() if t.nbytes >= 4096
+    }
     assert [n["id"] for n in external["nodes"]] == [n["id"] for n in graph["nodes"]]
 
 
@@ -214,7 +229,9 @@ def test_a_node_the_optimizer_made_keeps_its_line_and_module(tmp_path, dynamic):
     and torch.export's own shape-assertion nodes name a placeholder module: neither may cut a module's
     group in two nor lose its line."""
     x = torch.randn(2, 5, 8)
-    output = exporter.dynamo_export(TwoBlocks().eval(), x, export_options=exporter.ExportOptions(dynamic_shapes=dynamic))
+    output = exporter.dynamo_export(
+        TwoBlocks().eval(), x, export_options=exporter.ExportOptions(dynamic_shapes=dynamic)
+    )
     output.save(str(tmp_path / "m.onnx"))
     graph = graph_json(str(tmp_path / "m.onnx"), None)
     (split,) = {n["source"]["line"] for n in graph["nodes"] if n["op"] == "Split" and n["source"]["path"] == __file__}
@@ -222,7 +239,10 @@ def test_a_node_the_optimizer_made_keeps_its_line_and_module(tmp_path, dynamic):
     assert sum(n["op"] == "Split" for n in graph["nodes"]) == 2
     top = [g["module"] for g in graph["groups"] if g["parent"] is None]
     assert top == ["blocks"]  # one call of the Sequential: not cut by the Splits, no placeholder module
-    assert sorted(g["module"] for g in graph["groups"] if g["parent"] is not None and g["module"].count(".") == 1) == ["blocks.0", "blocks.1"]
+    assert sorted(g["module"] for g in graph["groups"] if g["parent"] is not None and g["module"].count(".") == 1) == [
+        "blocks.0",
+        "blocks.1",
+    ]
 
 
 def test_a_missing_or_corrupt_model_is_a_clear_error(tmp_path):
@@ -240,8 +260,12 @@ def test_the_server_loads_onnx_ir_only_for_the_command_and_never_torch():
 
 
 async def graph_of(client, path: pathlib.Path, target: str) -> dict:
-    return await asyncio.wait_for(client.workspace_execute_command_async(
-        types.ExecuteCommandParams(command=GRAPH, arguments=[{"uri": path.as_uri(), "target": target}])), ANSWER_TIMEOUT)
+    return await asyncio.wait_for(
+        client.workspace_execute_command_async(
+            types.ExecuteCommandParams(command=GRAPH, arguments=[{"uri": path.as_uri(), "target": target}])
+        ),
+        ANSWER_TIMEOUT,
+    )
 
 
 @pytest.mark.asyncio
@@ -264,7 +288,9 @@ async def test_server_gives_the_last_exports_graph(tmp_path: pathlib.Path):
     assert job["summary"]["functions"] > 0
     assert job["summary"]["nodes"] == len(graph["nodes"])  # the toast's count is the view's
     assert [g["module"] for g in graph["groups"]] == ["linear"]
-    assert {n["source"]["line"] for n in graph["nodes"]} == {line} and {n["source"]["path"] for n in graph["nodes"]} == {str(path)}
+    assert {n["source"]["line"] for n in graph["nodes"]} == {line} and {
+        n["source"]["path"] for n in graph["nodes"]
+    } == {str(path)}
     assert {n["op"] for n in graph["nodes"]} >= {"Relu"}
     assert not_yet.value.code == never.value.code == ErrorCode.NOT_EXPORTED
     assert never.value.message == "never (small.py) has not been exported in this session: export it first."
@@ -273,28 +299,44 @@ async def test_server_gives_the_last_exports_graph(tmp_path: pathlib.Path):
 
 def test_a_tensor_is_read_only_when_asked_and_only_its_first_values(exported, tmp_path):
     net, path, graph = exported
-    onnx.save(onnx.load(str(path)), str(tmp_path / "big.onnx"), save_as_external_data=True, location="big.data", size_threshold=0)
+    onnx.save(
+        onnx.load(str(path)),
+        str(tmp_path / "big.onnx"),
+        save_as_external_data=True,
+        location="big.data",
+        size_threshold=0,
+    )
     sizes = {i["name"]: i["bytes"] for i in graph_json(str(tmp_path / "big.onnx"), None)["initializers"]}
     assert sizes == {name: t.nbytes for name, t in net.state_dict().items()}  # from the types, nothing read
     weight = net.layers[2].weight.detach().flatten()
     tensor = tensor_json(str(tmp_path / "big.onnx"), "layers.2.weight")
     assert (tensor["shape"], tensor["bytes"], tensor["external"]["location"]) == ([256, 256], 256 * 256 * 4, "big.data")
-    assert tensor["read"] == 16 * 4 and [float(v) for v in tensor["values"]] == pytest.approx(weight[:16].tolist(), rel=1e-5)
+    assert tensor["read"] == 16 * 4 and [float(v) for v in tensor["values"]] == pytest.approx(
+        weight[:16].tolist(), rel=1e-5
+    )
     inside = tensor_json(str(path), "head.bias")  # in the model itself
-    assert inside["external"] is None and [float(v) for v in inside["values"]] == pytest.approx(net.head.bias.tolist(), rel=1e-5)
+    assert inside["external"] is None and [float(v) for v in inside["values"]] == pytest.approx(
+        net.head.bias.tolist(), rel=1e-5
+    )
     with pytest.raises(KeyError, match="no initializer 'nope'"):
         tensor_json(str(path), "nope")
 
 
 def test_shape_plumbing_is_marked(tmp_path):
-    output = exporter.dynamo_export(TwoBlocks().eval(), torch.randn(2, 5, 8), export_options=exporter.ExportOptions(dynamic_shapes=True))
+    output = exporter.dynamo_export(
+        TwoBlocks().eval(), torch.randn(2, 5, 8), export_options=exporter.ExportOptions(dynamic_shapes=True)
+    )
     output.save(str(tmp_path / "m.onnx"))
     graph = graph_json(str(tmp_path / "m.onnx"), None)
     nodes = {n["id"]: n for n in graph["nodes"]}
     assert all(n["plumbing"] for n in graph["nodes"] if n["op"] in ("Shape", "Constant"))
     assert not any(n["plumbing"] for n in graph["nodes"] if n["op"] in ("Slice", "MatMul", "Softmax", "Gemm", "Split"))
     for edge in graph["edges"]:  # what a graph input's values reach is never plumbing
-        if not edge["from"].startswith("input:") and not edge["to"].startswith("output:") and not nodes[edge["from"]]["plumbing"]:
+        if (
+            not edge["from"].startswith("input:")
+            and not edge["to"].startswith("output:")
+            and not nodes[edge["from"]]["plumbing"]
+        ):
             assert not nodes[edge["to"]]["plumbing"], edge
     assert any(n["plumbing"] for n in graph["nodes"]) and not all(n["plumbing"] for n in graph["nodes"])
 
@@ -309,7 +351,9 @@ class Reshaped(torch.nn.Module):
 
 
 def test_nodes_at_a_specialized_dimensions_line_are_marked(tmp_path):
-    output = exporter.dynamo_export(Reshaped().eval(), torch.randn(2, 4), export_options=exporter.ExportOptions(dynamic_shapes=True))
+    output = exporter.dynamo_export(
+        Reshaped().eval(), torch.randn(2, 4), export_options=exporter.ExportOptions(dynamic_shapes=True)
+    )
     output.save(str(tmp_path / "r.onnx"))
     output.save_diagnostics(str(tmp_path / "r.sarif"))
     graph = graph_json(str(tmp_path / "r.onnx"), sarif_log.read(str(tmp_path / "r.sarif")))
@@ -326,9 +370,9 @@ def test_another_producers_model_is_grouped_by_its_scopes(tmp_path, dynamo):
     torch.onnx.export(net, (torch.randn(3, 8),), str(tmp_path / "t.onnx"), dynamo=dynamo)
     graph = graph_json(str(tmp_path / "t.onnx"), None)
     groups = {g["id"]: g for g in graph["groups"]}
-    assert {g["module"] for g in groups.values()} == {name for name, m in net.named_modules() if name and not isinstance(m, torch.nn.ReLU)} | (
-        {"layers.1"} if any(n["op"] == "Relu" and n["module"] == "layers.1" for n in graph["nodes"]) else set()
-    )
+    assert {g["module"] for g in groups.values()} == {
+        name for name, m in net.named_modules() if name and not isinstance(m, torch.nn.ReLU)
+    } | ({"layers.1"} if any(n["op"] == "Relu" and n["module"] == "layers.1" for n in graph["nodes"]) else set())
     for group in groups.values():
         assert group["module"].rpartition(".")[0] == (groups[group["parent"]]["module"] if group["parent"] else "")
     gemms = sorted(n["module"] for n in graph["nodes"] if n["op"] == "Gemm")
@@ -337,7 +381,10 @@ def test_another_producers_model_is_grouped_by_its_scopes(tmp_path, dynamo):
 
 
 async def command(client, name: str, args: dict) -> dict:
-    return await asyncio.wait_for(client.workspace_execute_command_async(types.ExecuteCommandParams(command=name, arguments=[args])), ANSWER_TIMEOUT)
+    return await asyncio.wait_for(
+        client.workspace_execute_command_async(types.ExecuteCommandParams(command=name, arguments=[args])),
+        ANSWER_TIMEOUT,
+    )
 
 
 @pytest.mark.asyncio
@@ -345,10 +392,18 @@ async def test_server_shows_any_file_compares_with_the_previous_export_and_reads
     path = tmp_path / "small.py"
     path.write_text(model())
     other = tmp_path / "other.onnx"
-    onnx.save(onnx.helper.make_model(onnx.helper.make_graph(
-        [onnx.helper.make_node("Relu", ["x"], ["y"], name="relu")], "g",
-        [onnx.helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [2])], [onnx.helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [2])],
-    ), producer_name="helper"), str(other))
+    onnx.save(
+        onnx.helper.make_model(
+            onnx.helper.make_graph(
+                [onnx.helper.make_node("Relu", ["x"], ["y"], name="relu")],
+                "g",
+                [onnx.helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [2])],
+                [onnx.helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [2])],
+            ),
+            producer_name="helper",
+        ),
+        str(other),
+    )
     async with server(tmp_path) as client:
         first = await export(client, path)
         with pytest.raises(JsonRpcException) as no_previous:
@@ -356,7 +411,9 @@ async def test_server_shows_any_file_compares_with_the_previous_export_and_reads
         path.write_text(model().replace("self.linear(x).relu()", "self.linear(x).sigmoid()"))
         second = await export(client, path)
         diff = await command(client, COMPARE_GRAPHS, {"uri": path.as_uri(), "target": "t"})
-        files = await command(client, COMPARE_GRAPHS, {"before": other.as_uri(), "after": pathlib.Path(second["onnx"]).as_uri()})
+        files = await command(
+            client, COMPARE_GRAPHS, {"before": other.as_uri(), "after": pathlib.Path(second["onnx"]).as_uri()}
+        )
         plain = await command(client, GRAPH_FILE, {"uri": other.as_uri()})
         ours = await command(client, GRAPH_FILE, {"uri": pathlib.Path(second["onnx"]).as_uri()})
         tensor = await command(client, TENSOR, {"uri": pathlib.Path(second["onnx"]).as_uri(), "name": "linear.weight"})
@@ -368,9 +425,13 @@ async def test_server_shows_any_file_compares_with_the_previous_export_and_reads
     assert files["before"]["producer"] == "helper"  # no sources there: nodes align by module and op
     assert [(n["op"], n["diff"]) for n in files["before"]["nodes"]] == [("Relu", "removed")]  # the second has a Sigmoid
     assert {r["op"]: (r["before"], r["after"]) for r in files["summary"]}["Sigmoid"] == (0, 1)
-    assert [(n["op"], n["group"], n["source"]) for n in plain["nodes"]] == [("Relu", None, None)] and plain["groups"] == []
+    assert [(n["op"], n["group"], n["source"]) for n in plain["nodes"]] == [("Relu", None, None)] and plain[
+        "groups"
+    ] == []
     assert [g["module"] for g in ours["groups"]] == ["linear"] and ours["path"] == second["onnx"]
-    weight = onnx.numpy_helper.to_array(next(t for t in onnx.load(second["onnx"]).graph.initializer if t.name == "linear.weight"))
+    weight = onnx.numpy_helper.to_array(
+        next(t for t in onnx.load(second["onnx"]).graph.initializer if t.name == "linear.weight")
+    )
     assert (tensor["shape"], tensor["bytes"], tensor["external"]) == ([2, 4], 2 * 4 * 4, None)
     assert [float(v) for v in tensor["values"]] == pytest.approx(weight.flatten().tolist(), rel=1e-5)  # 6 digits shown
     assert bad.value.code == ErrorCode.INVALID_OPTIONS and "'before' and 'after'" in bad.value.message

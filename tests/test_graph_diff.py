@@ -15,7 +15,7 @@ import exporter
 from onnxlens_server.graph import graph_json
 from onnxlens_server.graph_diff import compare
 
-MODEL = '''import torch
+MODEL = """import torch
 
 
 class Small(torch.nn.Module):
@@ -28,7 +28,7 @@ class Small(torch.nn.Module):
         h = self.fc1(x)  # the first layer
         h = torch.relu(h)  # the activation
         return self.fc2(h)  # the second layer
-'''
+"""
 
 
 def export(folder: pathlib.Path, name: str, source: str) -> tuple[pathlib.Path, pathlib.Path]:

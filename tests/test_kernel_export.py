@@ -15,7 +15,7 @@ jupyter_client = pytest.importorskip("jupyter_client")
 pytest.importorskip("ipykernel")
 
 IMPORTS = "import torch\nimport exporter"
-MODEL = '''@torch.library.custom_op("kerneltest::twist", mutates_args=())
+MODEL = """@torch.library.custom_op("kerneltest::twist", mutates_args=())
 def twist(x: torch.Tensor) -> torch.Tensor:
     return x * 2
 
@@ -27,11 +27,11 @@ def _(x):
 
 class Net(torch.nn.Module):
     def forward(self, x):
-        return twist(x) + 1'''
-EXPORT = '''try:
+        return twist(x) + 1"""
+EXPORT = """try:
     exporter.dynamo_export(Net(), torch.randn(2, 3))
 except exporter.OnnxExporterError as e:
-    failed = e.export_output'''
+    failed = e.export_output"""
 CELLS = [("code", IMPORTS), ("markdown", "# A model"), ("code", MODEL), ("code", EXPORT)]
 
 
@@ -40,9 +40,16 @@ def kernel(tmp_path_factory):
     """A kernel (this interpreter) that ran the notebook's code cells, as a front end sends them; and the notebook."""
     folder = tmp_path_factory.mktemp("nb")
     notebook = folder / "kernel_model.ipynb"
-    cells = [{"cell_type": kind, "id": f"cell-{i}", "metadata": {}, "source": text.splitlines(keepends=True),
-              **({"outputs": [], "execution_count": None} if kind == "code" else {})}
-             for i, (kind, text) in enumerate(CELLS)]
+    cells = [
+        {
+            "cell_type": kind,
+            "id": f"cell-{i}",
+            "metadata": {},
+            "source": text.splitlines(keepends=True),
+            **({"outputs": [], "execution_count": None} if kind == "code" else {}),
+        }
+        for i, (kind, text) in enumerate(CELLS)
+    ]
     notebook.write_text(json.dumps({"cells": cells, "metadata": {}, "nbformat": 4, "nbformat_minor": 5}))
     manager = jupyter_client.KernelManager(kernel_name="python3")  # ipykernel's own spec: this interpreter
     assert manager.kernel_spec.argv[0] in (sys.executable, "python")
@@ -98,7 +105,11 @@ def test_log_locations_name_the_notebook_cell(kernel):
     assert location["region"]["startLine"] == program_line_of_twist_call()
     cell_line = MODEL.splitlines().index("        return twist(x) + 1") + 1
     assert result["properties"]["notebookCells"][0] == {
-        "line": program_line_of_twist_call(), "cell": 3, "cellLine": cell_line, "cellId": "cell-2"}
+        "line": program_line_of_twist_call(),
+        "cell": 3,
+        "cellLine": cell_line,
+        "cellId": "cell-2",
+    }
     assert "unmappedFrames" not in result["properties"]
 
 

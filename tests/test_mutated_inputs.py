@@ -126,13 +126,23 @@ def test_generation_check_leaves_the_prompt_and_mask_as_given(tmp_path):
             return super().forward(input_ids, past_key_values=past_key_values, attention_mask=attention_mask, **kwargs)
 
     torch.manual_seed(0)
-    config = GPT2Config(n_embd=32, n_layer=1, n_head=2, n_positions=64, vocab_size=100, bos_token_id=1, eos_token_id=2,
-                        pad_token_id=0, tie_word_embeddings=False)
+    config = GPT2Config(
+        n_embd=32,
+        n_layer=1,
+        n_head=2,
+        n_positions=64,
+        vocab_size=100,
+        bos_token_id=1,
+        eos_token_id=2,
+        pad_token_id=0,
+        tie_word_embeddings=False,
+    )
     model = AttendsFirst(config).eval()
     prompt = torch.tensor([[5, 6, 7, 8, 9], [0, 0, 11, 12, 13]])
     mask = torch.tensor([[1, 1, 1, 1, 1], [0, 0, 1, 1, 1]])
     given = mask.clone()
-    result = exporter.export_for_generation(model, tmp_path, prompt=prompt, attention_mask=mask, max_new_tokens=4,
-                                            sarif=False)
+    result = exporter.export_for_generation(
+        model, tmp_path, prompt=prompt, attention_mask=mask, max_new_tokens=4, sarif=False
+    )
     assert result.parity is not None and result.parity.matched and result.parity.steps == 4
     assert torch.equal(mask, given)

@@ -18,7 +18,7 @@ from onnxlens_server.protocol import EXPORT, EXPORT_FINISHED, EXPORT_PROGRESS, E
 
 IMPORTS = "import torch\n%load_ext autoreload\nimport exporter"
 NOTES = "# The model\nA custom op without an ONNX translation."
-MODEL = '''@torch.library.custom_op("nbtest::twist", mutates_args=())
+MODEL = """@torch.library.custom_op("nbtest::twist", mutates_args=())
 def twist(x: torch.Tensor) -> torch.Tensor:
     return x * 2
 
@@ -30,18 +30,18 @@ def _(x):
 
 class Net(torch.nn.Module):
     def forward(self, x):
-        return twist(x) + 1'''
-TARGET = '''@exporter.export_target
+        return twist(x) + 1"""
+TARGET = """@exporter.export_target
 def net():
-    return Net(), (torch.randn(2, 3),)'''
-SMALL = '''class Small(torch.nn.Module):
+    return Net(), (torch.randn(2, 3),)"""
+SMALL = """class Small(torch.nn.Module):
     def forward(self, x):
         return torch.sigmoid(x) * 2
 
 
 @exporter.export_target
 def small():
-    return Small(), (torch.randn(2, 3),)'''
+    return Small(), (torch.randn(2, 3),)"""
 KINDS = {"python": types.NotebookCellKind.Code, "markdown": types.NotebookCellKind.Markup}
 CELLS = [("python", IMPORTS), ("markdown", NOTES), ("python", MODEL), ("python", TARGET), ("python", SMALL)]
 
@@ -56,9 +56,15 @@ def line_in(text: str, code: str) -> int:
 
 
 def write_notebook(path: pathlib.Path) -> None:
-    cells = [{"cell_type": "code" if language == "python" else "markdown", "metadata": {}, "source": text,
-              **({"outputs": [], "execution_count": None} if language == "python" else {})}
-             for language, text in CELLS]
+    cells = [
+        {
+            "cell_type": "code" if language == "python" else "markdown",
+            "metadata": {},
+            "source": text,
+            **({"outputs": [], "execution_count": None} if language == "python" else {}),
+        }
+        for language, text in CELLS
+    ]
     path.write_text(json.dumps({"cells": cells, "metadata": {}, "nbformat": 4, "nbformat_minor": 5}))
 
 
@@ -76,10 +82,12 @@ async def client(lsp_client: LanguageClient, notebook: pathlib.Path):
         lsp_client.feature(method)(lambda params: None)  # what VS Code does with them does not matter here
     capabilities = pytest_lsp.client_capabilities("visual-studio-code")
     capabilities.notebook_document = types.NotebookDocumentClientCapabilities(
-        synchronization=types.NotebookDocumentSyncClientCapabilities())
+        synchronization=types.NotebookDocumentSyncClientCapabilities()
+    )
     capabilities.workspace.inlay_hint = types.InlayHintWorkspaceClientCapabilities(refresh_support=True)
     lsp_client.initialized = await lsp_client.initialize_session(
-        types.InitializeParams(capabilities=capabilities, root_uri=notebook.parent.as_uri()))
+        types.InitializeParams(capabilities=capabilities, root_uri=notebook.parent.as_uri())
+    )
     lsp_client.set_configuration({"timeoutSeconds": 120}, section="onnxlens")
     yield
     await lsp_client.shutdown_session()
@@ -87,13 +95,22 @@ async def client(lsp_client: LanguageClient, notebook: pathlib.Path):
 
 def open_notebook(client: LanguageClient, notebook: pathlib.Path) -> list[str]:
     uris = [cell_uri(notebook, i) for i in range(len(CELLS))]
-    client.notebook_document_did_open(types.DidOpenNotebookDocumentParams(
-        notebook_document=types.NotebookDocument(
-            uri=notebook.as_uri(), notebook_type="jupyter-notebook", version=1,
-            cells=[types.NotebookCell(kind=KINDS[language], document=uri) for uri, (language, _) in zip(uris, CELLS)]),
-        cell_text_documents=[types.TextDocumentItem(uri=uri, language_id=language, version=1, text=text)
-                             for uri, (language, text) in zip(uris, CELLS)],
-    ))
+    client.notebook_document_did_open(
+        types.DidOpenNotebookDocumentParams(
+            notebook_document=types.NotebookDocument(
+                uri=notebook.as_uri(),
+                notebook_type="jupyter-notebook",
+                version=1,
+                cells=[
+                    types.NotebookCell(kind=KINDS[language], document=uri) for uri, (language, _) in zip(uris, CELLS)
+                ],
+            ),
+            cell_text_documents=[
+                types.TextDocumentItem(uri=uri, language_id=language, version=1, text=text)
+                for uri, (language, text) in zip(uris, CELLS)
+            ],
+        )
+    )
     return uris
 
 
@@ -146,8 +163,11 @@ async def test_notebook_sync_export_and_results_on_cells(client: LanguageClient,
 
     # The quick fix's stub goes after the last Python cell's code, its imports after the imports' cell.
     diagnostic = found[model][0]
-    actions = await client.text_document_code_action_async(types.CodeActionParams(
-        types.TextDocumentIdentifier(model), diagnostic.range, types.CodeActionContext(diagnostics=[diagnostic])))
+    actions = await client.text_document_code_action_async(
+        types.CodeActionParams(
+            types.TextDocumentIdentifier(model), diagnostic.range, types.CodeActionContext(diagnostics=[diagnostic])
+        )
+    )
     stub = next(a for a in actions if a.title.startswith("Add an ONNX function stub"))
     changes = stub.edit.changes
     assert set(changes) == {imports, small}
@@ -157,24 +177,45 @@ async def test_notebook_sync_export_and_results_on_cells(client: LanguageClient,
     assert "def nbtest_twist(" in changes[small][0].new_text
 
     # Editing another cell leaves the model cell's problem; moving a cell clears the notebook's results.
-    client.notebook_document_did_change(types.DidChangeNotebookDocumentParams(
-        notebook_document=types.VersionedNotebookDocumentIdentifier(version=2, uri=notebook.as_uri()),
-        change=types.NotebookDocumentChangeEvent(cells=types.NotebookDocumentCellChanges(text_content=[
-            types.NotebookDocumentCellContentChanges(
-                document=types.VersionedTextDocumentIdentifier(version=2, uri=small),
-                changes=[types.TextDocumentContentChangePartial(
-                    range=types.Range(types.Position(0, 0), types.Position(0, 0)), text="# small\n")])]))))
+    client.notebook_document_did_change(
+        types.DidChangeNotebookDocumentParams(
+            notebook_document=types.VersionedNotebookDocumentIdentifier(version=2, uri=notebook.as_uri()),
+            change=types.NotebookDocumentChangeEvent(
+                cells=types.NotebookDocumentCellChanges(
+                    text_content=[
+                        types.NotebookDocumentCellContentChanges(
+                            document=types.VersionedTextDocumentIdentifier(version=2, uri=small),
+                            changes=[
+                                types.TextDocumentContentChangePartial(
+                                    range=types.Range(types.Position(0, 0), types.Position(0, 0)), text="# small\n"
+                                )
+                            ],
+                        )
+                    ]
+                )
+            ),
+        )
+    )
     lenses = await client.text_document_code_lens_async(types.CodeLensParams(types.TextDocumentIdentifier(small)))
     assert [lens.range.start.line for lens in lenses][:1] == [line_in("# small\n" + SMALL, "@exporter.export_target")]
     assert problems(client, "FXE0011") == {model: found[model]}
 
-    move = types.NotebookCellArrayChange(start=2, delete_count=2, cells=[
-        types.NotebookCell(kind=types.NotebookCellKind.Code, document=target),
-        types.NotebookCell(kind=types.NotebookCellKind.Code, document=model)])
-    client.notebook_document_did_change(types.DidChangeNotebookDocumentParams(
-        notebook_document=types.VersionedNotebookDocumentIdentifier(version=3, uri=notebook.as_uri()),
-        change=types.NotebookDocumentChangeEvent(cells=types.NotebookDocumentCellChanges(
-            structure=types.NotebookDocumentCellChangeStructure(array=move)))))
+    move = types.NotebookCellArrayChange(
+        start=2,
+        delete_count=2,
+        cells=[
+            types.NotebookCell(kind=types.NotebookCellKind.Code, document=target),
+            types.NotebookCell(kind=types.NotebookCellKind.Code, document=model),
+        ],
+    )
+    client.notebook_document_did_change(
+        types.DidChangeNotebookDocumentParams(
+            notebook_document=types.VersionedNotebookDocumentIdentifier(version=3, uri=notebook.as_uri()),
+            change=types.NotebookDocumentChangeEvent(
+                cells=types.NotebookDocumentCellChanges(structure=types.NotebookDocumentCellChangeStructure(array=move))
+            ),
+        )
+    )
     await client.text_document_code_lens_async(types.CodeLensParams(types.TextDocumentIdentifier(target)))  # processed
     assert problems(client, "FXE0011") == {}
     assert model in client.diagnostics and not client.diagnostics[model]  # published empty
@@ -184,13 +225,25 @@ async def test_notebook_sync_export_and_results_on_cells(client: LanguageClient,
     assert [(d.range.start.line) for d in problems(client, "FXE0011")[model]] == [twist_line]
 
     # Editing the model's cell makes its problems stale.
-    client.notebook_document_did_change(types.DidChangeNotebookDocumentParams(
-        notebook_document=types.VersionedNotebookDocumentIdentifier(version=4, uri=notebook.as_uri()),
-        change=types.NotebookDocumentChangeEvent(cells=types.NotebookDocumentCellChanges(text_content=[
-            types.NotebookDocumentCellContentChanges(
-                document=types.VersionedTextDocumentIdentifier(version=2, uri=model),
-                changes=[types.TextDocumentContentChangePartial(
-                    range=types.Range(types.Position(0, 0), types.Position(0, 0)), text="# edited\n")])]))))
+    client.notebook_document_did_change(
+        types.DidChangeNotebookDocumentParams(
+            notebook_document=types.VersionedNotebookDocumentIdentifier(version=4, uri=notebook.as_uri()),
+            change=types.NotebookDocumentChangeEvent(
+                cells=types.NotebookDocumentCellChanges(
+                    text_content=[
+                        types.NotebookDocumentCellContentChanges(
+                            document=types.VersionedTextDocumentIdentifier(version=2, uri=model),
+                            changes=[
+                                types.TextDocumentContentChangePartial(
+                                    range=types.Range(types.Position(0, 0), types.Position(0, 0)), text="# edited\n"
+                                )
+                            ],
+                        )
+                    ]
+                )
+            ),
+        )
+    )
     await client.text_document_code_lens_async(types.CodeLensParams(types.TextDocumentIdentifier(target)))
     assert problems(client, "FXE0011") == {}
 
@@ -204,7 +257,8 @@ async def test_op_level_debug_hints_and_hovers_on_a_cell(client: LanguageClient,
     line = line_in(text, "return torch.sigmoid(x) * 2")
     whole = types.Range(types.Position(0, 0), types.Position(len(text.splitlines()), 0))
     hints = await client.text_document_inlay_hint_async(
-        types.InlayHintParams(types.TextDocumentIdentifier(small), whole))
+        types.InlayHintParams(types.TextDocumentIdentifier(small), whole)
+    )
     assert [h.position for h in hints] == [types.Position(line, len(text.splitlines()[line]))]
     assert "Sigmoid" in hints[0].label
     assert "aten.sigmoid" in (await hover(client, small, line)).contents.value
@@ -212,7 +266,8 @@ async def test_op_level_debug_hints_and_hovers_on_a_cell(client: LanguageClient,
 
     # The graph view's node -> line links: the cell's URI and its (1-based) line.
     graph = await client.workspace_execute_command_async(
-        types.ExecuteCommandParams(command=GRAPH, arguments=[{"uri": small, "target": "small"}]))
+        types.ExecuteCommandParams(command=GRAPH, arguments=[{"uri": small, "target": "small"}])
+    )
     sources = {(n["op"], n["source"]["path"], n["source"]["line"]) for n in graph["nodes"] if n["source"]}
     assert ("Sigmoid", small, line + 1) in sources
 
@@ -222,22 +277,25 @@ async def test_closing_the_notebook_clears_its_cells(client: LanguageClient, not
     uris = [cell_uri(notebook, i) for i in range(len(CELLS))]
     await export(client, uri=uris[3], target="net")
     assert set(problems(client, "FXE0011")) == {uris[2]}
-    client.notebook_document_did_close(types.DidCloseNotebookDocumentParams(
-        notebook_document=types.NotebookDocumentIdentifier(notebook.as_uri()),
-        cell_text_documents=[types.TextDocumentIdentifier(uri) for uri in uris]))
+    client.notebook_document_did_close(
+        types.DidCloseNotebookDocumentParams(
+            notebook_document=types.NotebookDocumentIdentifier(notebook.as_uri()),
+            cell_text_documents=[types.TextDocumentIdentifier(uri) for uri in uris],
+        )
+    )
     await hover(client, uris[0], 0)  # the close has been handled
     assert problems(client, "FXE0011") == {}
 
 
-SQUEEZES = '''class SqueezesOne(torch.nn.Module):
+SQUEEZES = """class SqueezesOne(torch.nn.Module):
     def forward(self, x):
         if x.shape[0] == 1:
             x = x.squeeze(0).unsqueeze(0)
-        return torch.softmax(x @ x.T, -1)'''
-DYNAMIC_TARGET = '''@exporter.export_target(dynamic_shapes=True)
+        return torch.softmax(x @ x.T, -1)"""
+DYNAMIC_TARGET = """@exporter.export_target(dynamic_shapes=True)
 def t():
     x = torch.randn(1, 6)
-    return SqueezesOne(), (x,)'''
+    return SqueezesOne(), (x,)"""
 
 
 @pytest.mark.asyncio(loop_scope="module")
@@ -247,12 +305,20 @@ async def test_a_fixed_dimension_and_its_fix_on_cells(client: LanguageClient, no
     path = notebook.parent / "dynamic.ipynb"
     path.write_text("{}")
     uris = [cell_uri(path, i) for i in range(3)]
-    client.notebook_document_did_open(types.DidOpenNotebookDocumentParams(
-        notebook_document=types.NotebookDocument(
-            uri=path.as_uri(), notebook_type="jupyter-notebook", version=1,
-            cells=[types.NotebookCell(kind=types.NotebookCellKind.Code, document=uri) for uri in uris]),
-        cell_text_documents=[types.TextDocumentItem(uri=uri, language_id="python", version=1, text=text)
-                             for uri, text in zip(uris, ["import torch\nimport exporter", SQUEEZES, DYNAMIC_TARGET])]))
+    client.notebook_document_did_open(
+        types.DidOpenNotebookDocumentParams(
+            notebook_document=types.NotebookDocument(
+                uri=path.as_uri(),
+                notebook_type="jupyter-notebook",
+                version=1,
+                cells=[types.NotebookCell(kind=types.NotebookCellKind.Code, document=uri) for uri in uris],
+            ),
+            cell_text_documents=[
+                types.TextDocumentItem(uri=uri, language_id="python", version=1, text=text)
+                for uri, text in zip(uris, ["import torch\nimport exporter", SQUEEZES, DYNAMIC_TARGET])
+            ],
+        )
+    )
     (job,) = (await export(client, uri=uris[2], target="t"))["jobs"]
     assert job["status"] == "ok", job["message"]
     (note,) = problems(client, "FXE0020")[uris[1]]  # on the line of the model's cell that fixed the batch
@@ -260,14 +326,18 @@ async def test_a_fixed_dimension_and_its_fix_on_cells(client: LanguageClient, no
     assert note.data["targetUri"] == uris[2]
 
     read_code_actions_as_vscode_does(client)
-    actions = await client.text_document_code_action_async(types.CodeActionParams(
-        types.TextDocumentIdentifier(uris[1]), note.range, types.CodeActionContext(diagnostics=[note])))
+    actions = await client.text_document_code_action_async(
+        types.CodeActionParams(
+            types.TextDocumentIdentifier(uris[1]), note.range, types.CodeActionContext(diagnostics=[note])
+        )
+    )
     (fix,) = [a for a in actions if a.is_preferred]
     assert list(fix.command.arguments) == [{"uri": uris[2], "target": "t"}]
     line = line_in(DYNAMIC_TARGET, "x = torch.randn(1, 6)")
     start = DYNAMIC_TARGET.splitlines()[line].index("1, 6")
-    assert {uri: list(edits) for uri, edits in fix.edit.changes.items()} == {uris[2]: [types.TextEdit(
-        types.Range(types.Position(line, start), types.Position(line, start + 1)), "2")]}
+    assert {uri: list(edits) for uri, edits in fix.edit.changes.items()} == {
+        uris[2]: [types.TextEdit(types.Range(types.Position(line, start), types.Position(line, start + 1)), "2")]
+    }
 
 
 @pytest.mark.asyncio(loop_scope="module")
@@ -275,12 +345,20 @@ async def test_a_syntax_error_is_on_its_cell(client: LanguageClient, notebook: p
     path = notebook.parent / "broken.ipynb"
     path.write_text("{}")
     uris = [cell_uri(path, i) for i in range(2)]
-    client.notebook_document_did_open(types.DidOpenNotebookDocumentParams(
-        notebook_document=types.NotebookDocument(
-            uri=path.as_uri(), notebook_type="jupyter-notebook", version=1,
-            cells=[types.NotebookCell(kind=types.NotebookCellKind.Code, document=uri) for uri in uris]),
-        cell_text_documents=[types.TextDocumentItem(uri=uri, language_id="python", version=1, text=text)
-                             for uri, text in zip(uris, ["import exporter", TARGET.replace("net():", "net(:")])]))
+    client.notebook_document_did_open(
+        types.DidOpenNotebookDocumentParams(
+            notebook_document=types.NotebookDocument(
+                uri=path.as_uri(),
+                notebook_type="jupyter-notebook",
+                version=1,
+                cells=[types.NotebookCell(kind=types.NotebookCellKind.Code, document=uri) for uri in uris],
+            ),
+            cell_text_documents=[
+                types.TextDocumentItem(uri=uri, language_id="python", version=1, text=text)
+                for uri, text in zip(uris, ["import exporter", TARGET.replace("net():", "net(:")])
+            ],
+        )
+    )
     with pytest.raises(Exception, match=r"broken\.ipynb:3: SyntaxError"):  # the program's line in the message
         await export(client, uri=uris[1], target="net")
     (problem,) = problems(client, "syntax-error")[uris[1]]  # on the cell, at its line

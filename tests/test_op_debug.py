@@ -64,7 +64,9 @@ def op_checks(*functions: tuple[onnxscript.OnnxFunction, str]) -> list[Diagnosti
 
 def per_op(checks: list[Diagnostic]) -> dict[str, dict]:
     """The per-op properties in the per-source-line results, by FX target."""
-    return {o["fxTarget"]: o for d in checks if d.properties.get("aggregate") == "sourceLine" for o in d.properties["ops"]}
+    return {
+        o["fxTarget"]: o for d in checks if d.properties.get("aggregate") == "sourceLine" for o in d.properties["ops"]
+    }
 
 
 @pytest.mark.parametrize("function, error", [(sigmoid_off_by_1e2, 1e-2), (sigmoid_off_by_1e3, 1e-3)])

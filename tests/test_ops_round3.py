@@ -62,70 +62,107 @@ def _cases():
         "cdist_p2_direct": (lambda a, b: torch.cdist(a, b), (_points(5), _points(4)), (_points(7), _points(6)), 1e-4),
         "cdist_p2_mm": (
             lambda a, b: torch.cdist(a, b, compute_mode="use_mm_for_euclid_dist"),
-            (torch.randn(2, 5, 3), torch.randn(2, 4, 3)), (torch.randn(3, 8, 3), torch.randn(3, 2, 3)), 1e-4,
+            (torch.randn(2, 5, 3), torch.randn(2, 4, 3)),
+            (torch.randn(3, 8, 3), torch.randn(3, 2, 3)),
+            1e-4,
         ),
         "cdist_p2_large": (
-            lambda a, b: torch.cdist(a, b), (torch.randn(1, 30, 4), torch.randn(1, 27, 4)),
-            (torch.randn(2, 33, 4), torch.randn(2, 26, 4)), 1e-4,
+            lambda a, b: torch.cdist(a, b),
+            (torch.randn(1, 30, 4), torch.randn(1, 27, 4)),
+            (torch.randn(2, 33, 4), torch.randn(2, 26, 4)),
+            1e-4,
         ),
         "cdist_p2_no_mm": (
             lambda a, b: torch.cdist(a, b, compute_mode="donot_use_mm_for_euclid_dist"),
-            (_points(30), _points(4)), (_points(31), _points(6)), 1e-5,
+            (_points(30), _points(4)),
+            (_points(31), _points(6)),
+            1e-5,
         ),
         "cdist_p1": (lambda a, b: torch.cdist(a, b, p=1), (_points(5), _points(4)), (_points(7), _points(6)), 1e-5),
         "cdist_pinf": (lambda a, b: torch.cdist(a, b, p=INF), (_points(5), _points(4)), (_points(7), _points(6)), 1e-5),
         "cdist_p0": (lambda a, b: torch.cdist(a, b, p=0), (_points(5), _points(4)), (_points(7), _points(6)), 1e-5),
         "cdist_p3_5": (lambda a, b: torch.cdist(a, b, p=3.5), (_points(5), _points(4)), (_points(7), _points(6)), 1e-5),
         "searchsorted_left_1d": (
-            lambda s, v: torch.searchsorted(s, v), (_sorted(9), _probes((3, 4))), (_sorted(12), _probes((2, 5))), 0,
+            lambda s, v: torch.searchsorted(s, v),
+            (_sorted(9), _probes((3, 4))),
+            (_sorted(12), _probes((2, 5))),
+            0,
         ),
         "searchsorted_right_rows": (
             lambda s, v: torch.searchsorted(s, v, right=True, out_int32=True),
-            (_sorted((3, 8)), _probes((3, 5))), (_sorted((2, 11)), _probes((2, 3))), 0,
+            (_sorted((3, 8)), _probes((3, 5))),
+            (_sorted((2, 11)), _probes((2, 3))),
+            0,
         ),
         "searchsorted_side_sorter": (
             lambda s, v, order: torch.searchsorted(s, v, side="right", sorter=order),
             (torch.tensor([[3.0, -1.0, 2.0, 2.0, 0.0]] * 2), _probes((2, 6)), torch.tensor([[1, 4, 2, 3, 0]] * 2)),
-            (torch.tensor([[5.0, 1.0, -2.0, 1.0]] * 3), _probes((3, 2)), torch.tensor([[2, 1, 3, 0]] * 3)), 0,
+            (torch.tensor([[5.0, 1.0, -2.0, 1.0]] * 3), _probes((3, 2)), torch.tensor([[2, 1, 3, 0]] * 3)),
+            0,
         ),
         "searchsorted_scalar": (lambda s: torch.searchsorted(s, 0.5), (_sorted(7),), (_sorted(10),), 0),
         "bucketize": (
             lambda v, b: (torch.bucketize(v, b), torch.bucketize(v, b, right=True, out_int32=True)),
-            (_probes((4, 3)), _sorted(6)), (_probes((2, 7)), _sorted(9)), 0,
+            (_probes((4, 3)), _sorted(6)),
+            (_probes((2, 7)), _sorted(9)),
+            0,
         ),
         "cumprod_zeros_negatives": (
-            lambda x: torch.cumprod(x, 1), (_ragged((2, 6, 3)),), (_ragged((3, 4, 2)),), 1e-5,
-        ),
-        "cumprod_last_dim_dtype": (
-            lambda x: torch.cumprod(x, -1, dtype=torch.float64), (_with_nan(_ragged((3, 5))),), (_ragged((2, 7)),),
+            lambda x: torch.cumprod(x, 1),
+            (_ragged((2, 6, 3)),),
+            (_ragged((3, 4, 2)),),
             1e-5,
         ),
-        "cumprod_int32": (lambda x: torch.cumprod(x, 0), (torch.randint(-3, 4, (5, 2), dtype=torch.int32),),
-                          (torch.randint(-3, 4, (7, 3), dtype=torch.int32),), 0),
+        "cumprod_last_dim_dtype": (
+            lambda x: torch.cumprod(x, -1, dtype=torch.float64),
+            (_with_nan(_ragged((3, 5))),),
+            (_ragged((2, 7)),),
+            1e-5,
+        ),
+        "cumprod_int32": (
+            lambda x: torch.cumprod(x, 0),
+            (torch.randint(-3, 4, (5, 2), dtype=torch.int32),),
+            (torch.randint(-3, 4, (7, 3), dtype=torch.int32),),
+            0,
+        ),
         "erfinv": (lambda x: torch.special.erfinv(x), (erfinv_edges,), (torch.linspace(-1, 1, 41),), 1e-5),
         "erfinv_tensor_method": (
-            lambda x: x.erfinv() * 2, (torch.rand(3, 4) * 2 - 1,), (torch.rand(5, 2) * 2 - 1,), 1e-5,
+            lambda x: x.erfinv() * 2,
+            (torch.rand(3, 4) * 2 - 1,),
+            (torch.rand(5, 2) * 2 - 1,),
+            1e-5,
         ),
         "cummax_ties_nan": (lambda x: torch.cummax(x, 1), (_with_nan(_ragged((2, 7))),), (_ragged((3, 9)),), 0),
         "cummin_ties_nan": (lambda x: torch.cummin(x, 0), (_with_nan(_ragged((6, 3))),), (_ragged((8, 2)),), 0),
         "cummax_int": (
-            lambda x: torch.cummax(x, -1), (torch.randint(-2, 3, (3, 8)),), (torch.randint(-2, 3, (2, 5)),), 0,
+            lambda x: torch.cummax(x, -1),
+            (torch.randint(-2, 3, (3, 8)),),
+            (torch.randint(-2, 3, (2, 5)),),
+            0,
         ),
         "signbit": (
             lambda x, n: (torch.signbit(x), torch.signbit(n)),
             (torch.tensor([-0.0, 0.0, -1.5, 2.0, -INF, INF, NAN, 1e-40, -1e-40]), torch.tensor([-3, 0, 4])),
-            (torch.tensor([0.0, -0.0, -2.0, 3.0, -INF]), torch.tensor([5, -1, 0, -7])), 0,
+            (torch.tensor([0.0, -0.0, -2.0, 3.0, -INF]), torch.tensor([5, -1, 0, -7])),
+            0,
         ),
         "adaptive_max_pool2d": (
-            torch.nn.AdaptiveMaxPool2d((2, 3), return_indices=True), (_with_nan(_ragged((1, 2, 7, 9))),),
-            (_ragged((2, 2, 10, 5)),), 0,
+            torch.nn.AdaptiveMaxPool2d((2, 3), return_indices=True),
+            (_with_nan(_ragged((1, 2, 7, 9))),),
+            (_ragged((2, 2, 10, 5)),),
+            0,
         ),
         "adaptive_max_pool2d_unbatched": (
-            torch.nn.AdaptiveMaxPool2d((3, 3)), (_ragged((2, 6, 8)),), (_ragged((2, 11, 4)),), 0,
+            torch.nn.AdaptiveMaxPool2d((3, 3)),
+            (_ragged((2, 6, 8)),),
+            (_ragged((2, 11, 4)),),
+            0,
         ),
         "adaptive_max_pool1d": (
-            torch.nn.AdaptiveMaxPool1d(4, return_indices=True), (_with_nan(_ragged((2, 3, 10))),),
-            (_ragged((1, 3, 13)),), 0,
+            torch.nn.AdaptiveMaxPool1d(4, return_indices=True),
+            (_with_nan(_ragged((2, 3, 10))),),
+            (_ragged((1, 3, 13)),),
+            0,
         ),
     }
 
@@ -143,8 +180,18 @@ def test_matches_eager_over_edge_values(name, dynamic):
         assert_matches_eager(export_output, fn, args, atol=atol, run_args=other)
 
 
-@pytest.mark.parametrize("name", ["cdist_p2_direct", "searchsorted_side_sorter", "cumprod_zeros_negatives", "erfinv",
-                                  "cummax_ties_nan", "signbit", "adaptive_max_pool2d"])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "cdist_p2_direct",
+        "searchsorted_side_sorter",
+        "cumprod_zeros_negatives",
+        "erfinv",
+        "cummax_ties_nan",
+        "signbit",
+        "adaptive_max_pool2d",
+    ],
+)
 def test_kept_whole(name):
     """The ops are translated as the user called them: nothing is left to decompose."""
     fn, args, _, _ = CASES[name]
@@ -154,6 +201,7 @@ def test_kept_whole(name):
 
 def test_empty_tensors():
     """Empty lookups, scans over an empty axis and an empty sequence, as PyTorch allows them."""
+
     def fn(s, v, e, x):
         return torch.searchsorted(s, v), torch.searchsorted(e, x), torch.cumprod(x[:, :0], 1), torch.cummax(x[:0], 0)
 
@@ -216,7 +264,9 @@ def test_untranslatable_decomposition_names_the_users_call(mutate):
         "which has no ONNX translation."
     )
     assert (i1.location.line, i1.properties["userCall"], i1.properties["originalOperator"]) == (
-        i1_line, "torch.special.i1", "aten.special_i1.default"
+        i1_line,
+        "torch.special.i1",
+        "aten.special_i1.default",
     )
     assert "became" not in polygamma.message and "userCall" not in polygamma.properties  # called as it is
     assert polygamma.location.line == polygamma_line

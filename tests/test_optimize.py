@@ -3,18 +3,18 @@ opset's ops and to what onnxruntime fuses, and ``optimize="onnxruntime"``'s cont
 
 from __future__ import annotations
 
+import corpus
 import onnx
 import onnx.inliner
 import onnx_ir as ir
 import onnxruntime as ort
 import pytest
 import torch
+from helpers import assert_matches_eager
 from torch import nn
 
-import corpus
 import exporter
 from exporter.onnx_passes.optimize import OptimizePass
-from helpers import assert_matches_eager
 
 
 def _export(model: nn.Module, *args: torch.Tensor, **options) -> exporter.ExportOutput:
@@ -69,7 +69,9 @@ def test_optimize_pass_gives_what_onnxscripts_optimizer_gives(name: str):
     import onnxscript.optimizer
 
     model, args, kwargs = corpus.get(name).build()
-    plain = exporter.dynamo_export(model, *args, **kwargs, export_options=exporter.ExportOptions(optimize=False, modularize=False))
+    plain = exporter.dynamo_export(
+        model, *args, **kwargs, export_options=exporter.ExportOptions(optimize=False, modularize=False)
+    )
     ours, theirs = (ir.serde.deserialize_model(plain.model_proto) for _ in range(2))
     OptimizePass()(ours)
     onnxscript.optimizer.optimize_ir(theirs, inline=False)
@@ -92,7 +94,9 @@ def test_gelu_is_one_op_from_opset_20(approximate: str):
     ops = _op_types(export_output.model_proto)
     assert ops.count("Gelu") == 1
     assert not {"Erf", "Tanh"} & set(ops)
-    gelu = next(n for n in onnx.inliner.inline_local_functions(export_output.model_proto).graph.node if n.op_type == "Gelu")
+    gelu = next(
+        n for n in onnx.inliner.inline_local_functions(export_output.model_proto).graph.node if n.op_type == "Gelu"
+    )
     attributes = {a.name: onnx.helper.get_attribute_value(a) for a in gelu.attribute}
     assert attributes.get("approximate", b"none").decode() == approximate
 
@@ -128,7 +132,9 @@ def test_constant_reshapes_do_not_allow_zero(dynamic: bool, tmp_path):
     """allowzero on a constant shape without zeros changes nothing but keeps onnxruntime from
     merging reshapes; transformer_encoder's attention then runs with as few nodes as TorchScript's."""
     model, args, kwargs = corpus.get("transformer_encoder").build()
-    export_output = exporter.dynamo_export(model, *args, **kwargs, export_options=exporter.ExportOptions(dynamic_shapes=dynamic))
+    export_output = exporter.dynamo_export(
+        model, *args, **kwargs, export_options=exporter.ExportOptions(dynamic_shapes=dynamic)
+    )
     proto = onnx.inliner.inline_local_functions(export_output.model_proto)
     constants = {i.name: onnx.numpy_helper.to_array(i) for i in proto.graph.initializer}
     for node in proto.graph.node:
@@ -167,7 +173,9 @@ def test_optimize_setting_is_on_or_off():
 
 def test_rms_norm_is_one_op_at_opset_23():
     model, args, kwargs = corpus.get("hf_llama_lm").build()
-    export_output = exporter.dynamo_export(model, *args, **kwargs, export_options=exporter.ExportOptions(opset_version=23))
+    export_output = exporter.dynamo_export(
+        model, *args, **kwargs, export_options=exporter.ExportOptions(opset_version=23)
+    )
     onnx.checker.check_model(export_output.model_proto)
     assert _op_types(export_output.model_proto).count("RMSNormalization") == 5  # 2 layers x 2, and the final norm
     assert_matches_eager(export_output, corpus.get("hf_llama_lm").build()[0], args, kwargs, atol=1e-4, rtol=1e-3)
@@ -281,9 +289,24 @@ def test_merged_reshapes_leave_every_shape_a_node_reads():
     inner = ir.Value(name="inner_shape", const_value=ir.tensor([3, 4], name="inner_shape"))
     outer = ir.Value(name="outer_shape", const_value=ir.tensor([4, 3], name="outer_shape"))
     first = ir.node("Reshape", [x, inner])
-    merged = ir.node("Reshape", [first.outputs[0], outer], outputs=[ir.Value(name="y", type=ir.TensorType(ir.DataType.FLOAT), shape=ir.Shape([4, 3]))])
-    other = ir.node("Reshape", [x, taken], outputs=[ir.Value(name="z", type=ir.TensorType(ir.DataType.FLOAT), shape=ir.Shape([6, 2]))])
-    graph = ir.Graph([x], [merged.outputs[0], other.outputs[0]], nodes=[first, merged, other], initializers=[taken, inner, outer], opset_imports={"": 18}, name="g")
+    merged = ir.node(
+        "Reshape",
+        [first.outputs[0], outer],
+        outputs=[ir.Value(name="y", type=ir.TensorType(ir.DataType.FLOAT), shape=ir.Shape([4, 3]))],
+    )
+    other = ir.node(
+        "Reshape",
+        [x, taken],
+        outputs=[ir.Value(name="z", type=ir.TensorType(ir.DataType.FLOAT), shape=ir.Shape([6, 2]))],
+    )
+    graph = ir.Graph(
+        [x],
+        [merged.outputs[0], other.outputs[0]],
+        nodes=[first, merged, other],
+        initializers=[taken, inner, outer],
+        opset_imports={"": 18},
+        name="g",
+    )
     model = ir.Model(graph, ir_version=10)
     FusePass(18, True)(model)
     proto = ir.serde.serialize_model(model)

@@ -64,17 +64,32 @@ def _cases() -> list[Case]:
         Case("aten::cumprod.default", "", lambda x: x.cumprod(1), (XI,)),
         Case("aten::cumprod.default", "dtype", lambda x: x.cumprod(1, dtype=torch.float64), (X,)),
         Case("aten::searchsorted.Tensor", "", lambda x: torch.searchsorted(torch.arange(0.0, 4.0), x), (X,)),
-        Case("aten::searchsorted.Tensor", "side+sorter", lambda x: torch.searchsorted(
-            torch.tensor([3.0, 0.0, 2.0, 1.0]), x, side="right", sorter=torch.tensor([1, 3, 2, 0])), (X,)),
+        Case(
+            "aten::searchsorted.Tensor",
+            "side+sorter",
+            lambda x: torch.searchsorted(
+                torch.tensor([3.0, 0.0, 2.0, 1.0]), x, side="right", sorter=torch.tensor([1, 3, 2, 0])
+            ),
+            (X,),
+        ),
         Case("aten::searchsorted.Scalar", "", lambda x: x + torch.searchsorted(torch.arange(0.0, 4.0), 1.5), (X,)),
-        Case("aten::searchsorted.Scalar", "out_int32", lambda x: x.int() + torch.searchsorted(
-            torch.arange(0.0, 4.0), 1.5, out_int32=True), (X,)),
+        Case(
+            "aten::searchsorted.Scalar",
+            "out_int32",
+            lambda x: x.int() + torch.searchsorted(torch.arange(0.0, 4.0), 1.5, out_int32=True),
+            (X,),
+        ),
         Case("aten::prod.default", "", lambda x: x.prod(), (POS,)),
         Case("aten::prod.default", "dtype", lambda x: x.prod(dtype=torch.float64), (POS,)),
         Case("aten::prod.dim_int", "", lambda x: x.prod(1), (POS,)),
         Case("aten::prod.dim_int", "dtype", lambda x: x.prod(1, dtype=torch.float64), (POS,)),
         Case("aten::linalg_vector_norm.default", "", lambda x: torch.linalg.vector_norm(x), (X,)),
-        Case("aten::linalg_vector_norm.default", "dim+dtype", lambda x: torch.linalg.vector_norm(x, 3, dim=1, dtype=torch.float64), (X,)),
+        Case(
+            "aten::linalg_vector_norm.default",
+            "dim+dtype",
+            lambda x: torch.linalg.vector_norm(x, 3, dim=1, dtype=torch.float64),
+            (X,),
+        ),
         Case("aten::arange.default", "", lambda x: x + torch.arange(4), (X,)),
         Case("aten::arange.default", "dtype", lambda x: x.double() + torch.arange(4, dtype=torch.float64), (X,)),
         Case("aten::arange.start", "", lambda x: torch.arange(2, 6) * x.shape[0], (X,)),
@@ -106,19 +121,32 @@ def _cases() -> list[Case]:
         Case("aten::new_empty.default", "", lambda x: x.new_empty(2, 3), (XI,), values=False),
         Case("aten::new_empty.default", "dtype", lambda x: x.new_empty(2, 3, dtype=torch.float64), (XI,), values=False),
         Case("aten::scalar_tensor.default", "", lambda x: x + torch.scalar_tensor(2.5), (X,)),
-        Case("aten::scalar_tensor.default", "dtype", lambda x: x.long() + torch.scalar_tensor(2, dtype=torch.int64), (X,)),
+        Case(
+            "aten::scalar_tensor.default", "dtype", lambda x: x.long() + torch.scalar_tensor(2, dtype=torch.int64), (X,)
+        ),
         Case("aten::linspace.default", "", lambda x: x + torch.linspace(0, 1, 4), (X,)),
-        Case("aten::linspace.default", "dtype", lambda x: x.double() + torch.linspace(0, 1, 4, dtype=torch.float64), (X,)),
+        Case(
+            "aten::linspace.default", "dtype", lambda x: x.double() + torch.linspace(0, 1, 4, dtype=torch.float64), (X,)
+        ),
         Case("aten::hann_window.default", "", lambda x: x + torch.hann_window(4), (X,)),
-        Case("aten::hann_window.default", "dtype", lambda x: torch.hann_window(4, dtype=torch.float64) + x.double(), (X,)),
+        Case(
+            "aten::hann_window.default", "dtype", lambda x: torch.hann_window(4, dtype=torch.float64) + x.double(), (X,)
+        ),
         Case("aten::hamming_window.default", "", lambda x: x + torch.hamming_window(4), (X,)),
-        Case("aten::hamming_window.default", "dtype", lambda x: x.double() + torch.hamming_window(4, dtype=torch.float64), (X,)),
+        Case(
+            "aten::hamming_window.default",
+            "dtype",
+            lambda x: x.double() + torch.hamming_window(4, dtype=torch.float64),
+            (X,),
+        ),
         Case("aten::blackman_window.default", "", lambda x: x + torch.blackman_window(4), (X,)),
         Case("aten::_to_copy.default", "dtype", lambda x: x.to(torch.float64), (X,)),
         Case("aten::_to_copy.default", "dtype int", lambda x: x.to(dtype=torch.int32), (X,)),
         Case("aten::_to_copy.default", "half", lambda x: x.half(), (X,)),
         Case("aten::clone.default", "", lambda x: x.clone() * 2, (X,)),
-        Case("aten::clone.default", "memory_format", lambda x: x.clone(memory_format=torch.contiguous_format) * 2, (X,)),
+        Case(
+            "aten::clone.default", "memory_format", lambda x: x.clone(memory_format=torch.contiguous_format) * 2, (X,)
+        ),
         Case("aten::rand.default", "", lambda x: torch.rand(3, 4) + x, (X,), values=False),
         Case("aten::rand.default", "dtype", lambda x: torch.rand(3, 4, dtype=torch.float64), (X,), values=False),
         Case("aten::randn.default", "", lambda x: torch.randn(3, 4) + x, (X,), values=False),
@@ -133,35 +161,125 @@ def _cases() -> list[Case]:
         Case("aten::linear.default", "", lambda x, w: F.linear(x, w), (X, w4)),
         Case("aten::linear.default", "bias", lambda x, w, b: F.linear(x, w, b), (X, w4, b4)),
         Case("aten::conv1d.default", "", lambda x, w: F.conv1d(x, w), (SEQ, torch.randn(4, 3, 3))),
-        Case("aten::conv1d.default", "bias", lambda x, w, b: F.conv1d(x, w, b), (SEQ, torch.randn(4, 3, 3), torch.randn(4))),
+        Case(
+            "aten::conv1d.default",
+            "bias",
+            lambda x, w, b: F.conv1d(x, w, b),
+            (SEQ, torch.randn(4, 3, 3), torch.randn(4)),
+        ),
         Case("aten::conv2d.default", "", lambda x, w: F.conv2d(x, w, padding=1), (IMG, torch.randn(4, 3, 3, 3))),
-        Case("aten::conv2d.default", "bias", lambda x, w, b: F.conv2d(x, w, b), (IMG, torch.randn(4, 3, 3, 3), torch.randn(4))),
+        Case(
+            "aten::conv2d.default",
+            "bias",
+            lambda x, w, b: F.conv2d(x, w, b),
+            (IMG, torch.randn(4, 3, 3, 3), torch.randn(4)),
+        ),
         Case("aten::conv3d.default", "", lambda x, w: F.conv3d(x, w), (VOL, torch.randn(3, 2, 2, 2, 2))),
-        Case("aten::conv3d.default", "bias", lambda x, w, b: F.conv3d(x, w, b), (VOL, torch.randn(3, 2, 2, 2, 2), torch.randn(3))),
-        Case("aten::convolution.default", "", lambda x, w: torch.ops.aten.convolution(x, w, None, [1, 1], [0, 0], [1, 1], False, [0, 0], 1), (IMG, torch.randn(4, 3, 3, 3))),
-        Case("aten::convolution.default", "bias", lambda x, w, b: torch.ops.aten.convolution(x, w, b, [1, 1], [1, 1], [1, 1], False, [0, 0], 1), (IMG, torch.randn(4, 3, 3, 3), torch.randn(4))),
+        Case(
+            "aten::conv3d.default",
+            "bias",
+            lambda x, w, b: F.conv3d(x, w, b),
+            (VOL, torch.randn(3, 2, 2, 2, 2), torch.randn(3)),
+        ),
+        Case(
+            "aten::convolution.default",
+            "",
+            lambda x, w: torch.ops.aten.convolution(x, w, None, [1, 1], [0, 0], [1, 1], False, [0, 0], 1),
+            (IMG, torch.randn(4, 3, 3, 3)),
+        ),
+        Case(
+            "aten::convolution.default",
+            "bias",
+            lambda x, w, b: torch.ops.aten.convolution(x, w, b, [1, 1], [1, 1], [1, 1], False, [0, 0], 1),
+            (IMG, torch.randn(4, 3, 3, 3), torch.randn(4)),
+        ),
         Case("aten::layer_norm.default", "", lambda x: F.layer_norm(x, (4,)), (X,)),
-        Case("aten::layer_norm.default", "weight+bias", lambda x, w, b: F.layer_norm(x, (4,), w, b), (X, torch.randn(4), torch.randn(4))),
+        Case(
+            "aten::layer_norm.default",
+            "weight+bias",
+            lambda x, w, b: F.layer_norm(x, (4,), w, b),
+            (X, torch.randn(4), torch.randn(4)),
+        ),
         Case("aten::layer_norm.default", "weight", lambda x, w: F.layer_norm(x, (4,), w), (X, torch.randn(4))),
         Case("aten::group_norm.default", "", lambda x: F.group_norm(x, 1), (IMG,)),
-        Case("aten::group_norm.default", "weight+bias", lambda x, w, b: F.group_norm(x, 3, w, b), (IMG, torch.randn(3), torch.randn(3))),
+        Case(
+            "aten::group_norm.default",
+            "weight+bias",
+            lambda x, w, b: F.group_norm(x, 3, w, b),
+            (IMG, torch.randn(3), torch.randn(3)),
+        ),
         Case("aten::instance_norm.default", "", lambda x: F.instance_norm(x), (IMG,)),
-        Case("aten::instance_norm.default", "weight+bias", lambda x, w, b: F.instance_norm(x, weight=w, bias=b), (IMG, torch.randn(3), torch.randn(3))),
-        Case("aten::_native_batch_norm_legit_no_training.default", "", lambda x, m, v: F.batch_norm(x, m, v), (IMG, torch.randn(3), torch.rand(3) + 0.5)),
-        Case("aten::_native_batch_norm_legit_no_training.default", "weight+bias", lambda x, m, v, w, b: F.batch_norm(x, m, v, w, b), (IMG, torch.randn(3), torch.rand(3) + 0.5, torch.randn(3), torch.randn(3))),
+        Case(
+            "aten::instance_norm.default",
+            "weight+bias",
+            lambda x, w, b: F.instance_norm(x, weight=w, bias=b),
+            (IMG, torch.randn(3), torch.randn(3)),
+        ),
+        Case(
+            "aten::_native_batch_norm_legit_no_training.default",
+            "",
+            lambda x, m, v: F.batch_norm(x, m, v),
+            (IMG, torch.randn(3), torch.rand(3) + 0.5),
+        ),
+        Case(
+            "aten::_native_batch_norm_legit_no_training.default",
+            "weight+bias",
+            lambda x, m, v, w, b: F.batch_norm(x, m, v, w, b),
+            (IMG, torch.randn(3), torch.rand(3) + 0.5, torch.randn(3), torch.randn(3)),
+        ),
         Case("aten::clamp.Tensor", "min", lambda x, lo: torch.clamp(x, min=lo), (X, torch.zeros(4))),
         Case("aten::clamp.Tensor", "max", lambda x, hi: torch.clamp(x, max=hi), (X, torch.full((4,), 0.5))),
-        Case("aten::clamp.Tensor", "min+max", lambda x, lo, hi: torch.clamp(x, lo, hi), (X, torch.full((4,), -0.5), torch.full((4,), 0.5))),
+        Case(
+            "aten::clamp.Tensor",
+            "min+max",
+            lambda x, lo, hi: torch.clamp(x, lo, hi),
+            (X, torch.full((4,), -0.5), torch.full((4,), 0.5)),
+        ),
         Case("aten::clamp.default", "min", lambda x: x.clamp(min=0.1), (X,)),
         Case("aten::clamp.default", "max", lambda x: x.clamp(max=0.1), (X,)),
-        Case("aten::scaled_dot_product_attention.default", "", lambda q, k, v: F.scaled_dot_product_attention(q, k, v), (Q, K, V)),
-        Case("aten::scaled_dot_product_attention.default", "mask+scale", lambda q, k, v, m: F.scaled_dot_product_attention(q, k, v, attn_mask=m, scale=0.3), (Q, K, V, MASK)),
-        Case("aten::bilinear.default", "", lambda a, b, w: F.bilinear(a, b, w), (X, torch.randn(3, 2), torch.randn(5, 4, 2))),
-        Case("aten::bilinear.default", "bias", lambda a, b, w, bias: F.bilinear(a, b, w, bias), (X, torch.randn(3, 2), torch.randn(5, 4, 2), torch.randn(5))),
+        Case(
+            "aten::scaled_dot_product_attention.default",
+            "",
+            lambda q, k, v: F.scaled_dot_product_attention(q, k, v),
+            (Q, K, V),
+        ),
+        Case(
+            "aten::scaled_dot_product_attention.default",
+            "mask+scale",
+            lambda q, k, v, m: F.scaled_dot_product_attention(q, k, v, attn_mask=m, scale=0.3),
+            (Q, K, V, MASK),
+        ),
+        Case(
+            "aten::bilinear.default",
+            "",
+            lambda a, b, w: F.bilinear(a, b, w),
+            (X, torch.randn(3, 2), torch.randn(5, 4, 2)),
+        ),
+        Case(
+            "aten::bilinear.default",
+            "bias",
+            lambda a, b, w, bias: F.bilinear(a, b, w, bias),
+            (X, torch.randn(3, 2), torch.randn(5, 4, 2), torch.randn(5)),
+        ),
         Case("aten::nll_loss_nd.default", "", lambda x, t: F.nll_loss(F.log_softmax(x, -1), t), (X, TARGET)),
-        Case("aten::nll_loss_nd.default", "weight", lambda x, t, w: F.nll_loss(F.log_softmax(x, -1), t, w), (X, TARGET, torch.rand(4))),
-        Case("aten::embedding_bag.padding_idx", "", lambda w, i, o: F.embedding_bag(i, w, o), (torch.randn(5, 3), IDX, torch.tensor([0, 2]))),
-        Case("aten::embedding_bag.padding_idx", "per_sample_weights", lambda w, i, o, p: F.embedding_bag(i, w, o, mode="sum", per_sample_weights=p), (torch.randn(5, 3), IDX, torch.tensor([0, 2]), torch.rand(6))),
+        Case(
+            "aten::nll_loss_nd.default",
+            "weight",
+            lambda x, t, w: F.nll_loss(F.log_softmax(x, -1), t, w),
+            (X, TARGET, torch.rand(4)),
+        ),
+        Case(
+            "aten::embedding_bag.padding_idx",
+            "",
+            lambda w, i, o: F.embedding_bag(i, w, o),
+            (torch.randn(5, 3), IDX, torch.tensor([0, 2])),
+        ),
+        Case(
+            "aten::embedding_bag.padding_idx",
+            "per_sample_weights",
+            lambda w, i, o, p: F.embedding_bag(i, w, o, mode="sum", per_sample_weights=p),
+            (torch.randn(5, 3), IDX, torch.tensor([0, 2]), torch.rand(6)),
+        ),
         # other optional arguments
         Case("aten::div.Tensor_mode", "floor", lambda a, b: torch.div(a, b, rounding_mode="floor"), (X, POS)),
         Case("aten::div.Tensor_mode", "trunc", lambda a, b: torch.div(a, b, rounding_mode="trunc"), (X, POS)),
@@ -179,13 +297,28 @@ def _cases() -> list[Case]:
         Case("aten::cross.default", "", lambda a, b: torch.cross(a, b, dim=1), (torch.randn(2, 3), torch.randn(2, 3))),
         Case("aten::avg_pool2d.default", "", lambda x: F.avg_pool2d(x, 2), (IMG,)),
         Case("aten::avg_pool2d.default", "divisor_override", lambda x: F.avg_pool2d(x, 2, divisor_override=3), (IMG,)),
-        Case("aten::avg_pool2d.default", "divisor_override+padding", lambda x: F.avg_pool2d(x, 3, 2, 1, divisor_override=5), (IMG,)),
+        Case(
+            "aten::avg_pool2d.default",
+            "divisor_override+padding",
+            lambda x: F.avg_pool2d(x, 3, 2, 1, divisor_override=5),
+            (IMG,),
+        ),
         Case("aten::avg_pool3d.default", "", lambda x: F.avg_pool3d(x, 2), (VOL,)),
         Case("aten::avg_pool3d.default", "divisor_override", lambda x: F.avg_pool3d(x, 2, divisor_override=3), (VOL,)),
         Case("aten::upsample_nearest2d.vec", "scale", lambda x: F.interpolate(x, scale_factor=2), (IMG,)),
         Case("aten::upsample_nearest2d.vec", "size", lambda x: F.interpolate(x, size=(5, 6)), (IMG,)),
-        Case("aten::upsample_bilinear2d.vec", "scale", lambda x: F.interpolate(x, scale_factor=2, mode="bilinear"), (IMG,)),
-        Case("aten::upsample_bilinear2d.vec", "size", lambda x: F.interpolate(x, size=(5, 6), mode="bilinear", align_corners=True), (IMG,)),
+        Case(
+            "aten::upsample_bilinear2d.vec",
+            "scale",
+            lambda x: F.interpolate(x, scale_factor=2, mode="bilinear"),
+            (IMG,),
+        ),
+        Case(
+            "aten::upsample_bilinear2d.vec",
+            "size",
+            lambda x: F.interpolate(x, size=(5, 6), mode="bilinear", align_corners=True),
+            (IMG,),
+        ),
         Case("aten::all.dims", "", lambda x: torch.ops.aten.all.dims(x > 0), (X,)),
         Case("aten::all.dims", "dims", lambda x: torch.ops.aten.all.dims(x > 0, [1]), (X,)),
         Case("aten::any.dims", "", lambda x: torch.ops.aten.any.dims(x > 0), (X,)),
@@ -209,7 +342,11 @@ class _Fn(torch.nn.Module):
 
 def _aten_targets(fn: Callable[..., object], inputs: tuple[torch.Tensor, ...]) -> set[str]:
     program = torch.export.export(_Fn(fn), inputs).run_decompositions({})
-    return {str(OpName.from_target(n.target)) for n in program.graph.nodes if n.op == "call_function" and OpName.from_target(n.target)}
+    return {
+        str(OpName.from_target(n.target))
+        for n in program.graph.nodes
+        if n.op == "call_function" and OpName.from_target(n.target)
+    }
 
 
 def _ops_with_optional_args() -> set[str]:
@@ -283,7 +420,9 @@ def test_optional_argument(case: Case):
     assert len(actual) == len(expected)
     for a, e in zip(actual, expected):
         e = e.numpy()
-        assert a.dtype == e.dtype and a.shape == e.shape, f"ONNX {a.dtype}{list(a.shape)} vs eager {e.dtype}{list(e.shape)}"
+        assert a.dtype == e.dtype and a.shape == e.shape, (
+            f"ONNX {a.dtype}{list(a.shape)} vs eager {e.dtype}{list(e.shape)}"
+        )
         if case.values:
             tolerance = 1e-3 if e.dtype == np.float16 else 1e-5  # one fp16 ulp near 2 is 2e-3 relative … 1e-3
             np.testing.assert_allclose(a, e, rtol=tolerance, atol=tolerance)

@@ -8,10 +8,10 @@ import pathlib
 import subprocess
 
 import pytest
+from helpers import console_script
 
 import exporter
 from exporter.options import OPSET_VERSIONS, SETTINGS, DynamicShapesSpec, ExportOptions, SettingError, parse_settings
-from helpers import console_script
 
 EXTENSION = pathlib.Path(__file__).parents[1] / "vscode-extension" / "package.json"
 
@@ -36,8 +36,12 @@ def test_an_opset_out_of_range_is_refused_where_it_is_given(opset):
 
 
 def test_the_cli_refuses_an_opset_out_of_range_before_loading_anything(tmp_path):
-    run = subprocess.run([console_script("onnxlens-export"), str(tmp_path / "missing.py"), "--opset", "99"],
-                         capture_output=True, text=True, timeout=120)
+    run = subprocess.run(
+        [console_script("onnxlens-export"), str(tmp_path / "missing.py"), "--opset", "99"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert run.returncode == 2
     assert "argument --opset: must be from 18 to 25, got 99" in run.stderr
 
@@ -57,7 +61,9 @@ def test_dynamic_shapes_has_a_kind_of_its_own():
 
 
 def test_parsed_settings_make_the_options_without_another_check():
-    parsed = parse_settings({"opset_version": 23, "verbosity": "DEBUG", "warnings_as_errors": True, "modularize": False})
+    parsed = parse_settings(
+        {"opset_version": 23, "verbosity": "DEBUG", "warnings_as_errors": True, "modularize": False}
+    )
     assert parsed == {"opset_version": 23, "verbosity": "debug", "warnings_as_errors": True, "modularize": False}
     options = ExportOptions.from_parsed(parsed)
     assert (options.opset_version, options.modularize) == (23, False)

@@ -174,8 +174,10 @@ def test_dynamic_shapes_that_all_come_out_static_is_a_degraded_warning(tmp_path)
     assert result.to_message()["outcome"]["fixedDims"] == fixed
     log = validate_sarif(result.sarif)
     levels = {r["message"]["text"]: r["level"] for r in log["runs"][0]["results"] if r["ruleId"] == "FXE0020"}
-    summary = ("Every dimension asked to be dynamic came out static (x dim 0, x dim 1): the graph's inputs are "
-               "x[2, 8], and it accepts only these sizes.")
+    summary = (
+        "Every dimension asked to be dynamic came out static (x dim 0, x dim 1): the graph's inputs are "
+        "x[2, 8], and it accepts only these sizes."
+    )
     assert levels.pop(summary) == "warning"
     assert len(levels) == 2 and set(levels.values()) == {"warning"}  # each fixed dim, at the line that fixed it
     assert log["runs"][0]["properties"][OUTCOME_PROPERTY]["kind"] == "degraded"
@@ -205,7 +207,9 @@ def test_an_error_in_the_target_itself_failed_without_a_log(tmp_path):
 
     result = export(broken, tmp_path)
     assert result.to_message()["outcome"] == {
-        "kind": "failed", "headline": "Export of broken failed: ValueError: no weights here", "severity": "error",
+        "kind": "failed",
+        "headline": "Export of broken failed: ValueError: no weights here",
+        "severity": "error",
         "fixedDims": [],
     }
     assert not os.path.exists(tmp_path / "broken.sarif")
@@ -223,4 +227,3 @@ def test_partly_static_under_dynamic_shapes_true_is_not_degraded(tmp_path):
     assert levels.pop("Symbolic dimensions of the graph: x_dim_0.") == "note"
     assert any("fixes dimension 1 of input 'x' to 8" in text for text in levels)
     assert set(levels.values()) == {"note"}
-

@@ -66,8 +66,10 @@ def test_dynamic_batch_and_time_match_eager_at_other_sizes():
     model = Packed(RNNS["lstm"]()).eval()
     x, lengths = torch.randn(3, 6, 4), torch.tensor([4, 6, 2])
     export_output = exporter.dynamo_export(
-        model, x, lengths, export_options=exporter.ExportOptions(dynamic_shapes={"x": {0: "batch", 1: "time"},
-                                                                                 "lengths": {0: "batch"}})
+        model,
+        x,
+        lengths,
+        export_options=exporter.ExportOptions(dynamic_shapes={"x": {0: "batch", 1: "time"}, "lengths": {0: "batch"}}),
     )
     assert_matches_eager(export_output, model, torch.randn(5, 9, 4), torch.tensor([9, 1, 4, 7, 3]))
     assert_matches_eager(export_output, model, torch.randn(2, 3, 4), torch.tensor([2, 3]))

@@ -5,12 +5,12 @@ from __future__ import annotations
 import onnxscript
 import pytest
 import torch
+from fixtures.custom_ops import scaled_tanh
+from helpers import assert_matches_eager
 from onnxscript import opset18 as op
 from onnxscript import opset23 as op23
 
 import exporter
-from fixtures.custom_ops import scaled_tanh
-from helpers import assert_matches_eager
 
 custom_domain = onnxscript.values.Opset("onnxlens.test", 1)
 
@@ -118,7 +118,9 @@ def test_a_model_onnxruntime_would_refuse_to_load_is_a_checker_error():
             return model(x) + x
 
     with pytest.raises(exporter.OnnxExporterError) as info:
-        exporter.dynamo_export(AddsToRelu(), torch.randn(3, 4), export_options=exporter.ExportOptions(onnx_registry=registry))
+        exporter.dynamo_export(
+            AddsToRelu(), torch.randn(3, 4), export_options=exporter.ExportOptions(onnx_registry=registry)
+        )
     (error,) = [d for d in info.value.export_output.diagnostic_context.errors() if d.rule.id == "FXE0019"]
     assert error.message.startswith("onnx.checker rejected the model: [ShapeInferenceError] (op_type:Add")
     assert (error.stack[0].path, error.stack[0].snippet) == (__file__, "return model(x) + x")  # the node it names
@@ -152,17 +154,23 @@ def scaled_tanh_stub(x, scale: float):
 
 
 def custom_translation_warnings(export_output) -> list:
-    return [d for d in export_output.diagnostic_context.diagnostics if d.properties.get("custom") and d.rule.id == "FXE0013"]
+    return [
+        d for d in export_output.diagnostic_context.diagnostics if d.properties.get("custom") and d.rule.id == "FXE0013"
+    ]
 
 
 def test_a_wrong_custom_translation_is_a_warning_at_its_line_on_every_export():
     registry = exporter.OnnxRegistry()
     registry.register_op(scaled_tanh_stub, "onnxlens_test", "scaled_tanh")
     model, x = UsesCustomOp(), torch.randn(3, 4)
-    export_output = exporter.dynamo_export(model, x, export_options=exporter.ExportOptions(onnx_registry=registry))  # no op-level debug
+    export_output = exporter.dynamo_export(
+        model, x, export_options=exporter.ExportOptions(onnx_registry=registry)
+    )  # no op-level debug
     (warning,) = custom_translation_warnings(export_output)
     assert warning.level.name == "WARNING"
-    assert warning.message.startswith("The ONNX function you registered for onnxlens_test.scaled_tanh.default (scaled_tanh_stub) does not compute what PyTorch does")
+    assert warning.message.startswith(
+        "The ONNX function you registered for onnxlens_test.scaled_tanh.default (scaled_tanh_stub) does not compute what PyTorch does"
+    )
     expected = (torch.tanh(model.linear(x)) * 2.5 - model.linear(x)).abs().max().item()  # tanh*2.5 vs the identity
     assert warning.properties["maxAbsError"] == pytest.approx(expected, rel=1e-4)
     (frame, *_) = warning.stack
@@ -172,5 +180,7 @@ def test_a_wrong_custom_translation_is_a_warning_at_its_line_on_every_export():
 def test_a_right_custom_translation_passes_the_check_silently():
     registry = exporter.OnnxRegistry()
     registry.register_op(scaled_tanh_onnx, "onnxlens_test", "scaled_tanh")
-    export_output = exporter.dynamo_export(UsesCustomOp(), torch.randn(3, 4), export_options=exporter.ExportOptions(onnx_registry=registry))
+    export_output = exporter.dynamo_export(
+        UsesCustomOp(), torch.randn(3, 4), export_options=exporter.ExportOptions(onnx_registry=registry)
+    )
     assert custom_translation_warnings(export_output) == []

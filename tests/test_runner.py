@@ -34,7 +34,9 @@ MODELS = textwrap.dedent(
 @pytest.fixture
 def models(tmp_path):
     path = tmp_path / "models.py"
-    path.write_text(MODELS.replace("from tiny_lms", f"import sys; sys.path.insert(0, {str(_tests())!r})\nfrom tiny_lms"))
+    path.write_text(
+        MODELS.replace("from tiny_lms", f"import sys; sys.path.insert(0, {str(_tests())!r})\nfrom tiny_lms")
+    )
     return path
 
 
@@ -67,7 +69,9 @@ def test_a_plain_export_writes_its_files_and_a_typed_summary(models, tmp_path):
 
 def test_a_generation_export_takes_the_same_precedence(models, tmp_path):
     stem = str(tmp_path / "lm")
-    result = export_file_target(str(models), "lm", {"opset_version": 18, "second_size_check": True}, {"modularize": False}, stem)
+    result = export_file_target(
+        str(models), "lm", {"opset_version": 18, "second_size_check": True}, {"modularize": False}, stem
+    )
     assert result.status == "ok", result.message
     assert result.onnx == f"{stem}/model.onnx" and result.sarif == stem + ".sarif"
     proto = onnx.load(result.onnx, load_external_data=False)
@@ -78,11 +82,14 @@ def test_a_generation_export_takes_the_same_precedence(models, tmp_path):
     assert "greedy tokens" in result.outcome.headline and "as generate()" in result.outcome.headline
 
 
-@pytest.mark.parametrize("settings, overrides, refused", [
-    ({"verify": True}, {}, "verify"),
-    ({}, {"op_level_debug": True}, "op_level_debug"),
-    ({"dynamic_shapes": {"input_ids": {"0": "b"}}}, {}, "dynamic_shapes"),
-])
+@pytest.mark.parametrize(
+    "settings, overrides, refused",
+    [
+        ({"verify": True}, {}, "verify"),
+        ({}, {"op_level_debug": True}, "op_level_debug"),
+        ({"dynamic_shapes": {"input_ids": {"0": "b"}}}, {}, "dynamic_shapes"),
+    ],
+)
 def test_a_generation_export_refuses_what_it_cannot_take(models, tmp_path, settings, overrides, refused):
     result = export_file_target(str(models), "lm", settings, overrides, str(tmp_path / "lm"))
     assert result.status == "failed"

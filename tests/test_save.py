@@ -68,7 +68,9 @@ def test_missing_weights_are_an_error_unless_partial_is_asked_for(tmp_path):
     model = TwoLayers()
     export_output = exporter.dynamo_export(model, X)
     partial = {k: v for k, v in TwoLayers().state_dict().items() if k.startswith("first.")}
-    with pytest.raises(ValueError, match=r"no tensor for 2 weights of the model: second\.weight, second\.bias.*strict=False"):
+    with pytest.raises(
+        ValueError, match=r"no tensor for 2 weights of the model: second\.weight, second\.bias.*strict=False"
+    ):
         export_output.save(tmp_path / "m.onnx", model_state_dict=partial)
     assert list(tmp_path.iterdir()) == []
 
@@ -81,9 +83,15 @@ def test_missing_weights_are_an_error_unless_partial_is_asked_for(tmp_path):
 def test_unknown_tensors_are_an_error_unless_partial_is_asked_for(tmp_path):
     model = TwoLayers()
     export_output = exporter.dynamo_export(model, X)
-    with pytest.raises(ValueError, match=r"2 tensors that are not weights of the exported model: encoder\.w, encoder\.b"):
-        export_output.save(tmp_path / "m.onnx", model_state_dict={"encoder.w": torch.zeros(1), "encoder.b": torch.zeros(1)})
+    with pytest.raises(
+        ValueError, match=r"2 tensors that are not weights of the exported model: encoder\.w, encoder\.b"
+    ):
+        export_output.save(
+            tmp_path / "m.onnx", model_state_dict={"encoder.w": torch.zeros(1), "encoder.b": torch.zeros(1)}
+        )
     assert list(tmp_path.iterdir()) == []
 
-    export_output.save(tmp_path / "m.onnx", model_state_dict={**model.state_dict(), "extra": torch.zeros(1)}, strict=False)
+    export_output.save(
+        tmp_path / "m.onnx", model_state_dict={**model.state_dict(), "extra": torch.zeros(1)}, strict=False
+    )
     np.testing.assert_allclose(_run(tmp_path / "m.onnx"), _eager(model), rtol=1e-5, atol=1e-6)

@@ -9,9 +9,9 @@ import numpy as np
 import onnx
 import torch
 import torch.nn as nn
+from helpers import assert_matches_eager, run_onnx, run_onnx_feeds
 
 import exporter
-from helpers import assert_matches_eager, run_onnx, run_onnx_feeds
 
 
 class MLPModel(nn.Module):

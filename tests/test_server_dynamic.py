@@ -10,7 +10,6 @@ from typing import Union
 import onnx
 import pytest
 from lsprotocol import types
-
 from test_server_reliability import ANSWER_TIMEOUT, export, server
 from test_shape_fixes import applied
 
@@ -100,7 +99,9 @@ def read_code_actions_as_vscode_does(client) -> None:
     converter = client.protocol._converter
     converter.register_structure_hook(
         Union[types.Command, types.CodeAction],  # noqa: UP007  (the converter keys its hooks by typing.Union)
-        lambda value, _: converter.structure(value, types.Command if isinstance(value.get("command"), str) else types.CodeAction),
+        lambda value, _: converter.structure(
+            value, types.Command if isinstance(value.get("command"), str) else types.CodeAction
+        ),
     )
 
 
@@ -109,8 +110,10 @@ async def quick_fix(client, path: pathlib.Path, diagnostic: types.Diagnostic) ->
     applies a WorkspaceEdit (the server reads files it has not been sent)."""
     read_code_actions_as_vscode_does(client)
     params = types.CodeActionParams(
-        types.TextDocumentIdentifier(path.as_uri()), diagnostic.range,
-        types.CodeActionContext(diagnostics=[diagnostic], trigger_kind=types.CodeActionTriggerKind.Invoked))
+        types.TextDocumentIdentifier(path.as_uri()),
+        diagnostic.range,
+        types.CodeActionContext(diagnostics=[diagnostic], trigger_kind=types.CodeActionTriggerKind.Invoked),
+    )
     actions = await asyncio.wait_for(client.text_document_code_action_async(params), ANSWER_TIMEOUT)
     (action,) = [a for a in actions if a.is_preferred]
     assert action.command.command == "onnxlens.exportAfterFix"
@@ -143,11 +146,20 @@ async def test_a_size_the_code_fixes_only_at_the_examples_1_is_changed_by_a_quic
     assert again["status"] == "ok" and graph_inputs(again) == [["x_dim_0", "x_dim_1"]] and left == []
 
 
-@pytest.mark.parametrize("options, configuration, expected", [
-    ('(dynamic_shapes={"x": {0: Dim("batch"), 1: Dim("width")}})', {}, '(dynamic_shapes={"x": {0: Dim("batch"), 1: 6}})'),
-    ("", {"dynamicShapes": {"x": {"0": "batch", "1": "width"}}}, '(dynamic_shapes={"x": {0: "batch", 1: 6}})'),
-])
-async def test_torchs_suggested_fix_is_applied_to_the_targets_spec(tmp_path: pathlib.Path, options: str, configuration: dict, expected: str):
+@pytest.mark.parametrize(
+    "options, configuration, expected",
+    [
+        (
+            '(dynamic_shapes={"x": {0: Dim("batch"), 1: Dim("width")}})',
+            {},
+            '(dynamic_shapes={"x": {0: Dim("batch"), 1: 6}})',
+        ),
+        ("", {"dynamicShapes": {"x": {"0": "batch", "1": "width"}}}, '(dynamic_shapes={"x": {0: "batch", 1: 6}})'),
+    ],
+)
+async def test_torchs_suggested_fix_is_applied_to_the_targets_spec(
+    tmp_path: pathlib.Path, options: str, configuration: dict, expected: str
+):
     path = tmp_path / "m.py"
     source = WIDTH_6.format(options=options)
     path.write_text(source.replace("import exporter\n", "import exporter\nfrom torch.export import Dim\n"))
@@ -156,10 +168,20 @@ async def test_torchs_suggested_fix_is_applied_to_the_targets_spec(tmp_path: pat
         (error,) = [d for d in client.diagnostics[path.as_uri()] if d.severity == types.DiagnosticSeverity.Error]
         action = await quick_fix(client, path, error)
         again = await export(client, path)
-        left = [d for d in client.diagnostics[path.as_uri()] if d.code == "FXE0020" and d.severity != types.DiagnosticSeverity.Information]
-    assert first["status"] == "failed" and error.code == "FXE0020" and error.message.endswith("torch.export suggests: width = 6.")
+        left = [
+            d
+            for d in client.diagnostics[path.as_uri()]
+            if d.code == "FXE0020" and d.severity != types.DiagnosticSeverity.Information
+        ]
+    assert (
+        first["status"] == "failed"
+        and error.code == "FXE0020"
+        and error.message.endswith("torch.export suggests: width = 6.")
+    )
     assert action.title == "Apply torch.export's suggested fix: makes width static (6)"
-    assert path.read_text() == WIDTH_6.format(options=expected).replace("import exporter\n", "import exporter\nfrom torch.export import Dim\n")
+    assert path.read_text() == WIDTH_6.format(options=expected).replace(
+        "import exporter\n", "import exporter\nfrom torch.export import Dim\n"
+    )
     assert again["status"] == "ok" and graph_inputs(again) == [["batch", 6]] and left == []
 
 

@@ -27,20 +27,49 @@ INVALID_PARAMS = -32602
 
 # --- message framing: a raw server process (tests/lsp_client.py) -------------------------------------
 
-HOVER = {"id": 2, "method": "textDocument/hover", "params": {"textDocument": {"uri": "file:///x.py"}, "position": {"line": 0, "character": 0}}}
+HOVER = {
+    "id": 2,
+    "method": "textDocument/hover",
+    "params": {"textDocument": {"uri": "file:///x.py"}, "position": {"line": 0, "character": 0}},
+}
 HOVER_BODY = len(framed(HOVER).partition(b"\r\n\r\n")[2])
 
 
-@pytest.mark.parametrize("bad, reason", [
-    (b"Content-Length: abc\r\n\r\n{}", "Content-Length 'abc' is not a positive integer"),
-    (b"Content-Length: -5\r\n\r\n{}", "Content-Length '-5' is not a positive integer"),
-    (b"Content-Length: 0\r\n\r\n", "Content-Length '0' is not a positive integer"),
-    (b"Content-Type: application/vscode-jsonrpc; charset=utf-8\r\n\r\n{}", "a message without a Content-Length header"),
-    (b"Content-Length 12\r\n\r\n{}", "not a header line: b'Content-Length 12\\r\\n'"),
-    (framed(HOVER, HOVER_BODY - 10), f"the {HOVER_BODY - 10}-byte body is not one JSON message (a wrong Content-Length?)"),  # too small
-    (framed(HOVER, HOVER_BODY + len(framed(HOVER))), f"the {HOVER_BODY + len(framed(HOVER))}-byte body is not one JSON message (a wrong Content-Length?)"),  # too large: swallows the next message
-    (framed(HOVER, HOVER_BODY + 10_000), f"the message stopped arriving ({STALL_SECONDS:g} s without a byte of it)"),  # too large: waits for more
-], ids=["non-numeric", "negative", "zero", "missing", "malformed-header", "too-small", "too-large-swallows-next", "too-large-stalls"])
+@pytest.mark.parametrize(
+    "bad, reason",
+    [
+        (b"Content-Length: abc\r\n\r\n{}", "Content-Length 'abc' is not a positive integer"),
+        (b"Content-Length: -5\r\n\r\n{}", "Content-Length '-5' is not a positive integer"),
+        (b"Content-Length: 0\r\n\r\n", "Content-Length '0' is not a positive integer"),
+        (
+            b"Content-Type: application/vscode-jsonrpc; charset=utf-8\r\n\r\n{}",
+            "a message without a Content-Length header",
+        ),
+        (b"Content-Length 12\r\n\r\n{}", "not a header line: b'Content-Length 12\\r\\n'"),
+        (
+            framed(HOVER, HOVER_BODY - 10),
+            f"the {HOVER_BODY - 10}-byte body is not one JSON message (a wrong Content-Length?)",
+        ),  # too small
+        (
+            framed(HOVER, HOVER_BODY + len(framed(HOVER))),
+            f"the {HOVER_BODY + len(framed(HOVER))}-byte body is not one JSON message (a wrong Content-Length?)",
+        ),  # too large: swallows the next message
+        (
+            framed(HOVER, HOVER_BODY + 10_000),
+            f"the message stopped arriving ({STALL_SECONDS:g} s without a byte of it)",
+        ),  # too large: waits for more
+    ],
+    ids=[
+        "non-numeric",
+        "negative",
+        "zero",
+        "missing",
+        "malformed-header",
+        "too-small",
+        "too-large-swallows-next",
+        "too-large-stalls",
+    ],
+)
 def test_bad_framing_makes_the_server_exit_saying_why(bad: bytes, reason: str):
     """Before, the server stayed alive and never answered again; now it exits, the client restarts it."""
     server = StdioClient()
@@ -58,12 +87,18 @@ def test_bad_framing_makes_the_server_exit_saying_why(bad: bytes, reason: str):
 def test_well_framed_messages_in_any_chunks_are_answered():
     server = StdioClient()
     try:
-        data = framed({"id": 1, "method": "initialize", "params": {"processId": None, "rootUri": None, "capabilities": {}}}) + framed(HOVER)
+        data = framed(
+            {"id": 1, "method": "initialize", "params": {"processId": None, "rootUri": None, "capabilities": {}}}
+        ) + framed(HOVER)
         for i in range(0, len(data), 7):  # split anywhere, headers included
             server.write(data[i : i + 7])
             time.sleep(0.001)
         assert "capabilities" in server.wait_for(lambda m: m.get("id") == 1, timeout=60).message["result"]
-        assert server.wait_for(lambda m: m.get("id") == 2, timeout=60).message == {"jsonrpc": "2.0", "id": 2, "result": None}
+        assert server.wait_for(lambda m: m.get("id") == 2, timeout=60).message == {
+            "jsonrpc": "2.0",
+            "id": 2,
+            "result": None,
+        }
         server.write(framed({"id": 3, "method": "shutdown"}) + framed({"method": "exit"}))
         assert server.process.wait(timeout=20) == 0
     finally:
@@ -74,7 +109,7 @@ def test_well_framed_messages_in_any_chunks_are_answered():
 
 on_module_loop = pytest.mark.asyncio(loop_scope="module")  # the tests share one server
 
-TARGETS = textwrap.dedent('''\
+TARGETS = textwrap.dedent("""\
     import torch
 
     import exporter
@@ -107,7 +142,7 @@ TARGETS = textwrap.dedent('''\
     class Untargeted(torch.nn.Module):
         def forward(self, x):
             return x * 2
-''')
+""")
 
 
 @pytest.fixture(scope="module")
@@ -128,7 +163,9 @@ async def client(lsp_client: LanguageClient, workspace: pathlib.Path):
 
 
 async def execute(client: LanguageClient, command: str, *arguments) -> dict:
-    return await client.workspace_execute_command_async(types.ExecuteCommandParams(command=command, arguments=list(arguments)))
+    return await client.workspace_execute_command_async(
+        types.ExecuteCommandParams(command=command, arguments=list(arguments))
+    )
 
 
 async def refused(client: LanguageClient, command: str, *arguments) -> tuple[int, str, object]:
@@ -140,58 +177,115 @@ async def refused(client: LanguageClient, command: str, *arguments) -> tuple[int
 
 def open_document(client: LanguageClient, path: pathlib.Path, text: str) -> str:
     uri = path.as_uri()
-    client.text_document_did_open(types.DidOpenTextDocumentParams(types.TextDocumentItem(uri=uri, language_id="python", version=1, text=text)))
+    client.text_document_did_open(
+        types.DidOpenTextDocumentParams(types.TextDocumentItem(uri=uri, language_id="python", version=1, text=text))
+    )
     return uri
 
 
 def change_document(client: LanguageClient, uri: str, version: int, text: str) -> None:
-    client.text_document_did_change(types.DidChangeTextDocumentParams(
-        types.VersionedTextDocumentIdentifier(uri=uri, version=version), [types.TextDocumentContentChangeWholeDocument(text=text)]))
+    client.text_document_did_change(
+        types.DidChangeTextDocumentParams(
+            types.VersionedTextDocumentIdentifier(uri=uri, version=version),
+            [types.TextDocumentContentChangeWholeDocument(text=text)],
+        )
+    )
 
 
 async def lenses_by_target(client: LanguageClient, uri: str) -> dict[str, int]:
     """The export lenses of `uri`: target -> the line they sit on."""
     lenses = await client.text_document_code_lens_async(types.CodeLensParams(types.TextDocumentIdentifier(uri)))
-    return {lens_.command.arguments[0]["target"]: lens_.range.start.line for lens_ in lenses if lens_.command.title.endswith("Export to ONNX")}
+    return {
+        lens_.command.arguments[0]["target"]: lens_.range.start.line
+        for lens_ in lenses
+        if lens_.command.title.endswith("Export to ONNX")
+    }
 
 
 async def code_actions(client: LanguageClient, uri: str, at: types.Range) -> list[types.CodeAction]:
-    return list(await client.text_document_code_action_async(types.CodeActionParams(
-        types.TextDocumentIdentifier(uri), at, types.CodeActionContext(diagnostics=[], trigger_kind=types.CodeActionTriggerKind.Invoked))))
+    return list(
+        await client.text_document_code_action_async(
+            types.CodeActionParams(
+                types.TextDocumentIdentifier(uri),
+                at,
+                types.CodeActionContext(diagnostics=[], trigger_kind=types.CodeActionTriggerKind.Invoked),
+            )
+        )
+    )
 
 
 EXPORT_FIELDS = "uri, target, line, all, options, jobId"
 
 
 @on_module_loop
-@pytest.mark.parametrize("arguments, message", [
-    ((), f"onnxlens.server.export: expects one argument, an object with {EXPORT_FIELDS}"),
-    (([],), f"onnxlens.server.export: expects one argument, an object with {EXPORT_FIELDS}"),
-    (({"uri": "file:///a.py"}, {}), f"onnxlens.server.export: expects one argument, an object with {EXPORT_FIELDS}"),
-    (({},), "onnxlens.server.export: missing argument 'uri'"),
-    (({"uri": "file:///a.py", "target": "mlp", "jobid": "j"},), f"onnxlens.server.export: unknown argument 'jobid' (known: {EXPORT_FIELDS})"),
-    (({"uri": 5},), "onnxlens.server.export: argument 'uri' must be a string, got 5"),
-    (({"uri": "file:///a.py", "jobId": ["j"]},), 'onnxlens.server.export: argument \'jobId\' must be a string or null, got ["j"]'),
-    (({"uri": "file:///a.py", "line": "3"},), 'onnxlens.server.export: argument \'line\' must be an integer, got "3"'),
-    (({"uri": "file:///a.py", "line": 1.5},), "onnxlens.server.export: argument 'line' must be an integer, got 1.5"),
-    (({"uri": "file:///a.py", "line": -1},), "onnxlens.server.export: argument 'line' must be 0 or more, got -1"),
-    (({"uri": "file:///a.py", "all": "false"},), 'onnxlens.server.export: argument \'all\' must be a boolean, got "false"'),
-    (({"uri": "file:///a.py", "target": True},), "onnxlens.server.export: argument 'target' must be a string or null, got true"),
-    (({"uri": "file:///a.py", "options": []},), "onnxlens.server.export: argument 'options' must be an object, got []"),
-])
-async def test_bad_export_arguments_are_invalid_params_in_one_line(client: LanguageClient, arguments: tuple, message: str):
+@pytest.mark.parametrize(
+    "arguments, message",
+    [
+        ((), f"onnxlens.server.export: expects one argument, an object with {EXPORT_FIELDS}"),
+        (([],), f"onnxlens.server.export: expects one argument, an object with {EXPORT_FIELDS}"),
+        (
+            ({"uri": "file:///a.py"}, {}),
+            f"onnxlens.server.export: expects one argument, an object with {EXPORT_FIELDS}",
+        ),
+        (({},), "onnxlens.server.export: missing argument 'uri'"),
+        (
+            ({"uri": "file:///a.py", "target": "mlp", "jobid": "j"},),
+            f"onnxlens.server.export: unknown argument 'jobid' (known: {EXPORT_FIELDS})",
+        ),
+        (({"uri": 5},), "onnxlens.server.export: argument 'uri' must be a string, got 5"),
+        (
+            ({"uri": "file:///a.py", "jobId": ["j"]},),
+            "onnxlens.server.export: argument 'jobId' must be a string or null, got [\"j\"]",
+        ),
+        (
+            ({"uri": "file:///a.py", "line": "3"},),
+            "onnxlens.server.export: argument 'line' must be an integer, got \"3\"",
+        ),
+        (
+            ({"uri": "file:///a.py", "line": 1.5},),
+            "onnxlens.server.export: argument 'line' must be an integer, got 1.5",
+        ),
+        (({"uri": "file:///a.py", "line": -1},), "onnxlens.server.export: argument 'line' must be 0 or more, got -1"),
+        (
+            ({"uri": "file:///a.py", "all": "false"},),
+            "onnxlens.server.export: argument 'all' must be a boolean, got \"false\"",
+        ),
+        (
+            ({"uri": "file:///a.py", "target": True},),
+            "onnxlens.server.export: argument 'target' must be a string or null, got true",
+        ),
+        (
+            ({"uri": "file:///a.py", "options": []},),
+            "onnxlens.server.export: argument 'options' must be an object, got []",
+        ),
+    ],
+)
+async def test_bad_export_arguments_are_invalid_params_in_one_line(
+    client: LanguageClient, arguments: tuple, message: str
+):
     assert await refused(client, EXPORT, *arguments) == (INVALID_PARAMS, message, None)
 
 
 @on_module_loop
-@pytest.mark.parametrize("command, arguments, message", [
-    (CANCEL, [{"jobId": ["j"]}], "onnxlens.server.cancel: argument 'jobId' must be a string, got [\"j\"]"),
-    (CANCEL, [], "onnxlens.server.cancel: expects one argument, an object with jobId"),
-    (LIST_TARGETS, [{"uri": None}], "onnxlens.server.listTargets: argument 'uri' must be a string, got null"),
-    (GRAPH, [{"uri": "file:///a.py"}], "onnxlens.server.graph: missing argument 'target'"),
-    (GRAPH, [{"uri": "file:///a.py", "target": None}], "onnxlens.server.graph: argument 'target' must be a string, got null"),
-    (GRAPH, [{"uri": "file:///a.py", "target": "t", "line": 3}], "onnxlens.server.graph: unknown argument 'line' (known: uri, target)"),
-])
+@pytest.mark.parametrize(
+    "command, arguments, message",
+    [
+        (CANCEL, [{"jobId": ["j"]}], "onnxlens.server.cancel: argument 'jobId' must be a string, got [\"j\"]"),
+        (CANCEL, [], "onnxlens.server.cancel: expects one argument, an object with jobId"),
+        (LIST_TARGETS, [{"uri": None}], "onnxlens.server.listTargets: argument 'uri' must be a string, got null"),
+        (GRAPH, [{"uri": "file:///a.py"}], "onnxlens.server.graph: missing argument 'target'"),
+        (
+            GRAPH,
+            [{"uri": "file:///a.py", "target": None}],
+            "onnxlens.server.graph: argument 'target' must be a string, got null",
+        ),
+        (
+            GRAPH,
+            [{"uri": "file:///a.py", "target": "t", "line": 3}],
+            "onnxlens.server.graph: unknown argument 'line' (known: uri, target)",
+        ),
+    ],
+)
 async def test_bad_arguments_of_other_commands(client: LanguageClient, command: str, arguments: list, message: str):
     assert await refused(client, command, *arguments) == (INVALID_PARAMS, message, None)
 
@@ -200,22 +294,48 @@ async def test_bad_arguments_of_other_commands(client: LanguageClient, command: 
 async def test_missing_arguments_field_is_invalid_params(client: LanguageClient):
     with pytest.raises(JsonRpcException) as raised:  # `arguments` left out of the request, not an empty list
         await client.workspace_execute_command_async(types.ExecuteCommandParams(command=CANCEL))
-    assert (raised.value.code, raised.value.message) == (INVALID_PARAMS, "onnxlens.server.cancel: expects one argument, an object with jobId")
+    assert (raised.value.code, raised.value.message) == (
+        INVALID_PARAMS,
+        "onnxlens.server.cancel: expects one argument, an object with jobId",
+    )
 
 
 @on_module_loop
-@pytest.mark.parametrize("configuration, options, message", [
-    ({"timeoutSeconds": "abc"}, {}, "Invalid onnxlens settings: timeoutSeconds must be a positive number of seconds, got 'abc'"),
-    ({"timeoutSeconds": -1}, {}, "Invalid onnxlens settings: timeoutSeconds must be a positive number of seconds, got -1"),
-    ({"timeoutSeconds": 0}, {}, "Invalid onnxlens settings: timeoutSeconds must be a positive number of seconds, got 0"),
-    ({"timeoutSeconds": True}, {}, "Invalid onnxlens settings: timeoutSeconds must be a positive number of seconds, got True"),
-    ({"outputFolder": 5}, {}, "Invalid onnxlens settings: outputFolder must be a string (a folder path), got 5"),
-    ({}, {"opset": "18"}, "Invalid onnxlens settings: export option 'opset_version' must be an integer, got '18'"),
-])
-async def test_bad_settings_are_invalid_params(client: LanguageClient, workspace: pathlib.Path, configuration: dict, options: dict, message: str):
+@pytest.mark.parametrize(
+    "configuration, options, message",
+    [
+        (
+            {"timeoutSeconds": "abc"},
+            {},
+            "Invalid onnxlens settings: timeoutSeconds must be a positive number of seconds, got 'abc'",
+        ),
+        (
+            {"timeoutSeconds": -1},
+            {},
+            "Invalid onnxlens settings: timeoutSeconds must be a positive number of seconds, got -1",
+        ),
+        (
+            {"timeoutSeconds": 0},
+            {},
+            "Invalid onnxlens settings: timeoutSeconds must be a positive number of seconds, got 0",
+        ),
+        (
+            {"timeoutSeconds": True},
+            {},
+            "Invalid onnxlens settings: timeoutSeconds must be a positive number of seconds, got True",
+        ),
+        ({"outputFolder": 5}, {}, "Invalid onnxlens settings: outputFolder must be a string (a folder path), got 5"),
+        ({}, {"opset": "18"}, "Invalid onnxlens settings: export option 'opset_version' must be an integer, got '18'"),
+    ],
+)
+async def test_bad_settings_are_invalid_params(
+    client: LanguageClient, workspace: pathlib.Path, configuration: dict, options: dict, message: str
+):
     client.set_configuration(configuration, section="onnxlens")
     try:
-        answer = await refused(client, EXPORT, {"uri": (workspace / "targets.py").as_uri(), "target": "first", "options": options})
+        answer = await refused(
+            client, EXPORT, {"uri": (workspace / "targets.py").as_uri(), "target": "first", "options": options}
+        )
     finally:
         client.set_configuration({}, section="onnxlens")
     assert answer == (INVALID_PARAMS, message, None)
@@ -231,15 +351,22 @@ async def test_a_bad_setting_is_reported_when_it_is_set(client: LanguageClient):
     finally:
         client.set_configuration({}, section="onnxlens")
     assert (shown.type, shown.message) == (
-        types.MessageType.Warning, "onnxlens: Invalid onnxlens settings: timeoutSeconds must be a positive number of seconds, got 'abc'")
+        types.MessageType.Warning,
+        "onnxlens: Invalid onnxlens settings: timeoutSeconds must be a positive number of seconds, got 'abc'",
+    )
 
 
 @on_module_loop
 @pytest.mark.parametrize("command", [EXPORT, LIST_TARGETS])
-async def test_a_file_that_is_not_utf8_is_refused_in_one_line(client: LanguageClient, workspace: pathlib.Path, command: str):
+async def test_a_file_that_is_not_utf8_is_refused_in_one_line(
+    client: LanguageClient, workspace: pathlib.Path, command: str
+):
     path = workspace / "latin1.py"
     assert await refused(client, command, {"uri": path.as_uri()}) == (
-        ErrorCode.UNREADABLE_FILE, f"{path} is not UTF-8 text (byte 0xe9 at offset 5): save it as UTF-8", None)
+        ErrorCode.UNREADABLE_FILE,
+        f"{path} is not UTF-8 text (byte 0xe9 at offset 5): save it as UTF-8",
+        None,
+    )
 
 
 @on_module_loop
@@ -248,13 +375,21 @@ async def test_only_module_level_functions_are_targets(client: LanguageClient, w
     uri = (workspace / "targets.py").as_uri()
     listed = await execute(client, LIST_TARGETS, {"uri": uri})
     assert listed["targets"] == [{"name": "first", "line": 15}, {"name": "second", "line": 25}]
-    assert await lenses_by_target(client, open_document(client, workspace / "targets.py", TARGETS)) == {"first": 14, "second": 24}
+    assert await lenses_by_target(client, open_document(client, workspace / "targets.py", TARGETS)) == {
+        "first": 14,
+        "second": 24,
+    }
     assert await refused(client, EXPORT, {"uri": uri, "target": "as_method"}) == (
-        ErrorCode.UNKNOWN_TARGET, "targets.py has no export target 'as_method'; targets: first, second", None)
+        ErrorCode.UNKNOWN_TARGET,
+        "targets.py has no export target 'as_method'; targets: first, second",
+        None,
+    )
 
 
 @on_module_loop
-async def test_a_syntax_error_keeps_the_lenses_and_an_export_reports_its_line(client: LanguageClient, workspace: pathlib.Path):
+async def test_a_syntax_error_keeps_the_lenses_and_an_export_reports_its_line(
+    client: LanguageClient, workspace: pathlib.Path
+):
     path = workspace / "syntax.py"
     path.write_text(TARGETS)
     uri = open_document(client, path, TARGETS)
@@ -269,10 +404,19 @@ async def test_a_syntax_error_keeps_the_lenses_and_an_export_reports_its_line(cl
     assert await lenses_by_target(client, uri) == good  # the last good lenses stay while the file does not parse
     assert await code_actions(client, uri, untargeted) == []  # their lines may be stale: no edit is offered
     published = client.protocol.wait_for_notification_async(types.TEXT_DOCUMENT_PUBLISH_DIAGNOSTICS)
-    assert await refused(client, EXPORT, {"uri": uri, "target": "first"}) == (ErrorCode.SYNTAX_ERROR, "syntax.py:27: SyntaxError: invalid syntax", None)
+    assert await refused(client, EXPORT, {"uri": uri, "target": "first"}) == (
+        ErrorCode.SYNTAX_ERROR,
+        "syntax.py:27: SyntaxError: invalid syntax",
+        None,
+    )
     published = await asyncio.wait_for(published, timeout=60)
     (problem,) = published.diagnostics
-    assert (published.uri, problem.code, problem.message, problem.severity) == (uri, "syntax-error", "SyntaxError: invalid syntax", types.DiagnosticSeverity.Error)
+    assert (published.uri, problem.code, problem.message, problem.severity) == (
+        uri,
+        "syntax-error",
+        "SyntaxError: invalid syntax",
+        types.DiagnosticSeverity.Error,
+    )
     assert problem.range == types.Range(types.Position(26, 8), types.Position(26, len(broken.splitlines()[26])))
 
     published = client.protocol.wait_for_notification_async(types.TEXT_DOCUMENT_PUBLISH_DIAGNOSTICS)
@@ -284,7 +428,7 @@ async def test_a_syntax_error_keeps_the_lenses_and_an_export_reports_its_line(cl
 
 def long_source(lines: int) -> str:
     """A model file of about `lines` lines: a module class and a target for it, over and over."""
-    block = textwrap.dedent('''\
+    block = textwrap.dedent("""\
         class Block{i}(nn.Module):
             def __init__(self):
                 super().__init__()
@@ -302,8 +446,10 @@ def long_source(lines: int) -> str:
             return Block{i}(), (torch.randn(2, 16),)
 
 
-    ''')
-    return "import torch\nfrom torch import nn\nimport exporter\n\n\n" + "".join(block.format(i=i) for i in range(lines // block.count("\n")))
+    """)
+    return "import torch\nfrom torch import nn\nimport exporter\n\n\n" + "".join(
+        block.format(i=i) for i in range(lines // block.count("\n"))
+    )
 
 
 @on_module_loop
@@ -316,7 +462,9 @@ async def test_hovers_do_not_wait_for_the_lenses_of_a_long_file(client: Language
     order = []
     for version in range(2, 8):
         change_document(client, uri, version, f"{text}# edit {version}\n")
-        lenses = asyncio.wrap_future(client.text_document_code_lens(types.CodeLensParams(types.TextDocumentIdentifier(uri))))  # sent now
+        lenses = asyncio.wrap_future(
+            client.text_document_code_lens(types.CodeLensParams(types.TextDocumentIdentifier(uri)))
+        )  # sent now
         lenses.add_done_callback(lambda _: order.append("lenses"))
         await client.text_document_hover_async(hover)
         order.append("hover")

@@ -96,7 +96,9 @@ async def test_a_diverging_model_is_wrong_and_its_graph_is_the_model_kept(models
         job = await export(client, models, target="divides", options={"verify": True})
         graph = await graph_of(client, models, "divides")
     assert job["outcome"] == {
-        "kind": "wrong", "severity": "error", "fixedDims": [],
+        "kind": "wrong",
+        "severity": "error",
+        "fixedDims": [],
         "headline": f"divides's model is wrong: output 0 diverges at models.py:{line} (floor_divide)",
     }
     assert job["onnx"] is not None and graph["path"] == job["onnx"] and graph["outcome"] == job["outcome"]
@@ -122,10 +124,17 @@ async def test_the_quick_fixs_static_dim_makes_the_follow_up_export_degraded_nam
     assert job["outcome"]["headline"] == "Exported mlp, but the graph accepts only these sizes: x dim 0 = 2"
 
 
-@pytest.mark.parametrize("target, status, reason", [
-    ("raises", "failed", "ValueError: no model today"),
-    ("crashes", "crashed", "The export process exited with code 3 without a result"),  # no outcome sent: the server's
-])
+@pytest.mark.parametrize(
+    "target, status, reason",
+    [
+        ("raises", "failed", "ValueError: no model today"),
+        (
+            "crashes",
+            "crashed",
+            "The export process exited with code 3 without a result",
+        ),  # no outcome sent: the server's
+    ],
+)
 async def test_an_export_without_a_model_failed(models: pathlib.Path, target: str, status: str, reason: str):
     async with server(models.parent) as client:
         job = await export(client, models, target=target)

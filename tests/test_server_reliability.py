@@ -50,11 +50,15 @@ def t():
 
 
 def model(forward: str = "", body: str = "") -> str:
-    return MODEL.format(forward=textwrap.indent(forward, " " * 8) or "        pass", body=textwrap.indent(body, " " * 4) or "    pass")
+    return MODEL.format(
+        forward=textwrap.indent(forward, " " * 8) or "        pass", body=textwrap.indent(body, " " * 4) or "    pass"
+    )
 
 
 @contextlib.asynccontextmanager
-async def server(root: pathlib.Path, configuration: dict | None = None, env: dict | None = None) -> AsyncIterator[LanguageClient]:
+async def server(
+    root: pathlib.Path, configuration: dict | None = None, env: dict | None = None
+) -> AsyncIterator[LanguageClient]:
     """A server for workspace `root`, started in it as VS Code does; its onnxlens/exportProgress
     notifications are recorded in ``client.stages`` as (job id, stage)."""
     client = make_test_lsp_client()
@@ -81,14 +85,24 @@ ANSWER_TIMEOUT = 90  # seconds: a server that stopped answering fails the test i
 
 
 async def export(client: LanguageClient, path: pathlib.Path, target: str = "t", **args) -> dict:
-    (job,) = (await asyncio.wait_for(client.workspace_execute_command_async(
-        types.ExecuteCommandParams(command=EXPORT, arguments=[{"uri": path.as_uri(), "target": target, **args}])), ANSWER_TIMEOUT))["jobs"]
+    (job,) = (
+        await asyncio.wait_for(
+            client.workspace_execute_command_async(
+                types.ExecuteCommandParams(command=EXPORT, arguments=[{"uri": path.as_uri(), "target": target, **args}])
+            ),
+            ANSWER_TIMEOUT,
+        )
+    )["jobs"]
     return job
 
 
 async def cancel(client: LanguageClient, job_id: str) -> None:
-    await asyncio.wait_for(client.workspace_execute_command_async(
-        types.ExecuteCommandParams(command="onnxlens.server.cancel", arguments=[{"jobId": job_id}])), ANSWER_TIMEOUT)
+    await asyncio.wait_for(
+        client.workspace_execute_command_async(
+            types.ExecuteCommandParams(command="onnxlens.server.cancel", arguments=[{"jobId": job_id}])
+        ),
+        ANSWER_TIMEOUT,
+    )
 
 
 async def until(condition, what: str) -> None:
@@ -103,8 +117,12 @@ async def hovers_while(client: LanguageClient, path: pathlib.Path, task: asyncio
     """How many hovers were answered before `task` was done, one hover asked 20 ms after each answer."""
     answered = 0
     while not task.done():
-        await asyncio.wait_for(client.text_document_hover_async(
-            types.HoverParams(types.TextDocumentIdentifier(path.as_uri()), types.Position(0, 0))), ANSWER_TIMEOUT)
+        await asyncio.wait_for(
+            client.text_document_hover_async(
+                types.HoverParams(types.TextDocumentIdentifier(path.as_uri()), types.Position(0, 0))
+            ),
+            ANSWER_TIMEOUT,
+        )
         answered += 1
         await asyncio.sleep(0.02)
     return answered
@@ -115,7 +133,9 @@ def processes_with(argument: str) -> list[int]:
     found = []
     for entry in pathlib.Path("/proc").iterdir():
         try:
-            if entry.name.isdigit() and argument in (entry / "cmdline").read_bytes().decode(errors="replace").split("\0"):
+            if entry.name.isdigit() and argument in (entry / "cmdline").read_bytes().decode(errors="replace").split(
+                "\0"
+            ):
                 if (entry / "stat").read_text().rsplit(")", 1)[1].split()[0] != "Z":
                     found.append(int(entry.name))
         except OSError:
@@ -136,13 +156,21 @@ def forkserver_of(client: LanguageClient) -> int:
 
 
 def forkservers_of(client: LanguageClient) -> list[int]:
-    return [p for p in descendants(client._server.pid)
-            if b"onnxlens_server.forkserver" in pathlib.Path(f"/proc/{p}/cmdline").read_bytes()]
+    return [
+        p
+        for p in descendants(client._server.pid)
+        if b"onnxlens_server.forkserver" in pathlib.Path(f"/proc/{p}/cmdline").read_bytes()
+    ]
 
 
 async def code_lenses(client: LanguageClient, path: pathlib.Path) -> list[types.CodeLens]:
-    client.text_document_did_open(types.DidOpenTextDocumentParams(types.TextDocumentItem(path.as_uri(), "python", 1, path.read_text())))
-    return await asyncio.wait_for(client.text_document_code_lens_async(types.CodeLensParams(types.TextDocumentIdentifier(path.as_uri()))), ANSWER_TIMEOUT)
+    client.text_document_did_open(
+        types.DidOpenTextDocumentParams(types.TextDocumentItem(path.as_uri(), "python", 1, path.read_text()))
+    )
+    return await asyncio.wait_for(
+        client.text_document_code_lens_async(types.CodeLensParams(types.TextDocumentIdentifier(path.as_uri()))),
+        ANSWER_TIMEOUT,
+    )
 
 
 async def test_torch_loads_only_once_a_model_file_is_open(tmp_path: pathlib.Path):
@@ -184,9 +212,13 @@ async def test_the_graph_reader_loads_after_the_first_export_not_before(tmp_path
 async def test_model_code_cannot_read_the_editors_messages(tmp_path: pathlib.Path):
     """Reading stdin (directly, or in a child process) gets end-of-file, not the editor's messages."""
     path = tmp_path / "m.py"
-    path.write_text(model(body='got = sys.stdin.read() + os.read(0, 1 << 16).decode()\n'
-                               'got += subprocess.run(["cat"], capture_output=True, text=True, timeout=5).stdout\n'
-                               'assert not got, got'))
+    path.write_text(
+        model(
+            body="got = sys.stdin.read() + os.read(0, 1 << 16).decode()\n"
+            'got += subprocess.run(["cat"], capture_output=True, text=True, timeout=5).stdout\n'
+            "assert not got, got"
+        )
+    )
     async with server(tmp_path) as client:
         job = asyncio.ensure_future(export(client, path))
         hovers = await hovers_while(client, path, job)  # the messages the model would have stolen
@@ -202,7 +234,10 @@ async def test_workspace_modules_do_not_run_before_an_export(tmp_path: pathlib.P
     path = tmp_path / "m.py"
     path.write_text(model())
     async with server(tmp_path) as client:
-        lenses = await asyncio.wait_for(client.text_document_code_lens_async(types.CodeLensParams(types.TextDocumentIdentifier(path.as_uri()))), ANSWER_TIMEOUT)
+        lenses = await asyncio.wait_for(
+            client.text_document_code_lens_async(types.CodeLensParams(types.TextDocumentIdentifier(path.as_uri()))),
+            ANSWER_TIMEOUT,
+        )
         assert lenses  # found by the parser process, which does not import the workspace's modules either
         assert (await export(client, path))["status"] == "ok"  # with the real torch, in a warm worker
     assert sorted(p.name for p in tmp_path.glob("imported-*")) == []
@@ -215,7 +250,9 @@ async def test_a_leaking_forward_stops_at_the_memory_limit(tmp_path: pathlib.Pat
         job = await export(client, path)
     assert job["status"] == "failed"
     assert job["message"].startswith("Out of memory at capture: the export process reached its limit of 1200 MiB")
-    (problem,) = [d for d in client.diagnostics[path.as_uri()] if d.message.startswith("Export of t failed: Out of memory")]
+    (problem,) = [
+        d for d in client.diagnostics[path.as_uri()] if d.message.startswith("Export of t failed: Out of memory")
+    ]
     assert problem.range.start.line == path.read_text().splitlines().index("def t():")
 
 
@@ -243,7 +280,9 @@ async def test_hovers_never_wait_for_the_fork_server(tmp_path: pathlib.Path):
     path = tmp_path / "m.py"
     path.write_text(model())
     async with server(tmp_path) as client:
-        client.text_document_did_open(types.DidOpenTextDocumentParams(types.TextDocumentItem(path.as_uri(), "python", 1, path.read_text())))
+        client.text_document_did_open(
+            types.DidOpenTextDocumentParams(types.TextDocumentItem(path.as_uri(), "python", 1, path.read_text()))
+        )
         first = asyncio.ensure_future(export(client, path))
         at_start = await hovers_while(client, path, first)
         assert first.result()["status"] == "ok"
@@ -279,7 +318,9 @@ async def test_the_workspace_settings_cannot_write_outside_it(tmp_path: pathlib.
     (root / "link").symlink_to(outside)  # a symlink committed in the repository
     path = root / "m.py"
     path.write_text(model())
-    async with server(root, {"outputFolder": folder, "outputFolderScope": "workspace"}, env={"HOME": str(outside)}) as client:
+    async with server(
+        root, {"outputFolder": folder, "outputFolderScope": "workspace"}, env={"HOME": str(outside)}
+    ) as client:
         with pytest.raises(JsonRpcException) as refused:
             await export(client, path)
     assert refused.value.code == ErrorCode.OUTSIDE_WORKSPACE
@@ -292,7 +333,9 @@ async def test_the_users_own_settings_may_write_anywhere(tmp_path: pathlib.Path)
     root.mkdir()
     path = root / "m.py"
     path.write_text(model())
-    async with server(root, {"outputFolder": "~/exports", "outputFolderScope": "user"}, env={"HOME": str(home)}) as client:
+    async with server(
+        root, {"outputFolder": "~/exports", "outputFolderScope": "user"}, env={"HOME": str(home)}
+    ) as client:
         job = await export(client, path)
     assert job["status"] == "ok" and job["onnx"] == str(home / "exports" / "m.t.onnx")
 
@@ -305,7 +348,10 @@ async def test_a_file_outside_the_workspace_is_not_exported(tmp_path: pathlib.Pa
     async with server(root) as client:
         with pytest.raises(JsonRpcException) as refused:
             await export(client, path)
-    assert refused.value.code == ErrorCode.OUTSIDE_WORKSPACE and "is outside the workspace folders" in refused.value.message
+    assert (
+        refused.value.code == ErrorCode.OUTSIDE_WORKSPACE
+        and "is outside the workspace folders" in refused.value.message
+    )
     assert not (tmp_path / "onnxlens-out").exists() and not (root / "onnxlens-out").exists()
 
 
@@ -333,8 +379,11 @@ async def test_temporary_files_of_killed_exports_are_removed(tmp_path: pathlib.P
     stale.write_bytes(b"x")
     live.write_bytes(b"x")
     path = tmp_path / "m.py"
-    path.write_text(model().replace("Small(), (torch.randn(3, 4),)", "Small(8192), (torch.randn(3, 8192),)").replace(
-        "torch.nn.Linear(width, 2)", "torch.nn.Linear(width, 8192)"))  # 256 MiB of weights: seconds to save
+    path.write_text(
+        model()
+        .replace("Small(), (torch.randn(3, 4),)", "Small(8192), (torch.randn(3, 8192),)")
+        .replace("torch.nn.Linear(width, 2)", "torch.nn.Linear(width, 8192)")
+    )  # 256 MiB of weights: seconds to save
     async with server(tmp_path) as client:
         job = asyncio.ensure_future(export(client, path, jobId="big"))
         await until(lambda: ("big", "save") in client.stages, "save stage")

@@ -17,8 +17,10 @@ def test_stdout_is_pure_json_rpc_while_user_code_prints(tmp_path):
     try:
         client.initialize(tmp_path)
         uri = (tmp_path / "models.py").as_uri()
-        answer = client.request("workspace/executeCommand",
-                                {"command": "onnxlens.server.export", "arguments": [{"uri": uri, "target": "mlp"}]})
+        answer = client.request(
+            "workspace/executeCommand",
+            {"command": "onnxlens.server.export", "arguments": [{"uri": uri, "target": "mlp"}]},
+        )
         assert answer.result["jobs"][0]["status"] == "ok", answer.message
         seen = [r.message.get("method") for r in client.received]
         assert "textDocument/publishDiagnostics" in seen and "onnxlens/exportFinished" in seen
@@ -27,12 +29,17 @@ def test_stdout_is_pure_json_rpc_while_user_code_prints(tmp_path):
         client.wait_closed(timeout=10)  # stdout read to its end, every byte of it framed
     finally:
         client.close()
-    logged = [(r.message["params"]["type"], r.message["params"]["message"])
-              for r in client.received if r.message.get("method") == "window/logMessage"]
+    logged = [
+        (r.message["params"]["type"], r.message["params"]["message"])
+        for r in client.received
+        if r.message.get("method") == "window/logMessage"
+    ]
     # What user code prints reaches the editor's log as information, not as an error on stderr.
     assert (3, "user code printing to stdout") in logged, logged
     assert "user code printing to stdout" not in client.stderr_text()
-    assert not [text for kind, text in logged if kind <= 2 and "Warning" in text]  # library warnings are not warnings of the user's
+    assert not [
+        text for kind, text in logged if kind <= 2 and "Warning" in text
+    ]  # library warnings are not warnings of the user's
 
 
 def test_a_refused_request_is_one_line_of_the_log_not_an_error_with_a_traceback(tmp_path):
@@ -48,7 +55,10 @@ def test_a_refused_request_is_one_line_of_the_log_not_an_error_with_a_traceback(
     finally:
         client.close()
     assert answer.message["error"]["code"] == 1009  # NOT_EXPORTED
-    logged = [(r.message["params"]["type"], r.message["params"]["message"])
-              for r in client.received if r.message.get("method") == "window/logMessage"]
+    logged = [
+        (r.message["params"]["type"], r.message["params"]["message"])
+        for r in client.received
+        if r.message.get("method") == "window/logMessage"
+    ]
     assert (3, f"Refused (1009): {answer.message['error']['message']}") in logged, logged  # 3: info
     assert "Traceback" not in client.stderr_text() and "Traceback" not in str(logged)

@@ -22,11 +22,15 @@ pytestmark = pytest.mark.asyncio
 async def test_verify_setting_gives_a_problem_at_the_diverging_line_with_the_reproducer(tmp_path: pathlib.Path):
     path = tmp_path / "gated.py"
     path.write_text("FAULT = True\n" + CLI_MODEL)
-    line = ("FAULT = True\n" + CLI_MODEL).splitlines().index("        return h * torch.sigmoid(self.gate(h))  # the gate")
+    line = (
+        ("FAULT = True\n" + CLI_MODEL).splitlines().index("        return h * torch.sigmoid(self.gate(h))  # the gate")
+    )
     async with server(tmp_path, {"verify": True}) as client:
         job = await export(client, path, target="gated")
         problems = [d for d in client.diagnostics[path.as_uri()] if d.code == "FXE0021"]
-        hover = await client.text_document_hover_async(types.HoverParams(types.TextDocumentIdentifier(path.as_uri()), types.Position(line, 8)))
+        hover = await client.text_document_hover_async(
+            types.HoverParams(types.TextDocumentIdentifier(path.as_uri()), types.Position(line, 8))
+        )
     assert job["status"] == "failed"
     (problem,) = problems
     assert problem.severity == types.DiagnosticSeverity.Error and problem.range.start.line == line
@@ -41,12 +45,18 @@ async def test_the_export_and_verify_lens_verifies_without_the_setting(tmp_path:
     path = tmp_path / "gated.py"
     path.write_text("FAULT = True\n" + CLI_MODEL)
     async with server(tmp_path) as client:
-        lenses = await client.text_document_code_lens_async(types.CodeLensParams(types.TextDocumentIdentifier(path.as_uri())))
+        lenses = await client.text_document_code_lens_async(
+            types.CodeLensParams(types.TextDocumentIdentifier(path.as_uri()))
+        )
         (lens,) = [lens_ for lens_ in lenses if lens_.command.title == "Export and verify"]
         (arguments,) = lens.command.arguments
         plain = await export(client, path, target="gated")
         verified = await export(client, path, target=arguments["target"], options=arguments["options"])
-        problems = [d for d in client.diagnostics[path.as_uri()] if d.code == "FXE0021" and d.severity == types.DiagnosticSeverity.Error]
+        problems = [
+            d
+            for d in client.diagnostics[path.as_uri()]
+            if d.code == "FXE0021" and d.severity == types.DiagnosticSeverity.Error
+        ]
     assert plain["status"] == "ok"  # the fault is only seen by verifying
     assert verified["status"] == "failed" and len(problems) == 1
 

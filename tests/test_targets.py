@@ -7,7 +7,7 @@ import textwrap
 
 from onnxlens_server.targets import Discoveries, SyntaxProblem, discover, target_at
 
-SOURCE = textwrap.dedent('''\
+SOURCE = textwrap.dedent("""\
     import torch
     from torch import nn as tnn
     import exporter as ex
@@ -41,12 +41,15 @@ SOURCE = textwrap.dedent('''\
     @other.export_target
     def not_ours():
         pass
-''')
+""")
 
 
 def test_targets_in_every_import_style_with_their_lines():
     found = discover(SOURCE)
-    assert [(t.name, t.decorator_line, t.line, t.end_line) for t in found.targets] == [("first", 20, 21, 22), ("second", 25, 26, 27)]
+    assert [(t.name, t.decorator_line, t.line, t.end_line) for t in found.targets] == [
+        ("first", 20, 21, 22),
+        ("second", 25, 26, 27),
+    ]
     assert found.imports_torch and found.imports_exporter and found.last_import_line == 3
 
 
@@ -66,7 +69,8 @@ def test_a_file_that_does_not_parse_has_nothing_but_its_syntax_error():
 
 def test_only_module_level_functions_are_targets():
     """The export calls ``getattr(module, name)()``: a method or a nested function is never found."""
-    found = discover(textwrap.dedent('''\
+    found = discover(
+        textwrap.dedent("""\
         import exporter
 
         class Holder:
@@ -88,7 +92,8 @@ def test_only_module_level_functions_are_targets():
             @exporter.export_target
             async def guarded():
                 pass
-    '''))
+    """)
+    )
     assert [(t.name, t.line) for t in found.targets] == [("outer", 8), ("guarded", 19)]
     assert found.imports_torch  # a module-level import, even under try
 
@@ -114,8 +119,14 @@ def test_discoveries_outlive_their_parser_process():
         await discoveries.get("file:///m.py", "x = 1\n")
         for process in discoveries._parser._processes.values():
             process.kill()
-        assert [t.name for t in (await discoveries.get("file:///m.py", SOURCE)).targets] == ["first", "second"]  # parsed here
-        assert [t.name for t in (await discoveries.get("file:///n.py", SOURCE)).targets] == ["first", "second"]  # by a new process
+        assert [t.name for t in (await discoveries.get("file:///m.py", SOURCE)).targets] == [
+            "first",
+            "second",
+        ]  # parsed here
+        assert [t.name for t in (await discoveries.get("file:///n.py", SOURCE)).targets] == [
+            "first",
+            "second",
+        ]  # by a new process
 
     asyncio.run(run())
 

@@ -14,10 +14,10 @@ import subprocess
 import sys
 
 import torch
+from helpers import assert_matches_eager
 
 import exporter
 from exporter.translate import torchlib_lazy
-from helpers import assert_matches_eager
 
 EXAMPLES = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "examples")
 
@@ -89,7 +89,9 @@ def _run(*code: str) -> str:
     one interpreter to the next, eager or lazy.
     """
     env = {**os.environ, "PYTHONHASHSEED": "0"}
-    return subprocess.run([sys.executable, "-c", "\n".join(code)], capture_output=True, text=True, check=True, timeout=600, env=env).stdout
+    return subprocess.run(
+        [sys.executable, "-c", "\n".join(code)], capture_output=True, text=True, check=True, timeout=600, env=env
+    ).stdout
 
 
 def _counts(*code: str) -> dict[str, int]:
@@ -139,7 +141,11 @@ class UsesScriptFunctions(torch.nn.Module):
     def forward(self, x, y):
         a = torch.nn.functional.hardswish(x) + torch.nn.functional.mish(y) + torch.nn.functional.softplus(x)
         b = torch.nn.functional.selu(y) + torch.nn.functional.logsigmoid(x) + torch.nn.functional.hardtanh(y)
-        return torch.nn.functional.glu(torch.cat([a, b], dim=-1)), torch.addcmul(x, y, a, value=0.5), torch.lerp(x, y, 0.3)
+        return (
+            torch.nn.functional.glu(torch.cat([a, b], dim=-1)),
+            torch.addcmul(x, y, a, value=0.5),
+            torch.lerp(x, y, 0.3),
+        )
 
 
 def test_an_export_with_script_functions_matches_eager():

@@ -18,12 +18,12 @@ import onnx_ir as ir
 import onnxscript
 import pytest
 import torch
+from fixtures import diverging_models as models
+from helpers import validate_sarif
 from onnxscript import opset18 as op
 
 import exporter
 from exporter.diagnostics import Level
-from fixtures import diverging_models as models
-from helpers import validate_sarif
 
 MODEL_FILE = os.path.realpath(models.__file__)
 fault = onnxscript.values.Opset("onnxlens.test.fault", 1)
@@ -44,12 +44,18 @@ def softmax_without_max(self, dim: int, dtype: int = -1):
 
 @onnxscript.script(fault)
 def mean_ten_ppm_high(self, dim: list[int], keepdim: bool = False, dtype: int = -1):
-    return op.Mul(op.ReduceMean(self, op.Constant(value_ints=dim), keepdims=keepdim), op.CastLike(op.Constant(value_float=1.00001), self))
+    return op.Mul(
+        op.ReduceMean(self, op.Constant(value_ints=dim), keepdims=keepdim),
+        op.CastLike(op.Constant(value_float=1.00001), self),
+    )
 
 
 @onnxscript.script(fault)
 def norm_five_percent_high(self, ord: float, dim: list[int], keepdim: bool, dtype: int = -1):
-    return op.Mul(op.ReduceL2(self, op.Constant(value_ints=dim), keepdims=keepdim), op.CastLike(op.Constant(value_float=1.05), self))
+    return op.Mul(
+        op.ReduceL2(self, op.Constant(value_ints=dim), keepdims=keepdim),
+        op.CastLike(op.Constant(value_float=1.05), self),
+    )
 
 
 def line_of(marker: str) -> int:
@@ -73,7 +79,9 @@ def verified_failure(model, *args, registry) -> exporter.ExportOutput:
 
 
 def accuracy_errors(export_output: exporter.ExportOutput) -> list:
-    return [d for d in export_output.diagnostic_context.diagnostics if d.rule.id == "FXE0021" and d.level == Level.ERROR]
+    return [
+        d for d in export_output.diagnostic_context.diagnostics if d.rule.id == "FXE0021" and d.level == Level.ERROR
+    ]
 
 
 def only_error_at(export_output: exporter.ExportOutput, marker: str):
@@ -128,12 +136,17 @@ def test_slightly_wrong_translation_is_found_at_its_line(tmp_path):
 
 def test_reproducer_exits_1_with_the_fault_and_0_without(tmp_path):
     torch.manual_seed(0)
-    failed = verified_failure(models.Gated().eval(), torch.randn(5, 16), registry=registry_with(sigmoid_one_percent_high, "sigmoid"))
+    failed = verified_failure(
+        models.Gated().eval(), torch.randn(5, 16), registry=registry_with(sigmoid_one_percent_high, "sigmoid")
+    )
     failed.save(tmp_path / "gated.v2.onnx")
     repro = tmp_path / "gated.v2_repro"
     assert sorted(os.listdir(repro)) == ["expected.npz", "inputs.npz", "model.onnx", "run.py"]
     model = onnx.load(repro / "model.onnx")
-    assert sorted(n.op_type for n in model.graph.node) == ["Mul", "Sigmoid"]  # the node only, no weights of other layers
+    assert sorted(n.op_type for n in model.graph.node) == [
+        "Mul",
+        "Sigmoid",
+    ]  # the node only, no weights of other layers
     assert os.path.getsize(repro / "model.onnx") < 2000
     run = subprocess.run([sys.executable, str(repro / "run.py")], capture_output=True, text=True, timeout=120)
     assert run.returncode == 1, run.stdout + run.stderr
@@ -154,7 +167,11 @@ def test_softmax_overflowing_only_at_the_models_scale():
     torch.manual_seed(0)
     x = torch.randn(2, 6, 16)
     registry = registry_with(softmax_without_max, "softmax", "int")
-    small = exporter.dynamo_export(models.ScaledAttention(0.25).eval(), x, export_options=exporter.ExportOptions(verify=True, onnx_registry=registry))
+    small = exporter.dynamo_export(
+        models.ScaledAttention(0.25).eval(),
+        x,
+        export_options=exporter.ExportOptions(verify=True, onnx_registry=registry),
+    )
     assert accuracy_errors(small) == []  # fine in isolation, at unit scale
     model = models.ScaledAttention(40.0).eval()
     with torch.no_grad():
@@ -168,7 +185,10 @@ def test_softmax_overflowing_only_at_the_models_scale():
 def test_float16_model_diverges_at_one_op():
     torch.manual_seed(0)
     model, x = models.NormalizedHalf().eval().half(), torch.randn(4, 64).half()
-    error = only_error_at(verified_failure(model, x, registry=registry_with(norm_five_percent_high, "linalg_vector_norm")), "half-normalize")
+    error = only_error_at(
+        verified_failure(model, x, registry=registry_with(norm_five_percent_high, "linalg_vector_norm")),
+        "half-normalize",
+    )
     with torch.no_grad():
         norm = (model.up(x) * 3).float().norm(dim=-1)
     assert error.properties["nodeMaxAbsError"] == pytest.approx(float(norm.max()) * 0.05, rel=2e-2)
@@ -184,10 +204,16 @@ def test_verify_on_given_inputs_and_no_error_when_exact(tmp_path):
     assert verification.ok and verification.ort_sessions == 1
     [note] = [d for d in export_output.diagnostic_context.diagnostics if d.rule.id == "FXE0021"]
     assert note.level == Level.NOTE and note.properties["outputs"][0]["maxAbsError"] < 1e-5
-    faulty = exporter.dynamo_export(model, x, export_options=exporter.ExportOptions(onnx_registry=registry_with(sigmoid_one_percent_high, "sigmoid")))
+    faulty = exporter.dynamo_export(
+        model,
+        x,
+        export_options=exporter.ExportOptions(onnx_registry=registry_with(sigmoid_one_percent_high, "sigmoid")),
+    )
     assert accuracy_errors(faulty) == []  # not verified unless asked
     verification = faulty.verify(torch.randn(5, 16) * 3)
-    assert not verification.ok and verification.unoptimized_matches is None  # no unoptimized model kept without verify=True
+    assert (
+        not verification.ok and verification.unoptimized_matches is None
+    )  # no unoptimized model kept without verify=True
     only_error_at(faulty, "gated-sigmoid")
     faulty.save(tmp_path / "m.onnx")
     assert (tmp_path / "m_repro" / "run.py").is_file()
@@ -195,7 +221,11 @@ def test_verify_on_given_inputs_and_no_error_when_exact(tmp_path):
 
 def test_tolerances_are_overridable():
     torch.manual_seed(0)
-    options = exporter.ExportOptions(verify=True, onnx_registry=registry_with(sigmoid_one_percent_high, "sigmoid"), verify_tolerances={"float32": (0.05, 0.05)})
+    options = exporter.ExportOptions(
+        verify=True,
+        onnx_registry=registry_with(sigmoid_one_percent_high, "sigmoid"),
+        verify_tolerances={"float32": (0.05, 0.05)},
+    )
     export_output = exporter.dynamo_export(models.Gated().eval(), torch.randn(5, 16), export_options=options)
     assert accuracy_errors(export_output) == []
     with pytest.raises(ValueError, match="unknown dtypes"):
@@ -204,13 +234,14 @@ def test_tolerances_are_overridable():
 
 def test_bisection_in_chunks_finds_the_same_node():
     """A tiny activation budget: one onnxruntime run per compared value, the same first divergence."""
-    from exporter.verify import divergence
-    from exporter.verify import numerics
     from exporter.api import Exporter
+    from exporter.verify import divergence, numerics
 
     torch.manual_seed(0)
     model, x = models.Gated().eval(), torch.randn(5, 16)
-    job = Exporter(exporter.ExportOptions(onnx_registry=registry_with(sigmoid_one_percent_high, "sigmoid")), model, (x,), {})
+    job = Exporter(
+        exporter.ExportOptions(onnx_registry=registry_with(sigmoid_one_percent_high, "sigmoid")), model, (x,), {}
+    )
     export_output = job.export()
     feeds = {"x": x.numpy()}
     program = job._verifier.program
@@ -249,7 +280,7 @@ def test_a_divergence_the_optimizer_introduced_is_blamed_on_it(monkeypatch):
     assert "comes from the ONNX optimizer" in error.message
 
 
-CLI_MODEL = '''\
+CLI_MODEL = """\
 import onnxscript
 import torch
 from onnxscript import opset18 as op
@@ -280,7 +311,7 @@ def gated():
     if FAULT:
         exporter.default_registry().register_op(sigmoid_one_percent_high, "aten", "sigmoid")
     return Gated().eval(), (torch.randn(3, 8),)
-'''
+"""
 
 
 @pytest.mark.parametrize("faulty", [True, False])
@@ -292,8 +323,18 @@ def test_cli_verify_prints_the_line_and_fails(tmp_path, faulty):
     line = 1 + next(i for i, text in enumerate(CLI_MODEL.splitlines(), 1) if "# the gate" in text)
     out = tmp_path / "out" / "g.onnx"
     run = subprocess.run(
-        [console_script("onnxlens-export"), f"{source}:gated", "-o", str(out), "--verify", "--sarif", str(tmp_path / "g.sarif")],
-        capture_output=True, text=True, timeout=600,
+        [
+            console_script("onnxlens-export"),
+            f"{source}:gated",
+            "-o",
+            str(out),
+            "--verify",
+            "--sarif",
+            str(tmp_path / "g.sarif"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
     )
     if not faulty:
         assert run.returncode == 0, run.stderr
@@ -306,7 +347,10 @@ def test_cli_verify_prints_the_line_and_fails(tmp_path, faulty):
     assert len(errors) == 1 and errors[0].startswith(f"{source}:{line}: error FXE0021 First divergence"), run.stderr
     assert f"Reproducer: {tmp_path / 'out' / 'g_repro'}/run.py" in errors[0]
     assert out.is_file() and (tmp_path / "out" / "g_repro" / "run.py").is_file()
-    assert subprocess.run([sys.executable, str(tmp_path / "out" / "g_repro" / "run.py")], capture_output=True).returncode == 1
+    assert (
+        subprocess.run([sys.executable, str(tmp_path / "out" / "g_repro" / "run.py")], capture_output=True).returncode
+        == 1
+    )
 
 
 def test_comparison_numbers_and_histogram():
@@ -318,18 +362,40 @@ def test_comparison_numbers_and_histogram():
     # |2e-3 - 0| > 1e-4 and |-4.5 + 4| > 1e-4 + 1e-3 * 4: two elements out of tolerance; inf and NaN agree.
     assert (c.ok, c.mismatched, c.elements) == (False, 2, 6)
     assert c.max_abs_error == pytest.approx(0.5) and c.max_rel_error == pytest.approx(0.125)
-    assert c.histogram == {"0": 3, "<=1e-07": 0, "<=1e-06": 0, "<=1e-05": 1, "<=0.0001": 0, "<=0.001": 0, "<=0.01": 1, "<=0.1": 0, "<=1": 1, ">1": 0}
-    nan_where_finite = compare(np.array([np.nan], np.float32), np.array([1.0], np.float32), "float32", tolerances(), histogram=True)
-    assert not nan_where_finite.ok and nan_where_finite.max_abs_error == float("inf") and nan_where_finite.histogram[">1"] == 1
+    assert c.histogram == {
+        "0": 3,
+        "<=1e-07": 0,
+        "<=1e-06": 0,
+        "<=1e-05": 1,
+        "<=0.0001": 0,
+        "<=0.001": 0,
+        "<=0.01": 1,
+        "<=0.1": 0,
+        "<=1": 1,
+        ">1": 0,
+    }
+    nan_where_finite = compare(
+        np.array([np.nan], np.float32), np.array([1.0], np.float32), "float32", tolerances(), histogram=True
+    )
+    assert (
+        not nan_where_finite.ok
+        and nan_where_finite.max_abs_error == float("inf")
+        and nan_where_finite.histogram[">1"] == 1
+    )
     assert compare(np.array([3, 4]), np.array([3, 5]), "int64", tolerances()).mismatched == 1  # integers exact
-    assert compare(np.zeros((2, 3)), np.zeros((3, 2)), "float32", tolerances()).problem == "shape [2, 3] vs PyTorch [3, 2]"
+    assert (
+        compare(np.zeros((2, 3)), np.zeros((3, 2)), "float32", tolerances()).problem == "shape [2, 3] vs PyTorch [3, 2]"
+    )
 
 
 def test_sessions_share_the_weights_and_leave_the_model_as_it_was():
     from exporter.verify import ort_session
 
     torch.manual_seed(0)
-    model, x = torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.ReLU(), torch.nn.Linear(64, 3)).eval(), torch.randn(2, 64)
+    model, x = (
+        torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.ReLU(), torch.nn.Linear(64, 3)).eval(),
+        torch.randn(2, 64),
+    )
     export_output = exporter.dynamo_export(model, x)
     before = {name: v.const_value for name, v in export_output.model.graph.initializers.items()}
     session = ort_session.session(export_output.model)

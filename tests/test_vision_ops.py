@@ -58,8 +58,10 @@ def _bilinear(plane: torch.Tensor, y: float, x: float) -> float:
     ly, lx = y - y_low, x - x_low
     hy, hx = 1.0 - ly, 1.0 - lx
     return float(
-        hy * hx * plane[y_low, x_low] + hy * lx * plane[y_low, x_high]
-        + ly * hx * plane[y_high, x_low] + ly * lx * plane[y_high, x_high]
+        hy * hx * plane[y_low, x_low]
+        + hy * lx * plane[y_low, x_high]
+        + ly * hx * plane[y_high, x_low]
+        + ly * lx * plane[y_high, x_high]
     )
 
 
@@ -144,8 +146,10 @@ def _nms_cases() -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
         "ties": (boxes, torch.tensor([0.5, 0.9, 0.5, 0.5, 0.9, 0.1] * 2)),
         "all_suppressed": (same, torch.tensor([0.2, 0.7, 0.7, 0.1, 0.3])),
         "iou_at_threshold": (edge, torch.tensor([0.9, 0.8, 0.7, 0.6])),
-        "disjoint": (torch.tensor([[0.0, 0.0, 1.0, 1.0], [2.0, 2.0, 3.0, 3.0], [4.0, 0.0, 5.0, 1.0]]),
-                     torch.tensor([0.1, 0.3, 0.2])),
+        "disjoint": (
+            torch.tensor([[0.0, 0.0, 1.0, 1.0], [2.0, 2.0, 3.0, 3.0], [4.0, 0.0, 5.0, 1.0]]),
+            torch.tensor([0.1, 0.3, 0.2]),
+        ),
         "one_box": (torch.tensor([[1.0, 2.0, 3.0, 4.0]]), torch.tensor([0.4])),
         "no_boxes": (torch.zeros(0, 4), torch.zeros(0)),
     }
@@ -220,13 +224,15 @@ def _features() -> torch.Tensor:
 
 def _rois() -> torch.Tensor:
     """Boxes of both images: inside, a thin one (under a pixel), one crossing the border, one outside."""
-    return torch.tensor([
-        [0.0, 1.0, 1.0, 9.0, 7.0],
-        [1.0, 2.5, 0.5, 14.0, 12.3],
-        [0.0, 4.0, 4.0, 4.4, 4.3],
-        [1.0, -3.0, -2.0, 5.0, 6.0],
-        [0.0, 26.0, 22.0, 36.0, 30.0],
-    ])
+    return torch.tensor(
+        [
+            [0.0, 1.0, 1.0, 9.0, 7.0],
+            [1.0, 2.5, 0.5, 14.0, 12.3],
+            [0.0, 4.0, 4.0, 4.4, 4.3],
+            [1.0, -3.0, -2.0, 5.0, 6.0],
+            [0.0, 26.0, 22.0, 36.0, 30.0],
+        ]
+    )
 
 
 @pytest.mark.parametrize("aligned", [False, True])

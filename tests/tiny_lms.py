@@ -20,13 +20,22 @@ from transformers import (
 )
 
 TOKENS = dict(vocab_size=1000, initializer_range=0.1, bos_token_id=1, eos_token_id=2, pad_token_id=0)
-DECODER = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256)
+DECODER = dict(
+    hidden_size=64,
+    intermediate_size=128,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    max_position_embeddings=256,
+)
 CONFIGS = {
     "llama": lambda: LlamaConfig(**DECODER, **TOKENS),
     "mistral": lambda: MistralConfig(**DECODER, sliding_window=8, **TOKENS),  # the window is crossed while generating
     "phi3": lambda: Phi3Config(**DECODER, original_max_position_embeddings=256, **TOKENS),
     # untied output embeddings: tied ones make these tiny random models repeat their last token
-    "gemma": lambda: GemmaConfig(**{**DECODER, "num_key_value_heads": 1}, head_dim=16, tie_word_embeddings=False, **TOKENS),
+    "gemma": lambda: GemmaConfig(
+        **{**DECODER, "num_key_value_heads": 1}, head_dim=16, tie_word_embeddings=False, **TOKENS
+    ),
     "gpt2": lambda: GPT2Config(n_embd=64, n_layer=2, n_head=4, n_positions=256, tie_word_embeddings=False, **TOKENS),
 }
 
@@ -34,11 +43,21 @@ CONFIGS = {
 MORE_CONFIGS = {
     # eager attention (soft-capping): PyTorch's matmul guards "sequence_length != 1", an assumption
     "gemma2": lambda: Gemma2Config(**DECODER, head_dim=16, sliding_window=8, tie_word_embeddings=False, **TOKENS),
-    "bloom": lambda: BloomConfig(hidden_size=64, n_layer=2, n_head=4, tie_word_embeddings=False, **TOKENS),  # ALiBi, baddbmm
-    "falcon": lambda: FalconConfig(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, tie_word_embeddings=False, **TOKENS),  # 1 KV head
-    "mpt": lambda: MptConfig(d_model=64, n_layers=2, n_heads=4, max_seq_len=256, **TOKENS),  # max(0, positions - length)
-    "xglm": lambda: XGLMConfig(d_model=64, num_layers=2, attention_heads=4, ffn_dim=128, max_position_embeddings=256, **TOKENS),
-    "mixtral": lambda: MixtralConfig(**DECODER, num_local_experts=4, num_experts_per_tok=2, tie_word_embeddings=False, **TOKENS),  # MoE
+    "bloom": lambda: BloomConfig(
+        hidden_size=64, n_layer=2, n_head=4, tie_word_embeddings=False, **TOKENS
+    ),  # ALiBi, baddbmm
+    "falcon": lambda: FalconConfig(
+        hidden_size=64, num_hidden_layers=2, num_attention_heads=4, tie_word_embeddings=False, **TOKENS
+    ),  # 1 KV head
+    "mpt": lambda: MptConfig(
+        d_model=64, n_layers=2, n_heads=4, max_seq_len=256, **TOKENS
+    ),  # max(0, positions - length)
+    "xglm": lambda: XGLMConfig(
+        d_model=64, num_layers=2, attention_heads=4, ffn_dim=128, max_position_embeddings=256, **TOKENS
+    ),
+    "mixtral": lambda: MixtralConfig(
+        **DECODER, num_local_experts=4, num_experts_per_tok=2, tie_word_embeddings=False, **TOKENS
+    ),  # MoE
 }
 
 

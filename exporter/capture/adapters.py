@@ -39,7 +39,9 @@ class FlattenInputStep:
         kwarg_names = self.in_spec.child(1).context if self.in_spec.num_children == 2 else []
         unknown = set(kwargs) - set(kwarg_names)
         if unknown:
-            raise ValueError(f"Unexpected keyword inputs {sorted(unknown)}; the model was exported with {list(kwarg_names)}.")
+            raise ValueError(
+                f"Unexpected keyword inputs {sorted(unknown)}; the model was exported with {list(kwarg_names)}."
+            )
         ordered = {name: kwargs[name] for name in kwarg_names if name in kwargs}
         leaves, spec = pytree.tree_flatten((tuple(args), ordered))
         if spec != self.in_spec:
@@ -130,7 +132,11 @@ def flatten_outputs(outputs: Any) -> list[Any]:
     """
     if outputs is None:
         return []
-    if dataclasses.is_dataclass(outputs) and not isinstance(outputs, type) and type(outputs) not in pytree.SUPPORTED_NODES:
+    if (
+        dataclasses.is_dataclass(outputs)
+        and not isinstance(outputs, type)
+        and type(outputs) not in pytree.SUPPORTED_NODES
+    ):
         return [leaf for f in dataclasses.fields(outputs) for leaf in flatten_outputs(getattr(outputs, f.name))]
     children, _ = pytree.tree_flatten(outputs, is_leaf=lambda x: x is not outputs)
     if len(children) == 1 and children[0] is outputs:
@@ -159,7 +165,9 @@ def check_outputs(program: torch.export.ExportedProgram, model: Callable[..., An
     """
     output_node = next(n for n in program.graph.nodes if n.op == "output")
     specs = program.graph_signature.output_specs
-    user_outputs = [a for a, s in zip(output_node.args[0], specs) if s.kind == torch.export.graph_signature.OutputKind.USER_OUTPUT]
+    user_outputs = [
+        a for a, s in zip(output_node.args[0], specs) if s.kind == torch.export.graph_signature.OutputKind.USER_OUTPUT
+    ]
     for i, value in enumerate(user_outputs):
         if not isinstance(value, (torch.fx.Node, int, float, bool)):
             raise UnsupportedOutputError(

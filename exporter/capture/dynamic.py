@@ -76,7 +76,9 @@ def requested(module: torch.nn.Module, args: tuple[Any, ...], kwargs: dict[str, 
 
 def has_size_0_or_1(inputs: Any) -> bool:
     """Whether an input tensor has a dimension of size 0 or 1 (which torch.export makes static)."""
-    return any(isinstance(x, torch.Tensor) and any(d <= 1 for d in x.shape) for x in torch.utils._pytree.tree_leaves(inputs))
+    return any(
+        isinstance(x, torch.Tensor) and any(d <= 1 for d in x.shape) for x in torch.utils._pytree.tree_leaves(inputs)
+    )
 
 
 @contextlib.contextmanager
@@ -133,8 +135,13 @@ def still_symbolic(program: torch.export.ExportedProgram, fixed: list[Specializa
     graph then holds only at that size."""
     inputs = user_inputs(program)
     return [
-        s for s in fixed
-        if any(s.matches(name, i, d) and is_symbolic(size) for i, (name, val) in enumerate(inputs) for d, size in enumerate(val.shape))
+        s
+        for s in fixed
+        if any(
+            s.matches(name, i, d) and is_symbolic(size)
+            for i, (name, val) in enumerate(inputs)
+            for d, size in enumerate(val.shape)
+        )
     ]
 
 
@@ -211,8 +218,16 @@ def readable(size: Any, names: dict[str, str]) -> str:
 
 def user_inputs(program: torch.export.ExportedProgram) -> list[tuple[str, torch.Tensor]]:
     """(graph input name, example value) of every user input tensor, in order."""
-    user = {spec.arg.name for spec in program.graph_signature.input_specs if spec.kind == torch.export.graph_signature.InputKind.USER_INPUT}
-    return [(n.name, n.meta["val"]) for n in program.graph.nodes if n.op == "placeholder" and n.name in user and isinstance(n.meta.get("val"), torch.Tensor)]
+    user = {
+        spec.arg.name
+        for spec in program.graph_signature.input_specs
+        if spec.kind == torch.export.graph_signature.InputKind.USER_INPUT
+    }
+    return [
+        (n.name, n.meta["val"])
+        for n in program.graph.nodes
+        if n.op == "placeholder" and n.name in user and isinstance(n.meta.get("val"), torch.Tensor)
+    ]
 
 
 def per_dim(spec: Any) -> list[tuple[int, Any]]:
@@ -243,7 +258,9 @@ def as_settings(option: Any) -> Any:
     if isinstance(option, _DimHint):
         return option.type.name.lower() if option.min is None and option.max is None else None
     if isinstance(option, _Dim):
-        plain = not isinstance(option, _DerivedDim) and option.min <= 2 and option.max == torch.utils._sympy.numbers.int_oo
+        plain = (
+            not isinstance(option, _DerivedDim) and option.min <= 2 and option.max == torch.utils._sympy.numbers.int_oo
+        )
         return option.__name__ if plain else None
     if not isinstance(option, (dict, list, tuple)):
         return None

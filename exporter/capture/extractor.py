@@ -15,12 +15,10 @@ from typing import Any
 
 import sympy
 import torch
-import torch.utils._pytree as pytree
 
 from exporter.capture import dynamic, packed_sequences, vision
 from exporter.capture.adapters import flatten_outputs
-from exporter.diagnostics import DiagnosticContext, Level
-from exporter.diagnostics import rules
+from exporter.diagnostics import DiagnosticContext, Level, rules
 from exporter.diagnostics.locations import EXPORTER_ROOT, Frame, is_user_file, parse_stack_trace
 from exporter.errors import is_out_of_memory
 
@@ -51,13 +49,23 @@ class Strategy:
 
 def _non_strict(model, args, kwargs, dynamic_shapes, asserts):
     return torch.export.export(
-        model, args, kwargs, dynamic_shapes=dynamic_shapes, strict=False, prefer_deferred_runtime_asserts_over_guards=asserts
+        model,
+        args,
+        kwargs,
+        dynamic_shapes=dynamic_shapes,
+        strict=False,
+        prefer_deferred_runtime_asserts_over_guards=asserts,
     )
 
 
 def _strict(model, args, kwargs, dynamic_shapes, asserts):
     return torch.export.export(
-        model, args, kwargs, dynamic_shapes=dynamic_shapes, strict=True, prefer_deferred_runtime_asserts_over_guards=asserts
+        model,
+        args,
+        kwargs,
+        dynamic_shapes=dynamic_shapes,
+        strict=True,
+        prefer_deferred_runtime_asserts_over_guards=asserts,
     )
 
 
@@ -88,7 +96,10 @@ _MODES = (
 
 def is_constraint_violation(error: BaseException | None) -> bool:
     """torch.export refused dynamic shapes the code does not allow for (a named Dim's "Constraints violated")."""
-    return isinstance(error, torch._dynamo.exc.UserError) and error.error_type == torch._dynamo.exc.UserErrorType.CONSTRAINT_VIOLATION
+    return (
+        isinstance(error, torch._dynamo.exc.UserError)
+        and error.error_type == torch._dynamo.exc.UserErrorType.CONSTRAINT_VIOLATION
+    )
 
 
 class GraphCaptureError(RuntimeError):
@@ -138,9 +149,14 @@ class FXGraphExtractor:
                 name = strategy.name + mode.suffix
                 start = time.perf_counter()
                 try:
-                    with _maybe(fake_mode), _flat_outputs(module), full_user_stacks(), packed_sequences.capturing(), \
-                            vision.capturing(), \
-                            dynamic.capturing(shapes is not None, mode.oblivious) as fixed:
+                    with (
+                        _maybe(fake_mode),
+                        _flat_outputs(module),
+                        full_user_stacks(),
+                        packed_sequences.capturing(),
+                        vision.capturing(),
+                        dynamic.capturing(shapes is not None, mode.oblivious) as fixed,
+                    ):
                         fixed += carried
                         self.specializations = fixed
                         program = strategy.capture(module, args, kwargs, shapes, mode.assumes)
@@ -160,8 +176,15 @@ class FXGraphExtractor:
                     )
                     continue
                 # right only at the example size, or not even there (a squeeze of a size 1): capture as torch.export does
-                if mode.oblivious and (carried := dynamic.still_symbolic(program, fixed) or dynamic.squeezed_at_one(program)):
-                    ctx.report(rules.GRAPH_CAPTURE, Level.NONE, f"{name}: the code fixes a size of 0 or 1; capturing again.", strategy=name)
+                if mode.oblivious and (
+                    carried := dynamic.still_symbolic(program, fixed) or dynamic.squeezed_at_one(program)
+                ):
+                    ctx.report(
+                        rules.GRAPH_CAPTURE,
+                        Level.NONE,
+                        f"{name}: the code fixes a size of 0 or 1; capturing again.",
+                        strategy=name,
+                    )
                     continue
                 attempt = CaptureAttempt(name, time.perf_counter() - start)
                 self.attempts.append(attempt)
@@ -223,7 +246,9 @@ def full_user_stacks() -> Iterator[None]:
     original = tracer._filter_traceback_frames
 
     def keep_user_frames(self, summary: traceback.StackSummary) -> traceback.StackSummary:
-        frames = [f for f in summary if is_user_file(f.filename) or (f.name == "forward" and not _is_machinery(f.filename))]
+        frames = [
+            f for f in summary if is_user_file(f.filename) or (f.name == "forward" and not _is_machinery(f.filename))
+        ]
         return traceback.StackSummary.from_list(frames) if frames else original(self, summary)
 
     tracer._filter_traceback_frames = keep_user_frames
@@ -233,9 +258,9 @@ def full_user_stacks() -> Iterator[None]:
         tracer._filter_traceback_frames = original
 
 
-_MACHINERY = tuple(
-    os.path.join(os.path.dirname(torch.__file__), d) for d in ("fx", "export", "_export", "_dynamo")
-) + (EXPORTER_ROOT,)
+_MACHINERY = tuple(os.path.join(os.path.dirname(torch.__file__), d) for d in ("fx", "export", "_export", "_dynamo")) + (
+    EXPORTER_ROOT,
+)
 
 
 def _is_machinery(path: str) -> bool:

@@ -97,7 +97,8 @@ def _recording_checkpoints(paths: list[str], fake_mode: FakeTensorMode) -> Itera
 
             with fake_mode:
                 return {
-                    name: torch.empty(entry.shape, dtype=entry.dtype) for name, entry in read_safetensors_header(filename).items()
+                    name: torch.empty(entry.shape, dtype=entry.dtype)
+                    for name, entry in read_safetensors_header(filename).items()
                 }
 
         patches.append((safetensors.torch, "load_file", load_file))

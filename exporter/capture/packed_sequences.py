@@ -27,8 +27,14 @@ def _sorted(lengths: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Te
 
 @torch.library.custom_op("onnxlens::packed_lstm", mutates_args=())
 def packed_lstm(
-    input: torch.Tensor, lengths: torch.Tensor, h0: torch.Tensor, c0: torch.Tensor, params: list[torch.Tensor],
-    has_biases: bool, num_layers: int, bidirectional: bool,
+    input: torch.Tensor,
+    lengths: torch.Tensor,
+    h0: torch.Tensor,
+    c0: torch.Tensor,
+    params: list[torch.Tensor],
+    has_biases: bool,
+    num_layers: int,
+    bidirectional: bool,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """An LSTM over the padded, time-first `input` whose sequence b has `lengths[b]` steps: the output
     (zero past each length) and the final states, as PyTorch's packed LSTM gives them."""
@@ -48,8 +54,13 @@ def _(input, lengths, h0, c0, params, has_biases, num_layers, bidirectional):
 
 @torch.library.custom_op("onnxlens::packed_gru", mutates_args=())
 def packed_gru(
-    input: torch.Tensor, lengths: torch.Tensor, h0: torch.Tensor, params: list[torch.Tensor],
-    has_biases: bool, num_layers: int, bidirectional: bool,
+    input: torch.Tensor,
+    lengths: torch.Tensor,
+    h0: torch.Tensor,
+    params: list[torch.Tensor],
+    has_biases: bool,
+    num_layers: int,
+    bidirectional: bool,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """`packed_lstm` for a GRU."""
     lengths, order, inverse = _sorted(lengths)

@@ -78,8 +78,13 @@ def repository_root(cwd: str | None = None) -> str:
 
 
 def check_log(
-    problems: Sequence[Problem], root: str, category: str, targets: list[dict[str, Any]], *,
-    baseline: dict[str, Any] | None = None, limits: Limits = GITHUB_LIMITS,
+    problems: Sequence[Problem],
+    root: str,
+    category: str,
+    targets: list[dict[str, Any]],
+    *,
+    baseline: dict[str, Any] | None = None,
+    limits: Limits = GITHUB_LIMITS,
 ) -> dict[str, Any]:
     """The check's SARIF log (JSON): one run with the results of every target, `targets` (name, file,
     outcome of each) in its properties, ``automationDetails.id`` ``onnxlens/<category>/``; with a `baseline`
@@ -181,26 +186,34 @@ def fit(log: dict[str, Any], limits: Limits) -> list[str]:
         for result in cut:
             result[key] = result[key][: limits.locations]
         if cut:
-            notes.append(f"{len(cut)} results had more than {limits.locations} {key}; the first {limits.locations} "
-                         "of each are kept (GitHub's limit per result).")
+            notes.append(
+                f"{len(cut)} results had more than {limits.locations} {key}; the first {limits.locations} "
+                "of each are kept (GitHub's limit per result)."
+            )
     total = len(run["results"])
     if total > limits.results:
         run["results"] = _by_severity(run["results"])[: limits.results]
-        notes.append(f"{total - limits.results} of {total} results left out, the least severe first "
-                     f"(GitHub's limit of {limits.results} results per run).")
+        notes.append(
+            f"{total - limits.results} of {total} results left out, the least severe first "
+            f"(GitHub's limit of {limits.results} results per run)."
+        )
     if _gzip_size(log) > limits.gzip_bytes:
         for result in run["results"]:
             result.pop("stacks", None)
             result.pop("relatedLocations", None)
-        notes.append("The results' stacks and related locations are left out (GitHub's limit of "
-                     f"{limits.gzip_bytes} bytes gzip-compressed).")
+        notes.append(
+            "The results' stacks and related locations are left out (GitHub's limit of "
+            f"{limits.gzip_bytes} bytes gzip-compressed)."
+        )
     total = keep = len(run["results"])
     while keep and _gzip_size(log) > limits.gzip_bytes:
         keep = keep * 9 // 10
         run["results"] = _by_severity(run["results"])[:keep]
     if keep < total:
-        notes.append(f"{total - keep} of {total} results left out, the least severe first (GitHub's limit of "
-                     f"{limits.gzip_bytes} bytes gzip-compressed).")
+        notes.append(
+            f"{total - keep} of {total} results left out, the least severe first (GitHub's limit of "
+            f"{limits.gzip_bytes} bytes gzip-compressed)."
+        )
     return notes
 
 

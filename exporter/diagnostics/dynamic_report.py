@@ -41,14 +41,20 @@ def report_specialized(
         found = next((s for s in reversed(fixed) if s.matches(dim.input, dim.index, dim.dim)), None)
         stack = found.stack if found else []
         if found is None and size <= 1:
-            message = (f"Dimension {dim.dim} of input '{dim.input}' is {size} in the example, and torch.export keeps "
-                       f"such sizes static: give an example with another size there to make it dynamic.")
+            message = (
+                f"Dimension {dim.dim} of input '{dim.input}' is {size} in the example, and torch.export keeps "
+                f"such sizes static: give an example with another size there to make it dynamic."
+            )
         elif size <= 1:
-            message = (f"{_code(stack)} fixes dimension {dim.dim} of input '{dim.input}' to {size}, the example's size: the "
-                       "exported graph accepts only that size there. With another example size the code may not fix it.")
+            message = (
+                f"{_code(stack)} fixes dimension {dim.dim} of input '{dim.input}' to {size}, the example's size: the "
+                "exported graph accepts only that size there. With another example size the code may not fix it."
+            )
         else:
-            message = (f"{_code(stack)} fixes dimension {dim.dim} of input '{dim.input}' to {size}: the exported graph "
-                       "accepts only that size there, though the dimension was asked to be dynamic.")
+            message = (
+                f"{_code(stack)} fixes dimension {dim.dim} of input '{dim.input}' to {size}: the exported graph "
+                "accepts only that size there, though the dimension was asked to be dynamic."
+            )
         ctx.report(
             rules.DIMENSION_SPECIALIZED,
             Level.NOTE if dim.spec is True and not all_static else Level.WARNING,
@@ -99,7 +105,11 @@ def constraint_violation(
     if violated is None or not isinstance(option, dict):
         return None
     names = {n.strip() for n in violated[1].split(",")}
-    fixes = [line.strip() for line in text.split("Suggested fixes:", 1)[-1].strip().splitlines() if "=" in line] if "Suggested fixes:" in text else []
+    fixes = (
+        [line.strip() for line in text.split("Suggested fixes:", 1)[-1].strip().splitlines() if "=" in line]
+        if "Suggested fixes:" in text
+        else []
+    )
     for index, (input_name, spec) in enumerate(option.items()):
         for dim, dim_spec in dynamic.per_dim(spec):
             if isinstance(dim_spec, _Dim) and dim_spec.__name__ in names:
@@ -111,7 +121,10 @@ def constraint_violation(
                     f"Dim({dim_spec.__name__!r}). torch.export suggests: {'; '.join(fixes) or 'make the dimension static'}."
                 )
                 properties = {
-                    Prop.INPUT: input_name, Prop.DIM: dim, Prop.DIM_NAME: dim_spec.__name__, Prop.SUGGESTED_FIXES: fixes
+                    Prop.INPUT: input_name,
+                    Prop.DIM: dim,
+                    Prop.DIM_NAME: dim_spec.__name__,
+                    Prop.SUGGESTED_FIXES: fixes,
                 }
                 dynamic_shapes = {Prop.DYNAMIC_SHAPES: dynamic.as_settings(option)}
                 return message, stack, properties | _argument(arguments, input_name) | dynamic_shapes
@@ -131,10 +144,17 @@ def _spelled(spec: Any) -> str:
 
 
 def _dims(value: Any, names: dict[str, str]) -> list[int | str]:
-    return [dynamic.readable(d, names) if dynamic.is_symbolic(d) else int(d) for d in value.shape] if isinstance(value, torch.Tensor) else []
+    return (
+        [dynamic.readable(d, names) if dynamic.is_symbolic(d) else int(d) for d in value.shape]
+        if isinstance(value, torch.Tensor)
+        else []
+    )
 
 
 def _output_values(program: torch.export.ExportedProgram) -> list[Any]:
     output = next(n for n in program.graph.nodes if n.op == "output")
-    values = [a.meta.get("val") if isinstance(a, torch.fx.Node) else None for a in torch.utils._pytree.tree_leaves(output.args[0])]
-    return values[len(values) - len(program.graph_signature.user_outputs):]
+    values = [
+        a.meta.get("val") if isinstance(a, torch.fx.Node) else None
+        for a in torch.utils._pytree.tree_leaves(output.args[0])
+    ]
+    return values[len(values) - len(program.graph_signature.user_outputs) :]

@@ -63,11 +63,18 @@ def read_notebook(path: str, mtime: float) -> NotebookCells:
     with open(path, encoding="utf-8") as f:
         cells = json.load(f).get("cells", [])
     code = [(i, cell) for i, cell in enumerate(cells) if cell.get("cell_type") == "code"]
-    texts = ["".join(cell.get("source", "")) if isinstance(cell.get("source"), list) else cell.get("source", "")
-             for _, cell in code]
+    texts = [
+        "".join(cell.get("source", "")) if isinstance(cell.get("source"), list) else cell.get("source", "")
+        for _, cell in code
+    ]
     by_hash = {murmur2_x86(text, get_tmp_hash_seed()): i for i, text in enumerate(texts)}
-    return NotebookCells(os.path.abspath(path), program(texts), by_hash, tuple(i + 1 for i, _ in code),
-                         tuple(cell.get("id") for _, cell in code))
+    return NotebookCells(
+        os.path.abspath(path),
+        program(texts),
+        by_hash,
+        tuple(i + 1 for i, _ in code),
+        tuple(cell.get("id") for _, cell in code),
+    )
 
 
 def kernel_notebook(notebook: str | os.PathLike | None = None) -> str | None:
@@ -100,11 +107,17 @@ def _mapped(diagnostic, cells: NotebookCells | None):
         else:
             stack.append(frame)
             if _KERNEL_FILE.search(frame.path):
-                why = (f"no cell of {os.path.basename(cells.path)} has the text the kernel ran (edited, not saved?)"
-                       if cells else "the notebook is unknown: pass notebook= to save_diagnostics")
+                why = (
+                    f"no cell of {os.path.basename(cells.path)} has the text the kernel ran (edited, not saved?)"
+                    if cells
+                    else "the notebook is unknown: pass notebook= to save_diagnostics"
+                )
                 unmapped.append(f"{frame.path}:{frame.line}: {why}")
     if not found and not unmapped:
         return diagnostic
-    properties = {**diagnostic.properties, **({NOTEBOOK_CELLS: found} if found else {}),
-                  **({UNMAPPED_FRAMES: unmapped} if unmapped else {})}
+    properties = {
+        **diagnostic.properties,
+        **({NOTEBOOK_CELLS: found} if found else {}),
+        **({UNMAPPED_FRAMES: unmapped} if unmapped else {}),
+    }
     return dataclasses.replace(diagnostic, stack=stack, properties=properties)

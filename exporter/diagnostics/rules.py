@@ -211,7 +211,7 @@ DIMENSION_SPECIALIZED = Rule(
     "Dim.DYNAMIC or a named Dim) but that the model's code fixed to its example size, at the line "
     "that fixed it (a shape comparison, a view/reshape with that size, a weight of that size), with "
     "the call stack. The exported graph accepts only that size there. With a named Dim, torch.export "
-    "refuses the export instead (\"Constraints violated\"): that is an error at the same line, with "
+    'refuses the export instead ("Constraints violated"): that is an error at the same line, with '
     "torch's suggested fix in the message and the properties. Where only torch.export's guards "
     "fail (a size of 1 a reshape inside PyTorch rules out) and they hold at the example's sizes, the graph "
     "is captured with them as assumptions instead, a note for each (`sequence_length != 1`): onnxruntime "
@@ -234,7 +234,7 @@ ACCURACY_DIVERGENCE = Rule(
     "the final ONNX model (after optimization, as saved) runs in onnxruntime and every output is compared with eager "
     "PyTorch: a note gives each output's max abs / rel error and an error histogram (properties outputs). Tolerances "
     "per dtype (atol, rtol): float64 1e-6, 1e-5; float32 1e-4, 1e-3; float16 1e-2, 1e-2; bfloat16 5e-2, 5e-2; "
-    "integers and booleans exact; ExportOptions(verify_tolerances={\"float32\": (atol, rtol)}) overrides them. "
+    'integers and booleans exact; ExportOptions(verify_tolerances={"float32": (atol, rtol)}) overrides them. '
     "When an output diverges, the values of the FX graph's nodes are compared in one more onnxruntime session, in "
     "topological order: the error is at the source line of the first node that diverges while its inputs match, "
     "naming the ATen op, the ONNX ops it became, its error and tolerance (later nodes that only inherit it are "

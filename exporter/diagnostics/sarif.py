@@ -134,8 +134,9 @@ def _descriptor(rule: Rule) -> sarif.ReportingDescriptor:
         help=sarif.MultiformatMessageString(text=rule.help, markdown=rule.help_markdown),
         help_uri=rule.help_uri,
         default_configuration=sarif.ReportingConfiguration(level=_level(rule.default_level)),
-        properties=_bag(**{"tags": list(rule.all_tags), "precision": rule.precision,
-                           "problem.severity": rule.problem_severity}),
+        properties=_bag(
+            **{"tags": list(rule.all_tags), "precision": rule.precision, "problem.severity": rule.problem_severity}
+        ),
     )
 
 

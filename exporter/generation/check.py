@@ -69,11 +69,19 @@ class GreedyResult:
 
 
 def greedy_generate(
-    session: Any, input_ids: np.ndarray, attention_mask: np.ndarray, max_new_tokens: int, eos_token_ids: set[int], pad_token_id: int
+    session: Any,
+    input_ids: np.ndarray,
+    attention_mask: np.ndarray,
+    max_new_tokens: int,
+    eos_token_ids: set[int],
+    pad_token_id: int,
 ) -> GreedyResult:
     """Greedy generation with an onnxruntime session of an exported model (left-padded batches)."""
     inputs = {i.name: i for i in session.get_inputs()}
-    past_names = sorted((n for n in inputs if n.startswith("past_key_values.")), key=lambda n: (int(n.split(".")[1]), n.endswith(".value")))
+    past_names = sorted(
+        (n for n in inputs if n.startswith("past_key_values.")),
+        key=lambda n: (int(n.split(".")[1]), n.endswith(".value")),
+    )
     batch = input_ids.shape[0]
     feeds: dict[str, np.ndarray] = {}
     for name in past_names:
@@ -140,10 +148,17 @@ def check_generation(
         attention_mask = torch.ones_like(prompt)
     with torch.no_grad():  # on copies: a forward that mutates its inputs must not change what onnxruntime gets
         eager = model.generate(
-            prompt.clone(), attention_mask=attention_mask.clone(), max_new_tokens=max_new_tokens, min_new_tokens=0, do_sample=False, num_beams=1,
-            pad_token_id=pad, output_logits=True, return_dict_in_generate=True,
+            prompt.clone(),
+            attention_mask=attention_mask.clone(),
+            max_new_tokens=max_new_tokens,
+            min_new_tokens=0,
+            do_sample=False,
+            num_beams=1,
+            pad_token_id=pad,
+            output_logits=True,
+            return_dict_in_generate=True,
         )
-    expected = eager.sequences[:, prompt.shape[1]:].numpy()
+    expected = eager.sequences[:, prompt.shape[1] :].numpy()
     eager_logits = [x.float().numpy() for x in eager.logits]
     batch = prompt.shape[0]
     try:
@@ -174,14 +189,18 @@ def report(
     parity = Parity(batch, steps, expected.tolist(), produced.tolist(), divergence, result.prefill_ms, decode_ms)
     properties = {"batch": batch, "steps": steps, "expectedTokens": parity.expected, "producedTokens": parity.produced}
     if divergence is None and expected.shape[1] != produced.shape[1]:  # one side ended every row earlier
-        divergence_message = f"Generation ends after {produced.shape[1]} tokens in onnxruntime, after {expected.shape[1]} in generate()."
+        divergence_message = (
+            f"Generation ends after {produced.shape[1]} tokens in onnxruntime, after {expected.shape[1]} in generate()."
+        )
         ctx.report(rules.GENERATION_DIVERGENCE, Level.ERROR, divergence_message, generationCheck="failed", **properties)
         return dataclasses.replace(parity, error=divergence_message)
     if divergence is None:
         ctx.report(
-            rules.GENERATION_DIVERGENCE, Level.NOTE,
+            rules.GENERATION_DIVERGENCE,
+            Level.NOTE,
             f"Generation check passed: {steps} greedy tokens for {batch} prompts in onnxruntime with the KV cache, identical to generate(do_sample=False).",
-            generationCheck="passed", **properties,
+            generationCheck="passed",
+            **properties,
         )
         return parity
     d = divergence
@@ -191,15 +210,28 @@ def report(
         + (": a near tie, rounding alone may decide it." if d.near_tie else ".")
     )
     ctx.report(
-        rules.GENERATION_DIVERGENCE, Level.WARNING if d.near_tie else Level.ERROR, message,
-        generationCheck="near tie" if d.near_tie else "diverged", step=d.step, row=d.row, expectedToken=d.expected,
-        producedToken=d.produced, logitMargin=d.margin, eagerLogitMargin=d.eager_margin, **properties,
+        rules.GENERATION_DIVERGENCE,
+        Level.WARNING if d.near_tie else Level.ERROR,
+        message,
+        generationCheck="near tie" if d.near_tie else "diverged",
+        step=d.step,
+        row=d.row,
+        expectedToken=d.expected,
+        producedToken=d.produced,
+        logitMargin=d.margin,
+        eagerLogitMargin=d.eager_margin,
+        **properties,
     )
     return parity
 
 
 def first_divergence(
-    expected: np.ndarray, produced: np.ndarray, eager_logits: list[np.ndarray], ort_logits: list[np.ndarray], steps: int, tolerance: float
+    expected: np.ndarray,
+    produced: np.ndarray,
+    eager_logits: list[np.ndarray],
+    ort_logits: list[np.ndarray],
+    steps: int,
+    tolerance: float,
 ) -> Divergence | None:
     """The first (step, row) whose tokens differ, with its margins; a near tie when eager's logits of
     the two tokens are within `tolerance`."""

@@ -37,8 +37,14 @@ from exporter.output.program import ExportOutput
 MODEL_FILE = "model.onnx"
 SARIF_FILE = "model.sarif"
 TOKENIZER_FILES = (
-    "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "tokenizer.model",
-    "vocab.json", "merges.txt", "added_tokens.json", "chat_template.jinja",
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "special_tokens_map.json",
+    "tokenizer.model",
+    "vocab.json",
+    "merges.txt",
+    "added_tokens.json",
+    "chat_template.jinja",
 )
 DEFAULT_CONTEXT = 4096  # the rotary caches' positions when the config has no context length
 BATCH, SEQUENCE, PAST, TOTAL = "batch_size", "sequence_length", "past_sequence_length", "total_sequence_length"
@@ -91,7 +97,13 @@ class CausalLMWithCache(torch.nn.Module):
         cache = DynamicCache(ddp_cache_data=past_key_values)
         kwargs = {"position_ids": position_ids} if position_ids is not None else {}
         with _sliding_windows_over_positions(attention_mask):
-            out = self.model(input_ids=input_ids, attention_mask=attention_mask, use_cache=True, **{self.cache_argument: cache}, **kwargs)
+            out = self.model(
+                input_ids=input_ids,
+                attention_mask=attention_mask,
+                use_cache=True,
+                **{self.cache_argument: cache},
+                **kwargs,
+            )
         return out.logits, [(layer.keys, layer.values) for layer in cache.layers]  # the model extended the cache
 
 
@@ -168,17 +180,29 @@ def export_for_generation(
         from exporter.generation.seq2seq import export_seq2seq_for_generation
 
         return export_seq2seq_for_generation(
-            model, output_dir, verify_generation=verify_generation, max_new_tokens=max_new_tokens, prompt=prompt,
-            attention_mask=attention_mask, tokenizer=tokenizer, export_options=export_options,
-            model_state_dict=model_state_dict, sarif=sarif, min_token_agreement=min_token_agreement,
+            model,
+            output_dir,
+            verify_generation=verify_generation,
+            max_new_tokens=max_new_tokens,
+            prompt=prompt,
+            attention_mask=attention_mask,
+            tokenizer=tokenizer,
+            export_options=export_options,
+            model_state_dict=model_state_dict,
+            sarif=sarif,
+            min_token_agreement=min_token_agreement,
         )
     export_options = export_options or ExportOptions()
     fixed = [name for name in ("dynamic_shapes", "op_level_debug", "verify") if getattr(export_options, name)]
     if fixed:
-        raise ValueError(f"export_for_generation does not take {', '.join(fixed)} (its shapes and checks are fixed: it is checked by generating)")
+        raise ValueError(
+            f"export_for_generation does not take {', '.join(fixed)} (its shapes and checks are fixed: it is checked by generating)"
+        )
     fake_context = export_options.fake_context
     if fake_context is not None and model_state_dict is None and not fake_context.state_dict_paths:
-        raise ValueError("Under fake mode the weights must come from somewhere: pass model_state_dict (a state dict or checkpoint path).")
+        raise ValueError(
+            "Under fake mode the weights must come from somewhere: pass model_state_dict (a state dict or checkpoint path)."
+        )
     precision = export_options.precision
     if precision != "fp32" and fake_context is not None:
         raise ValueError(f"precision={precision!r} lowers the weights' precision: it needs them (no fake mode).")
@@ -214,12 +238,21 @@ def export_for_generation(
         verify_seconds += time.perf_counter() - start
     elif verify_generation and fake_context is not None:
         export_output.diagnostic_context.report(
-            rules.GENERATION_DIVERGENCE, Level.NOTE, "Generation check skipped: the model was exported under fake mode (no weights to generate with).",
+            rules.GENERATION_DIVERGENCE,
+            Level.NOTE,
+            "Generation check skipped: the model was exported under fake mode (no weights to generate with).",
             generationCheck="skipped",
         )
     elif verify_generation:
         start = time.perf_counter()
-        parity = check_generation(model, os.path.join(output_dir, MODEL_FILE), export_output.diagnostic_context, prompt, attention_mask, max_new_tokens)
+        parity = check_generation(
+            model,
+            os.path.join(output_dir, MODEL_FILE),
+            export_output.diagnostic_context,
+            prompt,
+            attention_mask,
+            max_new_tokens,
+        )
         verify_seconds = time.perf_counter() - start
     if sarif:
         export_output.save_diagnostics(os.path.join(output_dir, SARIF_FILE))
@@ -288,7 +321,10 @@ def _example(model: torch.nn.Module, uses_positions: bool) -> tuple[tuple[Any, .
     input_ids = torch.zeros(batch, new, dtype=torch.long)
     mask = torch.ones(batch, past + new, dtype=torch.long)
     positions = torch.arange(past, past + new).expand(batch, new).contiguous() if uses_positions else None
-    cache = [tuple(torch.zeros(batch, heads, past, size, dtype=dtype) for heads, size, dtype in layer) for layer in _cache_layout(model)]
+    cache = [
+        tuple(torch.zeros(batch, heads, past, size, dtype=dtype) for heads, size, dtype in layer)
+        for layer in _cache_layout(model)
+    ]
     context = genai_config.context_length_of(model.config)  # code for positions past it may be another (XGLM's)
     b, s = Dim(BATCH, min=1), Dim(SEQUENCE, min=1, max=context)
     p, t = Dim(PAST, min=0, max=context - 1 if context else None), Dim(TOTAL, min=1, max=context)
@@ -321,11 +357,18 @@ def _cache_argument(model: torch.nn.Module) -> str:
 def _name_interface(model: ir.Model, layers: int, uses_positions: bool) -> None:
     """Give the graph's inputs and outputs the standard names, and the presents' length its name."""
     cache_names = [f"{{}}.{i}.{kind}" for i in range(layers) for kind in ("key", "value")]
-    inputs = ["input_ids", "attention_mask", *(["position_ids"] if uses_positions else []), *(n.format("past_key_values") for n in cache_names)]
+    inputs = [
+        "input_ids",
+        "attention_mask",
+        *(["position_ids"] if uses_positions else []),
+        *(n.format("past_key_values") for n in cache_names),
+    ]
     outputs = ["logits", *(n.format("present") for n in cache_names)]
     graph = model.graph
     if len(graph.outputs) != len(outputs) or len(graph.inputs) < len(inputs):
-        raise RuntimeError(f"The exported graph has {len(graph.inputs)} inputs and {len(graph.outputs)} outputs; expected {len(inputs)} and {len(outputs)}.")
+        raise RuntimeError(
+            f"The exported graph has {len(graph.inputs)} inputs and {len(graph.outputs)} outputs; expected {len(inputs)} and {len(outputs)}."
+        )
     for value, name in zip(graph.inputs, inputs):
         value.name = name
         if name.startswith("past_key_values."):  # the exporter names only top-level inputs' Dims
@@ -344,24 +387,43 @@ def _name_dim(value: ir.Value, axis: int, name: str) -> None:
 
 
 def _write_folder(
-    export_output: ExportOutput, model: torch.nn.Module, output_dir: str, tokenizer: Any, uses_positions: bool, state_dict: Any
+    export_output: ExportOutput,
+    model: torch.nn.Module,
+    output_dir: str,
+    tokenizer: Any,
+    uses_positions: bool,
+    state_dict: Any,
 ) -> list[str]:
     """Write the model, its configs and tokenizer; the names written, relative to `output_dir`."""
     export_output.save(os.path.join(output_dir, MODEL_FILE), model_state_dict=state_dict)
-    weights = [f"{MODEL_FILE}.data", f"{os.path.splitext(MODEL_FILE)[0]}_initializers"]  # as `ExportOutput.save` names them
+    weights = [
+        f"{MODEL_FILE}.data",
+        f"{os.path.splitext(MODEL_FILE)[0]}_initializers",
+    ]  # as `ExportOutput.save` names them
     files = [MODEL_FILE, *(w for w in weights if os.path.exists(os.path.join(output_dir, w)))]
     model.config.save_pretrained(output_dir)
     model.generation_config.save_pretrained(output_dir)
-    config = genai_config.build(model.config, model.generation_config, export_output.model.graph, MODEL_FILE, uses_positions)
+    config = genai_config.build(
+        model.config, model.generation_config, export_output.model.graph, MODEL_FILE, uses_positions
+    )
     with open(os.path.join(output_dir, genai_config.FILE), "w", encoding="utf-8") as f:
         json.dump(config, f, indent=4)
-    return [*files, "config.json", "generation_config.json", genai_config.FILE, *_copy_tokenizer(model, tokenizer, output_dir)]
+    return [
+        *files,
+        "config.json",
+        "generation_config.json",
+        genai_config.FILE,
+        *_copy_tokenizer(model, tokenizer, output_dir),
+    ]
 
 
 def _copy_tokenizer(model: torch.nn.Module, tokenizer: Any, output_dir: str) -> list[str]:
     """Save `tokenizer`, or copy the tokenizer files of the model's folder on disk; their names."""
     if tokenizer is not None:
-        return sorted({os.path.basename(p) for p in tokenizer.save_pretrained(output_dir)} & set(os.listdir(output_dir)) - {"config.json"})
+        return sorted(
+            {os.path.basename(p) for p in tokenizer.save_pretrained(output_dir)}
+            & set(os.listdir(output_dir)) - {"config.json"}
+        )
     source = getattr(model, "name_or_path", "") or getattr(model.config, "_name_or_path", "")
     copied = []
     if source and os.path.isdir(source):
@@ -384,4 +446,3 @@ def _transformers_export_patches() -> Iterator[None]:
         return
     with apply_patches("dynamo"):
         yield
-

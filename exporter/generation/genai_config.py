@@ -29,7 +29,11 @@ def build(config: Any, generation_config: Any, graph: ir.Graph, filename: str, u
     pad = _first_set(generation_config, config, "pad_token_id")
     if pad is None:  # genai masks this id at the end of a batch's rows (it pads on the right); else the end of sequence
         pad = eos[0] if isinstance(eos, list) else eos
-    ids = {"bos_token_id": _first_set(generation_config, config, "bos_token_id"), "eos_token_id": eos, "pad_token_id": pad}
+    ids = {
+        "bos_token_id": _first_set(generation_config, config, "bos_token_id"),
+        "eos_token_id": eos,
+        "pad_token_id": pad,
+    }
     return {
         "model": {
             **{name: value for name, value in ids.items() if value is not None},  # genai refuses null ids
@@ -40,7 +44,11 @@ def build(config: Any, generation_config: Any, graph: ir.Graph, filename: str, u
                 "head_size": head_size,
                 "hidden_size": text.hidden_size,
                 "inputs": inputs,
-                "outputs": {"logits": "logits", "present_key_names": "present.%d.key", "present_value_names": "present.%d.value"},
+                "outputs": {
+                    "logits": "logits",
+                    "present_key_names": "present.%d.key",
+                    "present_value_names": "present.%d.value",
+                },
                 "num_attention_heads": text.num_attention_heads,
                 "num_hidden_layers": layers,
                 "num_key_value_heads": kv_heads,

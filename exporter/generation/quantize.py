@@ -64,7 +64,8 @@ def quantize(
     options: ExportOptions,
     groups: dict[str, list[str]],
     keep: Collection[str] = (),
-    only: Collection[str] | None = None, in_place: bool = False,
+    only: Collection[str] | None = None,
+    in_place: bool = False,
 ) -> onnx.ModelProto:
     """`model` (fp32, weights in memory) at `options.precision`; the groups in `keep` stay one step
     higher: int8 in an int4 export, fp32 in an int8 one. The head is int8 in an int4 export with

@@ -10,11 +10,10 @@ import onnx_ir as ir
 import onnx_ir.passes.common as common_passes
 
 from exporter.constants import METADATA_STACK
-from exporter.diagnostics import DiagnosticContext, Level
-from exporter.diagnostics import rules
+from exporter.diagnostics import DiagnosticContext, Level, rules
 from exporter.diagnostics.locations import Frame, parse_stack_trace
-from exporter.passes.modularize import ModularizePass
 from exporter.onnx_passes.optimize import FusePass, OptimizePass
+from exporter.passes.modularize import ModularizePass
 
 _CHECKABLE_BYTES = 2**31 - 2**26  # onnx.checker needs the model as one protobuf (< 2 GiB)
 MIN_IR_VERSION = 10  # node and function metadata_props (the source links) and function overloads: IR 10
@@ -35,7 +34,8 @@ class ConvertOpsetPass(ir.passes.InPlacePass):
     def call(self, model: ir.Model) -> ir.passes.PassResult:
         if model.opset_imports.get("") == self.opset_version:
             older = [
-                n for n in ir.traversal.RecursiveGraphIterator(model.graph)
+                n
+                for n in ir.traversal.RecursiveGraphIterator(model.graph)
                 if n.domain == "" and n.version and n.version < self.opset_version
             ]
             if not older:
@@ -52,7 +52,9 @@ class ConvertOpsetPass(ir.passes.InPlacePass):
     def ensures(self, model: ir.Model) -> None:
         found = model.opset_imports.get("")
         if found != self.opset_version:
-            raise ir.passes.PostconditionError(f"the model imports opset {found}, not the requested {self.opset_version}")
+            raise ir.passes.PostconditionError(
+                f"the model imports opset {found}, not the requested {self.opset_version}"
+            )
 
 
 class FunctionOpsetPass(ir.passes.InPlacePass):
@@ -101,7 +103,9 @@ class IrVersionPass(ir.passes.InPlacePass):
 def min_ir_version(model: ir.Model) -> int:
     """The lowest IR version onnx allows for the opsets `model` and its functions import."""
     imports = {(d, v) for owner in (model, *model.functions.values()) for d, v in owner.opset_imports.items()}
-    return onnx.helper.find_min_ir_version_for([onnx.helper.make_opsetid(d, v) for d, v in imports], ignore_unknown=True)
+    return onnx.helper.find_min_ir_version_for(
+        [onnx.helper.make_opsetid(d, v) for d, v in imports], ignore_unknown=True
+    )
 
 
 def onnx_passes(opset_version: int, *, optimize: bool | str = True, modularize: bool = True) -> ir.passes.Sequential:
@@ -118,7 +122,9 @@ def onnx_passes(opset_version: int, *, optimize: bool | str = True, modularize: 
     return ir.passes.Sequential(*passes)
 
 
-def finalize(model: ir.Model, opset_version: int, ctx: DiagnosticContext, *, optimize: bool | str = True, modularize: bool = True) -> None:
+def finalize(
+    model: ir.Model, opset_version: int, ctx: DiagnosticContext, *, optimize: bool | str = True, modularize: bool = True
+) -> None:
     """Run `onnx_passes` on `model` in place, each reported by name, then `check` it."""
     for pass_ in onnx_passes(opset_version, optimize=optimize, modularize=modularize).passes:
         name = type(pass_).__name__
@@ -128,7 +134,9 @@ def finalize(model: ir.Model, opset_version: int, ctx: DiagnosticContext, *, opt
             message = f"ONNX pass {name} failed: {type(e).__name__}: {e}"
             ctx.report(rules.ONNX_MODEL_CHECK, Level.ERROR, message, exception=e, **{"pass": name})
             raise PassFailed(message) from e
-        ctx.report(rules.ONNX_MODEL_CHECK, Level.NONE, f"Ran ONNX pass {name}.", modified=result.modified, **{"pass": name})
+        ctx.report(
+            rules.ONNX_MODEL_CHECK, Level.NONE, f"Ran ONNX pass {name}.", modified=result.modified, **{"pass": name}
+        )
     check(model, ctx)
 
 
@@ -145,11 +153,22 @@ def check(model: ir.Model, ctx: DiagnosticContext) -> None:
     try:
         onnx.checker.check_model(proto, full_check=_all_ops_known(model))
     except (onnx.checker.ValidationError, onnx.shape_inference.InferenceError) as e:
-        ctx.report(rules.ONNX_MODEL_CHECK, Level.ERROR, f"onnx.checker rejected the model: {e}", stack=_stack_of_named_node(model, str(e)), exception=e)
+        ctx.report(
+            rules.ONNX_MODEL_CHECK,
+            Level.ERROR,
+            f"onnx.checker rejected the model: {e}",
+            stack=_stack_of_named_node(model, str(e)),
+            exception=e,
+        )
         return
     if ctx.wants(Level.NONE):
         del proto.graph.initializer[:]  # the dump shows structure, not weights
-        ctx.report(rules.ONNX_MODEL_CHECK, Level.NONE, "onnx.checker accepted the model.", onnxGraph=onnx.printer.to_text(proto))
+        ctx.report(
+            rules.ONNX_MODEL_CHECK,
+            Level.NONE,
+            "onnx.checker accepted the model.",
+            onnxGraph=onnx.printer.to_text(proto),
+        )
 
 
 _NODE_NAME = re.compile(r"node name: ([^)\s]+)\)")

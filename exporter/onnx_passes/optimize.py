@@ -96,7 +96,9 @@ def _keep_provenance(model: ir.Model, before: dict[ir.Node, list[ir.Value | None
             inputs = {v for v in node.inputs if v is not None}
             source = next((old for old, read in removed if read & inputs), None)
             if source is not None:
-                node.metadata_props.update({k: v for k, v in source.metadata_props.items() if k.startswith(_METADATA_PREFIX)})
+                node.metadata_props.update(
+                    {k: v for k, v in source.metadata_props.items() if k.startswith(_METADATA_PREFIX)}
+                )
 
 
 def infer_missing_shapes(model: ir.Model) -> None:
@@ -211,8 +213,22 @@ def onnxruntime_fusions(model: ir.Model) -> int:
     rules mark ``transBatchA`` where the other input has a lower rank, which onnxruntime then refuses
     to run; its own graph optimizer makes FusedMatMul soundly). Returns how many fusions applied."""
     from onnxscript.rewriter.ort_fusions import (
-        attention, bias_gelu, cos_sin_cache, erfgelu, gelu, gqa, gqa_packed_qkv, instance_to_group_normalization,
-        mha, mha_bias, mha_scale, rotary_embedding, sdpa, sdpa_via_mha, skip_normalization, softmax,
+        attention,
+        bias_gelu,
+        cos_sin_cache,
+        erfgelu,
+        gelu,
+        gqa,
+        gqa_packed_qkv,
+        instance_to_group_normalization,
+        mha,
+        mha_bias,
+        mha_scale,
+        rotary_embedding,
+        sdpa,
+        sdpa_via_mha,
+        skip_normalization,
+        softmax,
     )  # fmt: skip
     from onnxscript.rewriter.rules.common import gemm_to_matmul_add_rule
 
@@ -250,7 +266,11 @@ def portable_rules(opset_version: int, target: bool | str) -> list[pattern.Rewri
         return rules  # its attention fusions match MatMul + Add
     rules.append(_LinearAsGemm.rule())
     if opset_version >= _GELU_OPSET:
-        return [*rules, pattern.RewriteRule(erfgelu.erf_gelu_pattern_2, _gelu), pattern.RewriteRule(gelu.GeluTanhFusion().pattern, _gelu_tanh)]
+        return [
+            *rules,
+            pattern.RewriteRule(erfgelu.erf_gelu_pattern_2, _gelu),
+            pattern.RewriteRule(gelu.GeluTanhFusion().pattern, _gelu_tanh),
+        ]
     return [*rules, _GeluAsOnnxruntimeFuses.rule()]
 
 
@@ -352,7 +372,9 @@ class _ReshapeOfReshape(pattern.RewriteRuleClassBase):
     (timm's GC ViT and DaViT with a dynamic batch: a model onnx.checker rejects)."""
 
     def pattern(self, op, x, inner, shape):
-        return op.Reshape(op.Reshape(x, inner, _allow_other_attributes=True), shape, _allow_other_attributes=True, _outputs=["out"])
+        return op.Reshape(
+            op.Reshape(x, inner, _allow_other_attributes=True), shape, _allow_other_attributes=True, _outputs=["out"]
+        )
 
     def check(self, context, x, inner, shape, out, **_) -> pattern.MatchResult:
         result = pattern.MatchResult()
@@ -460,7 +482,12 @@ class _EqualTrue(pattern.RewriteRuleClassBase):
 
     def check(self, context, b, true) -> pattern.MatchResult:
         result = pattern.MatchResult()
-        if b.dtype != ir.DataType.BOOL or not _ir_utils.is_singleton_value(true, True) or b.shape is None or true.shape is None:
+        if (
+            b.dtype != ir.DataType.BOOL
+            or not _ir_utils.is_singleton_value(true, True)
+            or b.shape is None
+            or true.shape is None
+        ):
             return result.fail("Not a Boolean compared with True.")
         if true.shape.rank() > b.shape.rank():
             return result.fail("True would add axes.", true)
@@ -493,7 +520,9 @@ class _SqueezedReduction(pattern.RewriteRuleClassBase):
         self.reduction = reduction
 
     def pattern(self, op, x):
-        return op.Squeeze(getattr(op, self.reduction)(x, keepdims=1, noop_with_empty_axes=0, _allow_other_attributes=False))
+        return op.Squeeze(
+            getattr(op, self.reduction)(x, keepdims=1, noop_with_empty_axes=0, _allow_other_attributes=False)
+        )
 
     def rewrite(self, op, x):
         return getattr(op, self.reduction)(x, keepdims=0)

@@ -29,9 +29,18 @@ WEIGHT_META = "onnxlens.weight"  # ir.Value.meta key marking graph inputs that s
 WEIGHT_NAMES_META = "onnxlens.weight_names"  # ir.Model.meta key: every parameter/buffer name of the captured model
 
 _SAFETENSORS_DTYPES = {
-    "F64": torch.float64, "F32": torch.float32, "F16": torch.float16, "BF16": torch.bfloat16,
-    "I64": torch.int64, "I32": torch.int32, "I16": torch.int16, "I8": torch.int8, "U8": torch.uint8,
-    "BOOL": torch.bool, "F8_E4M3": torch.float8_e4m3fn, "F8_E5M2": torch.float8_e5m2,
+    "F64": torch.float64,
+    "F32": torch.float32,
+    "F16": torch.float16,
+    "BF16": torch.bfloat16,
+    "I64": torch.int64,
+    "I32": torch.int32,
+    "I16": torch.int16,
+    "I8": torch.int8,
+    "U8": torch.uint8,
+    "BOOL": torch.bool,
+    "F8_E4M3": torch.float8_e4m3fn,
+    "F8_E5M2": torch.float8_e5m2,
 }
 
 
@@ -51,7 +60,9 @@ def read_safetensors_header(path: str | os.PathLike) -> dict[str, SafetensorsEnt
     header.pop("__metadata__", None)
     base = 8 + size
     return {
-        name: SafetensorsEntry(_SAFETENSORS_DTYPES[e["dtype"]], tuple(e["shape"]), base + e["data_offsets"][0], base + e["data_offsets"][1])
+        name: SafetensorsEntry(
+            _SAFETENSORS_DTYPES[e["dtype"]], tuple(e["shape"]), base + e["data_offsets"][0], base + e["data_offsets"][1]
+        )
         for name, e in header.items()
     }
 
@@ -202,9 +213,7 @@ def match_name(name: str, weights: dict[str, Any], taken: dict[str, Any]) -> str
     module prefix (``transformer.h.0.attn.bias`` ⇄ ``h.0.attn.bias``) when that is unambiguous."""
     if name in weights:
         return name
-    candidates = [
-        w for w in weights if w not in taken and (w.endswith("." + name) or name.endswith("." + w))
-    ]
+    candidates = [w for w in weights if w not in taken and (w.endswith("." + name) or name.endswith("." + w))]
     return candidates[0] if len(candidates) == 1 else None
 
 
@@ -242,9 +251,13 @@ def _check_compatible(source: WeightSource, value: Any) -> None:
     expected_shape = tuple(d if isinstance(d, int) else -1 for d in value.shape) if value.shape is not None else None
     actual_dtype = from_torch_dtype(source.dtype)
     if expected_dtype is not None and actual_dtype != expected_dtype:
-        raise ValueError(f"{source.name}: the state dict holds {actual_dtype.name}, the model expects {expected_dtype.name}")
+        raise ValueError(
+            f"{source.name}: the state dict holds {actual_dtype.name}, the model expects {expected_dtype.name}"
+        )
     if expected_shape is not None and expected_shape != source.shape:
-        raise ValueError(f"{source.name}: the state dict holds shape {list(source.shape)}, the model expects {list(expected_shape)}")
+        raise ValueError(
+            f"{source.name}: the state dict holds shape {list(source.shape)}, the model expects {list(expected_shape)}"
+        )
 
 
 def _external_tensor(name: str, source: WeightSource, location: str, length: int) -> onnx.TensorProto:

@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     from exporter.capture.fake import ONNXFakeContext
     from exporter.verify.accuracy import Verification, Verifier
 
+
 @runtime_checkable
 class ExportOutputSerializer(Protocol):
     """Writes an `ExportOutput` to a binary stream."""
@@ -78,7 +79,9 @@ class ExportOutput:
     def export_exception(self) -> BaseException | None:
         return self._export_exception
 
-    def adapt_torch_inputs_to_onnx(self, *model_args: Any, **model_kwargs: Any) -> Sequence[torch.Tensor | int | float | bool]:
+    def adapt_torch_inputs_to_onnx(
+        self, *model_args: Any, **model_kwargs: Any
+    ) -> Sequence[torch.Tensor | int | float | bool]:
         """The model's inputs as the flat list the ONNX model takes (same order as its graph inputs)."""
         return self._input_adapter.apply(*model_args, **model_kwargs)
 
@@ -127,7 +130,11 @@ class ExportOutput:
             serializer.serialize(self, destination)
             return
         path = os.fspath(destination)
-        if self.model is not None and _weights_size(self.model) >= TWO_GIB and serializer.__class__ is ProtobufExportOutputSerializer:
+        if (
+            self.model is not None
+            and _weights_size(self.model) >= TWO_GIB
+            and serializer.__class__ is ProtobufExportOutputSerializer
+        ):
             with atomic_path(path) as tmp:
                 ir.save(self.model, tmp, external_data=os.path.basename(path) + ".data")
             return

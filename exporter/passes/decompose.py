@@ -31,9 +31,9 @@ from collections.abc import Callable
 import torch
 from torch.fx.experimental.proxy_tensor import make_fx
 
+from exporter.translate.fx_to_onnx import STRUCTURAL_TARGETS
 from exporter.translate.opname import OpName
 from exporter.translate.registry import OnnxRegistry
-from exporter.translate.fx_to_onnx import STRUCTURAL_TARGETS
 
 _KEPT_META = ("stack_trace", "nn_module_stack", "source_fn_stack", "from_node")
 
@@ -83,7 +83,9 @@ def decompose(program: torch.export.ExportedProgram, registry: OnnxRegistry) -> 
     traces: dict[tuple, torch.fx.GraphModule] = {}
     try:
         for module in _graph_modules(program):
-            for node in [n for n in module.graph.nodes if n.op == "call_function" and _needs_decomposition(n, registry)]:
+            for node in [
+                n for n in module.graph.nodes if n.op == "call_function" and _needs_decomposition(n, registry)
+            ]:
                 _splice_decomposition(node, table, traces)
             module.graph.eliminate_dead_code()
             module.recompile()
@@ -104,7 +106,9 @@ def _untranslatable_nodes(program: torch.export.ExportedProgram, registry: OnnxR
         node
         for module in _graph_modules(program)
         for node in module.graph.nodes
-        if node.op == "call_function" and isinstance(node.target, torch._ops.OpOverload) and _needs_decomposition(node, registry)
+        if node.op == "call_function"
+        and isinstance(node.target, torch._ops.OpOverload)
+        and _needs_decomposition(node, registry)
     ]
 
 
@@ -127,7 +131,9 @@ def _lstm_with_projections(node: torch.fx.Node) -> bool:
 
 
 # Operators torchlib translates, except when called as these predicates say.
-_TORCHLIB_GAPS: dict[torch._ops.OpOverload, Callable[[torch.fx.Node], bool]] = {torch.ops.aten.lstm.input: _lstm_with_projections}
+_TORCHLIB_GAPS: dict[torch._ops.OpOverload, Callable[[torch.fx.Node], bool]] = {
+    torch.ops.aten.lstm.input: _lstm_with_projections
+}
 
 
 # -- in-place ops on private tensors ---------------------------------------------------------------
@@ -151,7 +157,11 @@ def _functionalizable(node: torch.fx.Node, registry: OnnxRegistry) -> bool:
         return False
     mutated = [a for a in node.target._schema.arguments if a.alias_info is not None and a.alias_info.is_write]
     target = node.args[0] if node.args else None
-    if len(mutated) != 1 or mutated[0].name != node.target._schema.arguments[0].name or not isinstance(target, torch.fx.Node):
+    if (
+        len(mutated) != 1
+        or mutated[0].name != node.target._schema.arguments[0].name
+        or not isinstance(target, torch.fx.Node)
+    ):
         return False
     chain = _view_chain(target)
     base = chain[0].args[0] if chain else target
@@ -167,7 +177,10 @@ def _functionalizable(node: torch.fx.Node, registry: OnnxRegistry) -> bool:
 
 
 # Views whose writes functionalize into a scatter into the viewed tensor (``slice_scatter(base, src, dim, …)``).
-_SCATTERS = {torch.ops.aten.slice.Tensor: torch.ops.aten.slice_scatter.default, torch.ops.aten.select.int: torch.ops.aten.select_scatter.default}
+_SCATTERS = {
+    torch.ops.aten.slice.Tensor: torch.ops.aten.slice_scatter.default,
+    torch.ops.aten.select.int: torch.ops.aten.select_scatter.default,
+}
 
 
 def _view_chain(tensor: torch.fx.Node) -> list[torch.fx.Node]:
@@ -232,13 +245,19 @@ def _splice_decomposition(
     flat_args, spec = torch.utils._pytree.tree_flatten((node.args, node.kwargs))
     is_input = [isinstance(a, torch.fx.Node) for a in flat_args]
     target = node.target
-    key = (target, spec, *(_signature(a.meta["val"]) if i else ("constant", type(a), repr(a)) for a, i in zip(flat_args, is_input)))
+    key = (
+        target,
+        spec,
+        *(_signature(a.meta["val"]) if i else ("constant", type(a), repr(a)) for a, i in zip(flat_args, is_input)),
+    )
     traced = traces.get(key)
     if traced is None:
 
         def call(*inputs):
             values = iter(inputs)
-            args, kwargs = torch.utils._pytree.tree_unflatten([next(values) if i else a for a, i in zip(flat_args, is_input)], spec)
+            args, kwargs = torch.utils._pytree.tree_unflatten(
+                [next(values) if i else a for a, i in zip(flat_args, is_input)], spec
+            )
             return target(*args, **kwargs)
 
         inputs = [a.meta["val"] for a, i in zip(flat_args, is_input) if i]
@@ -249,7 +268,9 @@ def _splice_decomposition(
             traced = make_fx(functional, tracing_mode="symbolic", _allow_non_fake_inputs=True)(*inputs)
         traces[key] = traced
     graph = node.graph
-    env = dict(zip([n for n in traced.graph.nodes if n.op == "placeholder"], [a for a, i in zip(flat_args, is_input) if i]))
+    env = dict(
+        zip([n for n in traced.graph.nodes if n.op == "placeholder"], [a for a, i in zip(flat_args, is_input) if i])
+    )
     with graph.inserting_before(node):
         for sub in traced.graph.nodes:
             if sub.op == "placeholder":
@@ -286,10 +307,7 @@ def _signature(value: object) -> tuple:
 
 
 def _has_complex_input(node: torch.fx.Node) -> bool:
-    return any(
-        isinstance(a.meta.get("val"), torch.Tensor) and a.meta["val"].is_complex()
-        for a in node.all_input_nodes
-    )
+    return any(isinstance(a.meta.get("val"), torch.Tensor) and a.meta["val"].is_complex() for a in node.all_input_nodes)
 
 
 def _has_complex_function(target: torch._ops.OpOverload, registry: OnnxRegistry) -> bool:

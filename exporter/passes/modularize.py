@@ -13,7 +13,6 @@ import onnx_ir as ir
 
 from exporter.constants import DOMAIN_MODULES, METADATA_MODULE_PATH, METADATA_MODULE_STACK
 
-
 Scope = tuple[str, str, str]  # (module_stack key, module path, class name)
 
 

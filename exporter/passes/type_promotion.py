@@ -13,8 +13,7 @@ import torch
 from torch._prims_common import ELEMENTWISE_TYPE_PROMOTION_KIND as Kind
 from torch._prims_common import elementwise_dtypes
 
-from exporter.diagnostics import DiagnosticContext, Level
-from exporter.diagnostics import rules
+from exporter.diagnostics import DiagnosticContext, Level, rules
 
 aten = torch.ops.aten
 
@@ -28,12 +27,36 @@ def _rule(kind: Kind, args: tuple[int, ...], *packets) -> None:
 
 
 _rule(
-    Kind.DEFAULT, (0, 1),
-    aten.add, aten.sub, aten.mul, aten.maximum, aten.minimum, aten.fmod, aten.remainder,
-    aten.bitwise_and, aten.bitwise_or, aten.bitwise_xor, aten.floor_divide, aten.fmax, aten.fmin,
+    Kind.DEFAULT,
+    (0, 1),
+    aten.add,
+    aten.sub,
+    aten.mul,
+    aten.maximum,
+    aten.minimum,
+    aten.fmod,
+    aten.remainder,
+    aten.bitwise_and,
+    aten.bitwise_or,
+    aten.bitwise_xor,
+    aten.floor_divide,
+    aten.fmax,
+    aten.fmin,
 )
 _rule(Kind.INT_TO_FLOAT, (0, 1), aten.atan2, aten.true_divide, aten.copysign, aten.xlogy, aten.hypot)
-_rule(Kind.ALWAYS_BOOL, (0, 1), aten.eq, aten.ne, aten.lt, aten.le, aten.gt, aten.ge, aten.logical_and, aten.logical_or, aten.logical_xor)
+_rule(
+    Kind.ALWAYS_BOOL,
+    (0, 1),
+    aten.eq,
+    aten.ne,
+    aten.lt,
+    aten.le,
+    aten.gt,
+    aten.ge,
+    aten.logical_and,
+    aten.logical_or,
+    aten.logical_xor,
+)
 _rule(Kind.BOOL_TO_LONG, (0, 1), aten.pow)
 _rule(Kind.DEFAULT, (1, 2), aten.where)
 _rule(Kind.DEFAULT, (0, 1, 2), aten.lerp, aten.addcmul, aten.addcdiv)
@@ -63,10 +86,16 @@ def _integer_to_float(node: torch.fx.Node) -> tuple[None, tuple[int, ...]] | Non
     """A pointwise operator of one integer or bool tensor whose result is floating (``torch.sqrt(n)``,
     ``n.sigmoid()``, ``n.clamp(max=0.5)``) computes in the result's dtype."""
     result = node.meta.get("val")
-    if torch.Tag.pointwise not in node.target.tags or not (isinstance(result, torch.Tensor) and result.is_floating_point()):
+    if torch.Tag.pointwise not in node.target.tags or not (
+        isinstance(result, torch.Tensor) and result.is_floating_point()
+    ):
         return None
     tensors = [i for i, arg in enumerate(node.args) if isinstance(_promotion_value(arg), torch.Tensor)]
-    if len(tensors) != 1 or _promotion_value(node.args[tensors[0]]).is_floating_point() or _promotion_value(node.args[tensors[0]]).is_complex():
+    if (
+        len(tensors) != 1
+        or _promotion_value(node.args[tensors[0]]).is_floating_point()
+        or _promotion_value(node.args[tensors[0]]).is_complex()
+    ):
         return None
     return None, (tensors[0],)
 
@@ -76,17 +105,24 @@ def _symbolic_scalars_as_tensors(module: torch.fx.GraphModule, node: torch.fx.No
     operator's Tensor overload instead, with the size as a scalar tensor (torchlib takes a Scalar as
     a constant). Returns how many arguments became tensors."""
     target = node.target
-    if not isinstance(target, torch._ops.OpOverload) or not any(type(_promotion_value(a)) in _SYMBOLIC_DTYPES for a in node.args):
+    if not isinstance(target, torch._ops.OpOverload) or not any(
+        type(_promotion_value(a)) in _SYMBOLIC_DTYPES for a in node.args
+    ):
         return 0
     params = target._schema.arguments
-    symbolic = {i for i, (param, arg) in enumerate(zip(params, node.args)) if _is(param.type, "NumberType") and type(_promotion_value(arg)) in _SYMBOLIC_DTYPES}
+    symbolic = {
+        i
+        for i, (param, arg) in enumerate(zip(params, node.args))
+        if _is(param.type, "NumberType") and type(_promotion_value(arg)) in _SYMBOLIC_DTYPES
+    }
     if not symbolic:
         return 0
     for name in target.overloadpacket.overloads():
         overload = getattr(target.overloadpacket, name)
         others = overload._schema.arguments
         if len(others) == len(params) and all(
-            _is(b.type, "TensorType") if i in symbolic else str(a.type) == str(b.type) for i, (a, b) in enumerate(zip(params, others))
+            _is(b.type, "TensorType") if i in symbolic else str(a.type) == str(b.type)
+            for i, (a, b) in enumerate(zip(params, others))
         ):
             break
     else:
@@ -95,7 +131,11 @@ def _symbolic_scalars_as_tensors(module: torch.fx.GraphModule, node: torch.fx.No
     like = next(v for v in (_promotion_value(a) for a in args) if isinstance(v, torch.Tensor))
     for i in symbolic:
         with module.graph.inserting_before(node):
-            args[i] = module.graph.call_function(torch.ops.aten.scalar_tensor.default, (args[i],), {"dtype": _SYMBOLIC_DTYPES[type(_promotion_value(args[i]))]})
+            args[i] = module.graph.call_function(
+                torch.ops.aten.scalar_tensor.default,
+                (args[i],),
+                {"dtype": _SYMBOLIC_DTYPES[type(_promotion_value(args[i]))]},
+            )
         args[i].meta.update({k: v for k, v in node.meta.items() if k in ("stack_trace", "nn_module_stack")})
         args[i].meta["val"] = like.new_empty((), dtype=args[i].kwargs["dtype"])
     node.target, node.args = overload, tuple(args)
@@ -108,7 +148,12 @@ def _real_to_complex(module: torch.fx.GraphModule, node: torch.fx.Node) -> int:
     if node.target is not torch.ops.aten._to_copy.default:
         return 0
     val, source = node.meta.get("val"), _promotion_value(node.args[0])
-    if not (isinstance(val, torch.Tensor) and val.is_complex() and isinstance(source, torch.Tensor) and not source.is_complex()):
+    if not (
+        isinstance(val, torch.Tensor)
+        and val.is_complex()
+        and isinstance(source, torch.Tensor)
+        and not source.is_complex()
+    ):
         return 0
     real_dtype = val.real.dtype
     graph = module.graph
@@ -154,7 +199,9 @@ def insert_type_promotion(module: torch.fx.GraphModule, ctx: DiagnosticContext) 
             result_dtype = node.meta["val"].dtype
         else:
             try:
-                _, result_dtype = elementwise_dtypes(*values, type_promotion_kind=kind if kind != Kind.ALWAYS_BOOL else Kind.DEFAULT)
+                _, result_dtype = elementwise_dtypes(
+                    *values, type_promotion_kind=kind if kind != Kind.ALWAYS_BOOL else Kind.DEFAULT
+                )
             except Exception:  # not promotable (e.g. unusual argument types): leave the node alone
                 continue
         like = next(v for v in values if isinstance(v, torch.Tensor))
@@ -168,7 +215,9 @@ def insert_type_promotion(module: torch.fx.GraphModule, ctx: DiagnosticContext) 
                     cast = module.graph.call_function(torch.ops.prims.convert_element_type.default, (arg, result_dtype))
                     cast.meta["val"] = val.to(result_dtype)
                 else:  # a symbolic size (``x.sum() / x.shape[0]``): a scalar tensor of the computation's dtype
-                    cast = module.graph.call_function(torch.ops.aten.scalar_tensor.default, (arg,), {"dtype": result_dtype})
+                    cast = module.graph.call_function(
+                        torch.ops.aten.scalar_tensor.default, (arg,), {"dtype": result_dtype}
+                    )
                     cast.meta["val"] = like.new_empty((), dtype=result_dtype)
             cast.meta.update({k: v for k, v in node.meta.items() if k in ("stack_trace", "nn_module_stack")})
             node.update_arg(i, cast)

@@ -9,12 +9,11 @@ from typing import Any
 
 import torch
 
-from exporter.translate import dispatch
-from exporter.diagnostics import DiagnosticContext, Level
-from exporter.diagnostics import rules
+from exporter.diagnostics import DiagnosticContext, Level, rules
 from exporter.diagnostics.locations import stack_of
-from exporter.translate.registry import OnnxRegistry
+from exporter.translate import dispatch
 from exporter.translate.fx_to_onnx import STRUCTURAL_TARGETS
+from exporter.translate.registry import OnnxRegistry
 
 
 def call_nodes(module: torch.fx.GraphModule) -> Iterator[torch.fx.Node]:
@@ -52,7 +51,14 @@ def find_unsupported(
         if origin:
             reason = f"{user_call(node)} became {node.target}, which has no ONNX translation. {reason}"
             properties |= {"userCall": origin[0], "originalOperator": str(origin[1])}
-        ctx.report(rules.NO_SYMBOLIC_FUNCTION, Level.ERROR, reason, node=node, **properties, **(describe(node) if describe else {}))
+        ctx.report(
+            rules.NO_SYMBOLIC_FUNCTION,
+            Level.ERROR,
+            reason,
+            node=node,
+            **properties,
+            **(describe(node) if describe else {}),
+        )
     if unsupported:
         targets = sorted({str(n.target) for n in unsupported})
         ctx.report(
@@ -61,7 +67,9 @@ def find_unsupported(
             f"Unsupported FX nodes: {summary(unsupported)}.",
             stack=stack_of(unsupported[0]),  # located at the first one; FXE0011 locates each
             unsupportedTargets=targets,
-            unsupportedNodes={str(n.target): [m.name for m in unsupported if m.target == n.target] for n in unsupported},
+            unsupportedNodes={
+                str(n.target): [m.name for m in unsupported if m.target == n.target] for n in unsupported
+            },
         )
     return unsupported
 

@@ -8,8 +8,7 @@ from typing import Any
 import onnx_ir as ir
 import torch
 
-from exporter.diagnostics import DiagnosticContext, Level
-from exporter.diagnostics import rules
+from exporter.diagnostics import DiagnosticContext, Level, rules
 from exporter.translate.opname import OpName
 from exporter.translate.registry import ONNXFunction, OnnxRegistry
 
@@ -35,9 +34,7 @@ def candidate_functions(node: torch.fx.Node, registry: OnnxRegistry) -> tuple[li
     name = op_name(node)
     functions, fell_back = registry.lookup(name)
     if not functions:
-        raise UnsupportedOperatorError(
-            node, f"No ONNX function is registered for {name} (called as {node.target})."
-        )
+        raise UnsupportedOperatorError(node, f"No ONNX function is registered for {name} (called as {node.target}).")
     complex_inputs = any(_is_complex(arg) for arg in node.args)
     matching = [f for f in functions if f.is_complex == complex_inputs]
     if not matching:

@@ -13,12 +13,11 @@ import torch
 from onnx_ir.tensor_adapters import TorchTensor, from_torch_dtype
 from torch.export import graph_signature as gs
 
-from exporter.translate import dispatch
-from exporter.constants import METADATA_FX_NODE, METADATA_MODULE_STACK, METADATA_STACK, PRODUCER_NAME, ir_version
-from exporter.diagnostics import DiagnosticContext, Level
-from exporter.diagnostics import rules
 from exporter.capture.dynamic import readable
+from exporter.constants import METADATA_FX_NODE, METADATA_MODULE_STACK, METADATA_STACK, PRODUCER_NAME, ir_version
+from exporter.diagnostics import DiagnosticContext, Level, rules
 from exporter.output.external_data import WEIGHT_META, WEIGHT_NAMES_META
+from exporter.translate import dispatch
 from exporter.translate.recorder import OpRecorder, SymbolicValue
 from exporter.translate.registry import OnnxRegistry
 
@@ -149,7 +148,9 @@ class GraphTranslator:
                 f"Translated FX graph with {self.translated_nodes} call_function nodes to {len(graph)} ONNX nodes.",
                 fxNodes=self.translated_nodes,
                 onnxNodes=len(graph),
-                fxGraph=program.graph_module.print_readable(print_output=False, include_stride=False, include_device=False),
+                fxGraph=program.graph_module.print_readable(
+                    print_output=False, include_stride=False, include_device=False
+                ),
             )
         model = ir.Model(graph, ir_version=ir_version(self.opset.version), producer_name=PRODUCER_NAME)
         model.meta[WEIGHT_NAMES_META] = sorted(weights)
@@ -162,7 +163,9 @@ class GraphTranslator:
 
     # -- graphs and nodes ------------------------------------------------------------------
 
-    def _translate_nodes(self, module: torch.fx.GraphModule, env: dict[torch.fx.Node, Any], graph: ir.Graph) -> list[Any]:
+    def _translate_nodes(
+        self, module: torch.fx.GraphModule, env: dict[torch.fx.Node, Any], graph: ir.Graph
+    ) -> list[Any]:
         for node in module.graph.nodes:
             if node.op == "placeholder":
                 continue
@@ -213,7 +216,9 @@ class GraphTranslator:
         branches = []
         for branch in (true_fn, false_fn):
             module = self._lookup(branch, env)
-            sub_env = dict(zip([n for n in module.graph.nodes if n.op == "placeholder"], [self._lookup(o, env) for o in operands]))
+            sub_env = dict(
+                zip([n for n in module.graph.nodes if n.op == "placeholder"], [self._lookup(o, env) for o in operands])
+            )
             subgraph = ir.Graph([], [], nodes=[], name=f"{node.name}_{branch.name}")
             outputs = self._translate_nodes(module, sub_env, subgraph)
             subgraph.outputs.extend(self._as_output(o, subgraph) for o in outputs)

@@ -191,9 +191,7 @@ class OpRecorder(evaluator.Evaluator):
                     result[name] = self.opset.SequenceConstruct(*value)
                 elif param.variadic:
                     dtype = _infer_dtype(param, value)
-                    result[name] = [
-                        v if isinstance(v, ir.Value) else self.constant(v, dtype) for v in value
-                    ]
+                    result[name] = [v if isinstance(v, ir.Value) else self.constant(v, dtype) for v in value]
                 else:
                     dtype = _infer_dtype(param, value)
                     pieces = [self._as_1d(v, dtype) for v in value if v is not None]

@@ -46,8 +46,16 @@ def _torchlib_table() -> dict[OpName, tuple[ONNXFunction, ...]]:
         from onnxscript.function_libs.torch_lib import ops, registration  # importing ops registers them
 
         from exporter.translate.ops import complex as complex_ops
-        from exporter.translate.ops import composites, corrections, distances, packed_rnn, search, special
-        from exporter.translate.ops import vision, window_reductions
+        from exporter.translate.ops import (
+            composites,
+            corrections,
+            distances,
+            packed_rnn,
+            search,
+            special,
+            vision,
+            window_reductions,
+        )
 
     del ops
     table: dict[OpName, list[ONNXFunction]] = {}
@@ -78,9 +86,7 @@ class OnnxRegistry:
 
     def __init__(self, opset_version: int = DEFAULT_OPSET_VERSION) -> None:
         self._opset_version = check_opset(opset_version)
-        self._registry: dict[OpName, list[ONNXFunction]] = {
-            name: list(fns) for name, fns in _torchlib_table().items()
-        }
+        self._registry: dict[OpName, list[ONNXFunction]] = {name: list(fns) for name, fns in _torchlib_table().items()}
         self._supported: frozenset[Callable] | None = None
 
     @property
@@ -107,9 +113,7 @@ class OnnxRegistry:
         self._registry.setdefault(name, []).insert(0, fn)
         self._supported = None
 
-    def get_op_functions(
-        self, namespace: str, op_name: str, overload: str | None = None
-    ) -> list[ONNXFunction] | None:
+    def get_op_functions(self, namespace: str, op_name: str, overload: str | None = None) -> list[ONNXFunction] | None:
         """The functions registered for exactly this operator, custom first; None if there are none."""
         fns = self._registry.get(OpName.from_name_parts(namespace, op_name, overload))
         return list(fns) if fns else None

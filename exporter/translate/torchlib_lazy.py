@@ -30,7 +30,13 @@ _created: weakref.WeakSet[values.Op] = weakref.WeakSet()  # every lazy function,
 class LazyOnnxFunction(values.OnnxFunction):
     """A script function that ``onnxscript.script`` compiles on first use."""
 
-    def __init__(self, opset: values.Opset, function: Callable, transform: Callable[[Callable], values.OnnxFunction], kwargs: dict[str, Any]) -> None:
+    def __init__(
+        self,
+        opset: values.Opset,
+        function: Callable,
+        transform: Callable[[Callable], values.OnnxFunction],
+        kwargs: dict[str, Any],
+    ) -> None:
         values.Op.__init__(self, opset, function.__name__)
         self.function = function
         self.kwargs = kwargs
@@ -83,7 +89,9 @@ class LazyTracedOnnxFunction(values.TracedOnnxFunction):
         self._signature = value
 
 
-def _lazy_script(opset: values.Opset | None = None, default_opset: values.Opset | None = None, **kwargs: Any) -> Callable[[Callable], LazyOnnxFunction]:
+def _lazy_script(
+    opset: values.Opset | None = None, default_opset: values.Opset | None = None, **kwargs: Any
+) -> Callable[[Callable], LazyOnnxFunction]:
     """``onnxscript.script`` that defers the compilation to first use."""
     transform = _script(opset, default_opset, **kwargs)  # checks the arguments now
     return lambda function: LazyOnnxFunction(opset or values.Opset("this", 1), function, transform, kwargs)

@@ -20,14 +20,12 @@ import numpy as np
 import onnx_ir as ir
 import torch
 
-from exporter.verify import divergence
-from exporter.verify import numerics
-from exporter.verify import ort_session
 from exporter.capture.adapters import InputAdapter, OutputAdapter
 from exporter.constants import SOURCE_LINE, Prop, ir_version
 from exporter.diagnostics import DiagnosticContext, Level, rules
 from exporter.diagnostics.context import Diagnostic, io_properties
 from exporter.diagnostics.locations import stack_of
+from exporter.verify import divergence, numerics, ort_session
 from exporter.verify.reproducer import Reproducer, directory_for
 
 
@@ -75,7 +73,9 @@ class Verifier:
     def verify(self, args: tuple[Any, ...], kwargs: dict[str, Any], ctx: DiagnosticContext) -> Verification:
         """Compare the model with eager PyTorch on `args`/`kwargs`, reporting FXE0021 to `ctx`."""
         start = time.perf_counter()
-        expected = [numerics.to_numpy(x) for x in self.output_adapter.apply(numerics.eager(self.torch_model, args, kwargs))]
+        expected = [
+            numerics.to_numpy(x) for x in self.output_adapter.apply(numerics.eager(self.torch_model, args, kwargs))
+        ]
         inputs = [numerics.to_numpy(x) for x in self.input_adapter.apply(*args, **kwargs)]
         try:
             feeds, actual = _run(self.model, inputs)
@@ -85,7 +85,13 @@ class Verifier:
             return Verification(ok=True, outputs=[], skipped=reason)
         if len(actual) != len(expected):
             message = f"The ONNX model has {len(actual)} outputs where eager PyTorch gives {len(expected)}."
-            return Verification(ok=False, outputs=[], ort_sessions=1, ort_runs=1, diagnostic=ctx.report(rules.ACCURACY_DIVERGENCE, Level.ERROR, message))
+            return Verification(
+                ok=False,
+                outputs=[],
+                ort_sessions=1,
+                ort_runs=1,
+                diagnostic=ctx.report(rules.ACCURACY_DIVERGENCE, Level.ERROR, message),
+            )
         outputs = [
             numerics.compare(a, e, _dtype_of(e), self.tolerances, histogram=True) for a, e in zip(actual, expected)
         ]
@@ -94,9 +100,13 @@ class Verifier:
         if result.ok:
             result.seconds = time.perf_counter() - start
             ctx.report(
-                rules.ACCURACY_DIVERGENCE, Level.NOTE,
+                rules.ACCURACY_DIVERGENCE,
+                Level.NOTE,
                 f"Verified in onnxruntime against eager PyTorch: {len(outputs)} output{' matches' if len(outputs) == 1 else 's match'} ({_outputs_summary(outputs)}).",
-                outputs=[c.properties() for c in outputs], ortSessions=1, ortRuns=1, seconds=round(result.seconds, 3),
+                outputs=[c.properties() for c in outputs],
+                ortSessions=1,
+                ortRuns=1,
+                seconds=round(result.seconds, 3),
             )
             self.last = result
             return result
@@ -104,13 +114,20 @@ class Verifier:
         self.last = result
         return result
 
-    def _locate(self, result: Verification, feeds, expected, args, kwargs, ctx: DiagnosticContext, start: float) -> None:
+    def _locate(
+        self, result: Verification, feeds, expected, args, kwargs, ctx: DiagnosticContext, start: float
+    ) -> None:
         """Bisect to the first divergence, check the unoptimized model, report the one error."""
         diverging = [i for i, c in enumerate(result.outputs) if not c.ok]
         outputs_text = "; ".join(f"output {i}: {result.outputs[i].describe()}" for i in diverging)
-        properties: dict[str, Any] = {"outputs": [c.properties() for c in result.outputs], "divergingOutputs": diverging}
+        properties: dict[str, Any] = {
+            "outputs": [c.properties() for c in result.outputs],
+            "divergingOutputs": diverging,
+        }
         try:
-            result.bisection = divergence.bisect(self.program, self.model, feeds, args, kwargs, self.tolerances, budget_bytes=self.budget_bytes)
+            result.bisection = divergence.bisect(
+                self.program, self.model, feeds, args, kwargs, self.tolerances, budget_bytes=self.budget_bytes
+            )
             result.ort_sessions += 1
             result.ort_runs += result.bisection.ort_runs
         except Exception as e:
@@ -121,7 +138,9 @@ class Verifier:
                 _, actual = _run(unoptimized, inputs=list(feeds.values()))
                 result.ort_sessions += 1
                 result.ort_runs += 1
-                result.unoptimized_matches = all(numerics.compare(a, e, _dtype_of(e), self.tolerances).ok for a, e in zip(actual, expected))
+                result.unoptimized_matches = all(
+                    numerics.compare(a, e, _dtype_of(e), self.tolerances).ok for a, e in zip(actual, expected)
+                )
             except Exception as e:
                 properties["unoptimizedError"] = f"{type(e).__name__}: {_first_line(e)}"
         optimizer = {
@@ -134,17 +153,22 @@ class Verifier:
         properties.update(ortSessions=result.ort_sessions, ortRuns=result.ort_runs, seconds=round(result.seconds, 3))
         found = result.bisection.divergence if result.bisection else None
         if result.bisection:
-            properties.update(nodesCompared=result.bisection.compared, mappedFraction=round(result.bisection.mapped_fraction, 3))
+            properties.update(
+                nodesCompared=result.bisection.compared, mappedFraction=round(result.bisection.mapped_fraction, 3)
+            )
             _report_per_line(ctx, result.bisection)
         if found is None:
             where = " No intermediate value diverges: the outputs do." if result.bisection else ""
             result.diagnostic = ctx.report(
-                rules.ACCURACY_DIVERGENCE, Level.ERROR,
-                f"The ONNX model gives other numbers than eager PyTorch in onnxruntime: {outputs_text}.{where}{optimizer}", **properties,
+                rules.ACCURACY_DIVERGENCE,
+                Level.ERROR,
+                f"The ONNX model gives other numbers than eager PyTorch in onnxruntime: {outputs_text}.{where}{optimizer}",
+                **properties,
             )
             return
         ctx.report(
-            rules.ACCURACY_DIVERGENCE, Level.NOTE,
+            rules.ACCURACY_DIVERGENCE,
+            Level.NOTE,
             f"Verification in onnxruntime against eager PyTorch failed: {outputs_text} (first divergence: {found.node.name}).",
             **properties,
         )
@@ -152,8 +176,12 @@ class Verifier:
         c = found.comparison
         result.reproducer = Reproducer(
             f"onnxlens reproducer: {found.node.target} ({found.node.name}) → {ops} diverges from PyTorch in onnxruntime.",
-            found.repro_graph, ir_version(self.opset_version), found.repro_inputs,
-            {found.repro_graph.outputs[0].name: found.expected}, c.atol, c.rtol,
+            found.repro_graph,
+            ir_version(self.opset_version),
+            found.repro_inputs,
+            {found.repro_graph.outputs[0].name: found.expected},
+            c.atol,
+            c.rtol,
         )
         isolated = self._isolated(result.reproducer, found)
         result.ort_sessions += 1
@@ -162,18 +190,29 @@ class Verifier:
         amplifies = (
             " On PyTorch's exact input values its ONNX ops match: it amplifies differences of its inputs that are "
             "within tolerance (the per-line notes show them), and the reproducer passes."
-            if isolated is False else ""
+            if isolated is False
+            else ""
         )
         message = (
             f"First divergence from eager PyTorch in onnxruntime: {found.node.target} ({found.node.name}) → {ops}: "
             f"{c.describe()}, while its inputs match. "
-            + (f"{found.inherited} later value{' inherits' if found.inherited == 1 else 's inherit'} it; " if found.inherited else "")
+            + (
+                f"{found.inherited} later value{' inherits' if found.inherited == 1 else 's inherit'} it; "
+                if found.inherited
+                else ""
+            )
             + f"{outputs_text}.{optimizer}{amplifies}"
         )
         result.diagnostic = ctx.report(
-            rules.ACCURACY_DIVERGENCE, Level.ERROR, message, node=found.node,
-            onnxOpTypes=found.onnx_op_types, **{f"node{k[0].upper()}{k[1:]}": v for k, v in c.properties().items()},
-            inheritedDivergences=found.inherited, otherFirstDivergences=found.independent, **properties,
+            rules.ACCURACY_DIVERGENCE,
+            Level.ERROR,
+            message,
+            node=found.node,
+            onnxOpTypes=found.onnx_op_types,
+            **{f"node{k[0].upper()}{k[1:]}": v for k, v in c.properties().items()},
+            inheritedDivergences=found.inherited,
+            otherFirstDivergences=found.independent,
+            **properties,
         )
 
     def _isolated(self, reproducer: Reproducer, found: divergence.Divergence) -> bool | None:
@@ -216,20 +255,31 @@ def _report_per_line(ctx: DiagnosticContext, bisection: divergence.Bisection) ->
         stacks.setdefault(key, stack)
         target = node.args[0] if node.target is operator.getitem else node
         lines.setdefault(key, []).append(
-            {"fxNode": node.name, "fxTarget": str(target.target), "onnxOpTypes": bisection.op_types.get(target.name, []), **c.properties(), **io_properties(node)}
+            {
+                "fxNode": node.name,
+                "fxTarget": str(target.target),
+                "onnxOpTypes": bisection.op_types.get(target.name, []),
+                **c.properties(),
+                **io_properties(node),
+            }
         )
     for key, ops in lines.items():
         failed = sum(not op["ok"] for op in ops)
         worst = max(op["maxAbsError"] for op in ops)
         op_types = sorted({t for op in ops for t in op["onnxOpTypes"]})
         ctx.report(
-            rules.ACCURACY_DIVERGENCE, Level.NOTE,
+            rules.ACCURACY_DIVERGENCE,
+            Level.NOTE,
             f"{len(ops)} values in onnxruntime → {', '.join(op_types)}; max abs error {worst:.3g}"
             + (f"; {failed} out of tolerance" if failed else ""),
-            stack=stacks[key], checkedOps=len(ops),
+            stack=stacks[key],
+            checkedOps=len(ops),
             **{
-                Prop.AGGREGATE: SOURCE_LINE, Prop.MISMATCHES: failed, Prop.MAX_ABS_ERROR: worst,
-                Prop.ONNX_OP_TYPES: op_types, Prop.OPS: ops,
+                Prop.AGGREGATE: SOURCE_LINE,
+                Prop.MISMATCHES: failed,
+                Prop.MAX_ABS_ERROR: worst,
+                Prop.ONNX_OP_TYPES: op_types,
+                Prop.OPS: ops,
             },
         )
 

@@ -23,8 +23,8 @@ import onnx_ir as ir
 import onnx_ir.passes.common as common_passes
 import torch
 
-from exporter.verify import ort_session
 from exporter.constants import METADATA_FX_NODE
+from exporter.verify import ort_session
 from exporter.verify.numerics import Comparison, compare, dtype_name, to_numpy
 from exporter.verify.op_debug import placeholder_feeds
 
@@ -85,7 +85,9 @@ def map_values(program: torch.export.ExportedProgram, graph: ir.Graph) -> dict[t
     return mapped
 
 
-def probe_model(model: ir.Model, program: torch.export.ExportedProgram) -> tuple[ir.Model, dict[torch.fx.Node, ir.Value]]:
+def probe_model(
+    model: ir.Model, program: torch.export.ExportedProgram
+) -> tuple[ir.Model, dict[torch.fx.Node, ir.Value]]:
     """The final model with its local functions inlined and every mapped value as an extra output."""
     probe = model.clone()
     common_passes.InlinePass()(probe)
@@ -114,12 +116,19 @@ def bisect(
     with torch.no_grad():
         walker.run(*placeholder_feeds(program, args, kwargs, {**program.state_dict, **program.constants}))
     walker.flush()
-    tensors = sum(1 for n in program.graph.nodes if n.op == "call_function" and isinstance(n.meta.get("val"), torch.Tensor))
+    tensors = sum(
+        1 for n in program.graph.nodes if n.op == "call_function" and isinstance(n.meta.get("val"), torch.Tensor)
+    )
     op_types: dict[str, list[str]] = {}
     for onnx_node in probe.graph:
         op_types.setdefault(onnx_name(onnx_node) or "", []).append(onnx_node.op_type)
     return Bisection(
-        walker.divergence, len(walker.results), len(mapped) / tensors if tensors else 1.0, walker.ort_runs, walker.results, op_types
+        walker.divergence,
+        len(walker.results),
+        len(mapped) / tensors if tensors else 1.0,
+        walker.ort_runs,
+        walker.results,
+        op_types,
     )
 
 
@@ -186,12 +195,18 @@ class _Walker(torch.fx.Interpreter):
     def _first(self, node: torch.fx.Node, result: Comparison) -> Divergence:
         target = node.args[0] if node.target is operator.getitem else node
         op_types = [n.op_type for n in self.onnx_graph if onnx_name(n) == target.name]
-        known = {self.mapped[n]: to_numpy(v) for n, v in {**self.inputs, **self.pending}.items() if n in self.mapped and n is not node}
+        known = {
+            self.mapped[n]: to_numpy(v)
+            for n, v in {**self.inputs, **self.pending}.items()
+            if n in self.mapped and n is not node
+        }
         inputs, sub = _region(self.onnx_graph, self.mapped[node], known, self.feeds)
         return Divergence(target, result, op_types, 0, [], sub, inputs, to_numpy(self.pending[node]))
 
 
-def _region(graph: ir.Graph, output: ir.Value, known: dict[ir.Value, np.ndarray], feeds: dict[str, np.ndarray]) -> tuple[dict[str, np.ndarray], ir.Graph]:
+def _region(
+    graph: ir.Graph, output: ir.Value, known: dict[ir.Value, np.ndarray], feeds: dict[str, np.ndarray]
+) -> tuple[dict[str, np.ndarray], ir.Graph]:
     """The ONNX nodes computing `output` from the nearest values with a known PyTorch value (or the
     graph's inputs, or initializers), as a graph of its own, and its input values by name."""
     graph_inputs = set(graph.inputs)

@@ -74,7 +74,12 @@ class Comparison:
 
 
 def compare(
-    actual: np.ndarray, expected: np.ndarray, dtype: str, tols: Mapping[str, tuple[float, float]], *, histogram: bool = False
+    actual: np.ndarray,
+    expected: np.ndarray,
+    dtype: str,
+    tols: Mapping[str, tuple[float, float]],
+    *,
+    histogram: bool = False,
 ) -> Comparison:
     """Compare onnxruntime's `actual` with PyTorch's `expected` (of torch dtype name `dtype`)."""
     atol, rtol = tols.get(dtype, (0.0, 0.0))
@@ -98,8 +103,11 @@ def compare(
     result.max_abs_error = float("inf") if (~both_finite & ~same_nonfinite).any() else float(finite_diff.max())
     meaningful = both_finite & (np.abs(e) >= max(atol, 1e-12))  # relative errors of values near 0 say nothing
     result.max_rel_error = (
-        float("inf") if result.max_abs_error == float("inf")
-        else float((finite_diff[meaningful] / np.abs(e[meaningful])).max()) if meaningful.any() else 0.0
+        float("inf")
+        if result.max_abs_error == float("inf")
+        else float((finite_diff[meaningful] / np.abs(e[meaningful])).max())
+        if meaningful.any()
+        else 0.0
     )
     if histogram:
         result.histogram = _histogram(np.where(same_nonfinite, 0.0, np.where(both_finite, diff, np.inf)))

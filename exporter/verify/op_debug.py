@@ -21,13 +21,12 @@ import onnx_ir as ir
 import torch
 from torch.export import graph_signature as gs
 
-from exporter.verify import numerics
 from exporter.capture.adapters import FlattenInputStep
 from exporter.constants import SOURCE_LINE, Prop, ir_version
-from exporter.diagnostics import Level
-from exporter.diagnostics import rules
+from exporter.diagnostics import Level, rules
 from exporter.diagnostics.context import io_properties
 from exporter.diagnostics.locations import Frame, stack_of
+from exporter.verify import numerics
 
 if TYPE_CHECKING:
     from exporter.diagnostics import DiagnosticContext
@@ -128,9 +127,15 @@ def check_custom_translations(
     if not nodes:
         return []
     try:
-        checks = _check_nodes(program, translator, model, args, kwargs, {**program.state_dict, **program.constants}, nodes)
+        checks = _check_nodes(
+            program, translator, model, args, kwargs, {**program.state_dict, **program.constants}, nodes
+        )
     except Exception as e:  # e.g. a custom op without a CPU implementation: nothing to compare with
-        ctx.report(rules.OP_LEVEL_DEBUGGING, Level.NOTE, f"Custom translations were not checked: the model did not run eagerly ({type(e).__name__}: {e}).")
+        ctx.report(
+            rules.OP_LEVEL_DEBUGGING,
+            Level.NOTE,
+            f"Custom translations were not checked: the model did not run eagerly ({type(e).__name__}: {e}).",
+        )
         return []
     for check in checks:
         if not check.ok:
@@ -149,7 +154,10 @@ def check_custom_translations(
 def _check_nodes(program, translator, model, args, kwargs, initializers, nodes) -> list[OpCheck]:
     values = intermediate_values(program, args, kwargs, initializers)
     functions = dict(model.functions)
-    return [_check_node(node, onnx_nodes, translator, values, initializers, model.graph, functions) for node, onnx_nodes in nodes.items()]
+    return [
+        _check_node(node, onnx_nodes, translator, values, initializers, model.graph, functions)
+        for node, onnx_nodes in nodes.items()
+    ]
 
 
 def intermediate_values(
@@ -162,7 +170,9 @@ def intermediate_values(
     return recorder.values
 
 
-def placeholder_feeds(program: torch.export.ExportedProgram, args: tuple, kwargs: dict, weights: dict[str, torch.Tensor]) -> list[Any]:
+def placeholder_feeds(
+    program: torch.export.ExportedProgram, args: tuple, kwargs: dict, weights: dict[str, torch.Tensor]
+) -> list[Any]:
     """The values of the FX graph's placeholders, in order: the flattened inputs and the weights."""
     user_inputs, _ = FlattenInputStep(program.call_spec.in_spec).apply(args, kwargs)
     user_inputs = iter(user_inputs)
@@ -172,7 +182,9 @@ def placeholder_feeds(program: torch.export.ExportedProgram, args: tuple, kwargs
         if node.op != "placeholder":
             continue
         spec = specs.get(node.name)
-        feeds.append(next(user_inputs) if spec is None or spec.kind == gs.InputKind.USER_INPUT else weights[spec.target])
+        feeds.append(
+            next(user_inputs) if spec is None or spec.kind == gs.InputKind.USER_INPUT else weights[spec.target]
+        )
     return feeds
 
 
@@ -192,14 +204,21 @@ def _check_node(node, onnx_nodes, translator, values, initializers, graph, funct
     if not onnx_nodes or node.target is operator.getitem:
         check.skipped = "no ONNX nodes of its own"
         return check
-    if any(attr.type in (ir.AttributeType.GRAPH, ir.AttributeType.GRAPHS) for n in onnx_nodes for attr in n.attributes.values()):
+    if any(
+        attr.type in (ir.AttributeType.GRAPH, ir.AttributeType.GRAPHS)
+        for n in onnx_nodes
+        for attr in n.attributes.values()
+    ):
         check.skipped = "control flow (subgraphs) is checked through its branches"
         return check
     produced = {v for n in onnx_nodes for v in n.outputs}
     pairs = [
         (v, numerics.to_numpy(t))
         for i, (v, t) in enumerate(zip(_flat(translator.values.get(node)), _flat(values.get(node))))
-        if i in _used_outputs(node) and isinstance(v, ir.Value) and v in produced and isinstance(t, (torch.Tensor, int, float, bool))
+        if i in _used_outputs(node)
+        and isinstance(v, ir.Value)
+        and v in produced
+        and isinstance(t, (torch.Tensor, int, float, bool))
     ]
     if not pairs:
         check.skipped = "outputs could not be matched to PyTorch's"
@@ -239,7 +258,9 @@ def _check_node(node, onnx_nodes, translator, values, initializers, graph, funct
         diff = np.abs(a64 - e64)
         finite = np.isfinite(e64) & np.isfinite(a64)
         if diff.size:
-            same_nonfinite = np.array_equal(np.isnan(a64), np.isnan(e64)) and np.array_equal(a64[np.isinf(e64)], e64[np.isinf(e64)])
+            same_nonfinite = np.array_equal(np.isnan(a64), np.isnan(e64)) and np.array_equal(
+                a64[np.isinf(e64)], e64[np.isinf(e64)]
+            )
             if not same_nonfinite:
                 check.ok = False
             d = diff[finite]
@@ -252,7 +273,9 @@ def _check_node(node, onnx_nodes, translator, values, initializers, graph, funct
     return check
 
 
-def _run(graph: ir.Graph, inputs: list[ir.Value], outputs: list[ir.Value], feeds: dict[str, np.ndarray], functions) -> list[np.ndarray]:
+def _run(
+    graph: ir.Graph, inputs: list[ir.Value], outputs: list[ir.Value], feeds: dict[str, np.ndarray], functions
+) -> list[np.ndarray]:
     import onnxruntime as ort
 
     sub = ir.convenience.extract(graph, inputs, outputs)
@@ -267,7 +290,9 @@ def _run(graph: ir.Graph, inputs: list[ir.Value], outputs: list[ir.Value], feeds
     options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
     options.intra_op_num_threads = 1
     options.log_severity_level = 3  # the extracted graphs take weights as inputs; ORT warns about it
-    session = ort.InferenceSession(ir.serde.serialize_model(model).SerializeToString(), options, providers=["CPUExecutionProvider"])
+    session = ort.InferenceSession(
+        ir.serde.serialize_model(model).SerializeToString(), options, providers=["CPUExecutionProvider"]
+    )
     names = {i.name for i in session.get_inputs()}
     return session.run(None, {k: v for k, v in feeds.items() if k in names})
 
@@ -286,9 +311,8 @@ def _report_per_line(ctx: DiagnosticContext, checks: list[OpCheck]) -> None:
         errors = [c.max_abs_error for c, _ in entries if c.max_abs_error is not None]
         op_types = sorted({t for c, _ in entries for t in c.onnx_op_types})
         worst = max(errors) if errors else 0.0
-        message = (
-            f"{len(entries)} ops → {', '.join(op_types)}; max abs error {worst:.3g}"
-            + (f"; {len(failed)} mismatch{'es' if len(failed) > 1 else ''}" if failed else "")
+        message = f"{len(entries)} ops → {', '.join(op_types)}; max abs error {worst:.3g}" + (
+            f"; {len(failed)} mismatch{'es' if len(failed) > 1 else ''}" if failed else ""
         )
         ctx.report(
             rules.OP_LEVEL_DEBUGGING,

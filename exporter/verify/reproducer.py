@@ -14,8 +14,8 @@ import numpy as np
 import onnx_ir as ir
 from onnx_ir.passes.common import RemoveUnusedOpsetsPass
 
-from exporter.verify import ort_session
 from exporter.output.files import atomic_path
+from exporter.verify import ort_session
 
 _RUN_PY = '''"""{title}
 

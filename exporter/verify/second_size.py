@@ -26,13 +26,17 @@ import sympy
 import torch
 import torch.utils._pytree as pytree
 
-from exporter.capture import adapters
-from exporter.capture import dynamic
-from exporter.verify import numerics
+from exporter.capture import adapters, dynamic
 from exporter.diagnostics import DiagnosticContext, Level, rules
+from exporter.verify import numerics
 
 # (atol, rtol) of whole-model outputs by dtype: looser than op-level debug's, errors add up over ops.
-TOLERANCES = {torch.float64: (1e-6, 1e-5), torch.float32: (1e-4, 1e-3), torch.float16: (1e-2, 1e-2), torch.bfloat16: (5e-2, 5e-2)}
+TOLERANCES = {
+    torch.float64: (1e-6, 1e-5),
+    torch.float32: (1e-4, 1e-3),
+    torch.float16: (1e-2, 1e-2),
+    torch.bfloat16: (5e-2, 5e-2),
+}
 
 
 def check(
@@ -63,13 +67,29 @@ def check(
         if not outcome.eager_error:
             break
     else:
-        ctx.report(rules.DIMENSION_SPECIALIZED, Level.NOTE, f"Second-size check skipped: the model does not run eagerly at {spell(sizes)} ({outcome.eager_error}), nor at the other sizes tried.", sizes=spell(sizes))
+        ctx.report(
+            rules.DIMENSION_SPECIALIZED,
+            Level.NOTE,
+            f"Second-size check skipped: the model does not run eagerly at {spell(sizes)} ({outcome.eager_error}), nor at the other sizes tried.",
+            sizes=spell(sizes),
+        )
         return
     if outcome.ok:
-        ctx.report(rules.DIMENSION_SPECIALIZED, Level.NOTE, f"Second-size check passed at {spell(sizes)}.", sizes=spell(sizes), secondSizeCheck="passed")
+        ctx.report(
+            rules.DIMENSION_SPECIALIZED,
+            Level.NOTE,
+            f"Second-size check passed at {spell(sizes)}.",
+            sizes=spell(sizes),
+            secondSizeCheck="passed",
+        )
         return
     if outcome.ort_unavailable:
-        ctx.report(rules.DIMENSION_SPECIALIZED, Level.NOTE, f"Second-size check skipped: onnxruntime does not run this model ({outcome.ort_unavailable}).", sizes=spell(sizes))
+        ctx.report(
+            rules.DIMENSION_SPECIALIZED,
+            Level.NOTE,
+            f"Second-size check skipped: onnxruntime does not run this model ({outcome.ort_unavailable}).",
+            sizes=spell(sizes),
+        )
         return
     alone = {s: attempt({**examples, s: sizes[s]}).ok for s in sizes} if len(sizes) > 1 else {}  # one at a time
     culprits = [names.get(str(s), str(s)) for s, ok in alone.items() if ok is False]
@@ -77,10 +97,20 @@ def check(
     message = outcome.message
     if culprits and innocent:
         make, do = ("makes" if len(culprits) == 1 else "make"), ("does" if len(innocent) == 1 else "do")
-        message += (f" Changed one at a time, {', '.join(culprits)} {make} it wrong and {', '.join(innocent)} {do} not: keep "
-                    f"{', '.join(culprits)} at the example's size (static in dynamic_shapes).")
+        message += (
+            f" Changed one at a time, {', '.join(culprits)} {make} it wrong and {', '.join(innocent)} {do} not: keep "
+            f"{', '.join(culprits)} at the example's size (static in dynamic_shapes)."
+        )
     details = {"culprits": culprits} if culprits else {}
-    ctx.report(rules.DIMENSION_SPECIALIZED, Level.ERROR, message, sizes=spell(sizes), secondSizeCheck="failed", **outcome.details, **details)
+    ctx.report(
+        rules.DIMENSION_SPECIALIZED,
+        Level.ERROR,
+        message,
+        sizes=spell(sizes),
+        secondSizeCheck="failed",
+        **outcome.details,
+        **details,
+    )
 
 
 @dataclasses.dataclass
@@ -118,12 +148,21 @@ def _attempt(
             _onnxruntime(model, input_adapter.apply(*args, **kwargs))
         except Exception:
             return _Outcome(ort_unavailable=type(e).__name__)
-        return _Outcome(False, f"The exported graph fails in onnxruntime at {spelled} though the model runs eagerly there: {type(e).__name__}: {str(e).splitlines()[0]}")
+        return _Outcome(
+            False,
+            f"The exported graph fails in onnxruntime at {spelled} though the model runs eagerly there: {type(e).__name__}: {str(e).splitlines()[0]}",
+        )
     for i, (a, e) in enumerate(zip(actual, output_adapter.apply(expected))):
         e = e.detach().numpy() if isinstance(e, torch.Tensor) else np.asarray(e)
         atol, rtol = TOLERANCES.get(_dtype(e), (0.0, 0.0))
-        if a.shape != e.shape or not np.allclose(a.astype(np.float64), e.astype(np.float64), atol=atol, rtol=rtol, equal_nan=True):
-            error = f"max abs error {np.abs(a.astype(np.float64) - e.astype(np.float64)).max():.3g}" if a.shape == e.shape else f"shape {a.shape} vs {e.shape}"
+        if a.shape != e.shape or not np.allclose(
+            a.astype(np.float64), e.astype(np.float64), atol=atol, rtol=rtol, equal_nan=True
+        ):
+            error = (
+                f"max abs error {np.abs(a.astype(np.float64) - e.astype(np.float64)).max():.3g}"
+                if a.shape == e.shape
+                else f"shape {a.shape} vs {e.shape}"
+            )
             message = f"The exported graph is only right at the example's sizes: at {spelled}, output {i} differs from eager PyTorch ({error}; atol {atol:g}, rtol {rtol:g})."
             return _Outcome(False, message, {"output": i})
     return _Outcome(True)
@@ -140,7 +179,9 @@ def _example_sizes(program: torch.export.ExportedProgram, args: tuple, kwargs: d
     return examples
 
 
-def _other_sizes(program: torch.export.ExportedProgram, examples: dict[sympy.Symbol, int]) -> list[dict[sympy.Symbol, int]]:
+def _other_sizes(
+    program: torch.export.ExportedProgram, examples: dict[sympy.Symbol, int]
+) -> list[dict[sympy.Symbol, int]]:
     """The sizes to try, in order (see the module's docstring): each gives every symbol another size
     within its range."""
     candidates = []
@@ -163,7 +204,12 @@ def _within_range(program: torch.export.ExportedProgram, symbol: sympy.Symbol, e
 
 def _redrawn(program: torch.export.ExportedProgram, inputs: Any, sizes: dict[sympy.Symbol, int]) -> tuple[tuple, dict]:
     """The inputs at `sizes`, each element drawn from the example tensor's own values."""
-    shapes = iter([[int(d.node.expr.xreplace(sizes)) if dynamic.is_symbolic(d) else int(d) for d in val.shape] for _, val in dynamic.user_inputs(program)])
+    shapes = iter(
+        [
+            [int(d.node.expr.xreplace(sizes)) if dynamic.is_symbolic(d) else int(d) for d in val.shape]
+            for _, val in dynamic.user_inputs(program)
+        ]
+    )
     generator = torch.Generator().manual_seed(0)
 
     def redraw(x: Any) -> Any:
@@ -175,7 +221,10 @@ def _redrawn(program: torch.export.ExportedProgram, inputs: Any, sizes: dict[sym
         if x.is_floating_point():  # new values (no ties for argmax/topk) of the example's scale
             std = x.float().std().nan_to_num() if x.numel() > 1 else torch.tensor(0.0)
             return (torch.randn(shape, generator=generator) * std + x.float().mean()).to(x.dtype)
-        index = tuple(torch.arange(n).remainder(x.shape[d]).view([-1 if i == d else 1 for i in range(len(shape))]) for d, n in enumerate(shape))
+        index = tuple(
+            torch.arange(n).remainder(x.shape[d]).view([-1 if i == d else 1 for i in range(len(shape))])
+            for d, n in enumerate(shape)
+        )
         return x[index]  # the example tiled: ids stay in the vocabulary, masks keep their pattern
 
     return pytree.tree_map(redraw, inputs)
@@ -184,10 +233,19 @@ def _redrawn(program: torch.export.ExportedProgram, inputs: Any, sizes: dict[sym
 def _onnxruntime(model: ir.Model, inputs: list[Any]) -> list[np.ndarray]:
     import onnxruntime as ort
 
-    session = ort.InferenceSession(ir.serde.serialize_model(model).SerializeToString(), providers=["CPUExecutionProvider"])
-    feeds = {i.name: (x.detach().numpy() if isinstance(x, torch.Tensor) else np.asarray(x)) for i, x in zip(session.get_inputs(), inputs)}
+    session = ort.InferenceSession(
+        ir.serde.serialize_model(model).SerializeToString(), providers=["CPUExecutionProvider"]
+    )
+    feeds = {
+        i.name: (x.detach().numpy() if isinstance(x, torch.Tensor) else np.asarray(x))
+        for i, x in zip(session.get_inputs(), inputs)
+    }
     return session.run(None, feeds)
 
 
 def _dtype(array: np.ndarray) -> torch.dtype:
-    return {np.dtype("float64"): torch.float64, np.dtype("float32"): torch.float32, np.dtype("float16"): torch.float16}.get(array.dtype, torch.int64)
+    return {
+        np.dtype("float64"): torch.float64,
+        np.dtype("float32"): torch.float32,
+        np.dtype("float16"): torch.float16,
+    }.get(array.dtype, torch.int64)

@@ -4,9 +4,9 @@ import ctypes
 import time
 
 import torch
+from custom_ops import scaled_tanh
 
 import exporter
-from custom_ops import scaled_tanh
 
 
 def squash(x):

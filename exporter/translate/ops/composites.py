@@ -9,14 +9,13 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from onnxscript import FLOAT, INT64
+from onnxscript import FLOAT, INT64, values
 from onnxscript import opset18 as op
-from onnxscript import values
 from onnxscript.function_libs.torch_lib.ops import core
 
 from exporter.constants import DOMAIN_COMPOSITES
-from exporter.translate.ops import corrections, window_reductions
 from exporter.translate.opname import OpName
+from exporter.translate.ops import corrections, window_reductions
 
 
 def _traced(fn):
@@ -74,7 +73,9 @@ def _window_weights(size, out: int, like):
 def median_dim(self, dim: int, keepdim: bool = False):
     """The lower median along `dim`, the ``(n + 1) // 2``-th smallest element, and its index."""
     n = op.Shape(self, start=dim, end=dim + 1) if dim != -1 else op.Shape(self, start=-1)
-    return _kth_smallest(self, op.Div(op.Add(n, op.Constant(value_ints=[1])), op.Constant(value_ints=[2])), dim, keepdim)
+    return _kth_smallest(
+        self, op.Div(op.Add(n, op.Constant(value_ints=[1])), op.Constant(value_ints=[2])), dim, keepdim
+    )
 
 
 @_traced

@@ -10,9 +10,8 @@ import math
 from collections.abc import Sequence
 
 import onnx_ir as ir
-from onnxscript import INT64
+from onnxscript import INT64, values
 from onnxscript import opset18 as op
-from onnxscript import values
 from onnxscript.function_libs.torch_lib.ops import core, nn
 
 from exporter.constants import DOMAIN_CORRECTIONS
@@ -71,7 +70,9 @@ def native_batch_norm_legit_functional(
     """In training, torchlib normalizes with the running statistics: PyTorch normalizes with the
     batch's, and moves the running ones towards them by `momentum` (with the unbiased variance)."""
     if not training:
-        return core.aten__native_batch_norm_legit_functional(input, weight, bias, running_mean, running_var, False, momentum, eps)
+        return core.aten__native_batch_norm_legit_functional(
+            input, weight, bias, running_mean, running_var, False, momentum, eps
+        )
     # Without running statistics torchlib normalizes with the batch's and returns them (variance biased).
     norm, save_mean, save_rstd, mean, variance = core.aten__native_batch_norm_legit_functional(
         input, weight, bias, None, None, False, momentum, eps
@@ -107,7 +108,9 @@ def grouped_mm(self, mat2, offs=None, bias=None, out_dtype: int = -1):
     if offs is None:
         return core.aten_grouped_mm(self, mat2, offs, bias, out_dtype)
     if len(self.shape) != 2 or len(mat2.shape) != 3:
-        raise NotImplementedError("grouped_mm with offsets is translated for a 2-D input and 3-D weights (mixture of experts)")
+        raise NotImplementedError(
+            "grouped_mm with offsets is translated for a 2-D input and 3-D weights (mixture of experts)"
+        )
     experts = mat2.shape[0]
     axis_0, one = op.Constant(value_ints=[0]), op.Constant(value_int=1)
     offs = op.Cast(offs, to=INT64.dtype)
@@ -121,14 +124,25 @@ def grouped_mm(self, mat2, offs=None, bias=None, out_dtype: int = -1):
         parts.append(op.Add(product, op.Squeeze(biases[e], axis_0)) if biases is not None else product)
         start = end
     rest = op.Unsqueeze(op.Sub(op.Squeeze(op.Shape(self, start=0, end=1), axis_0), start), axis_0)
-    parts.append(op.Expand(op.CastLike(op.Constant(value_float=0.0), parts[0]), op.Concat(rest, op.Shape(mat2, start=2, end=3), axis=0)))
+    parts.append(
+        op.Expand(
+            op.CastLike(op.Constant(value_float=0.0), parts[0]), op.Concat(rest, op.Shape(mat2, start=2, end=3), axis=0)
+        )
+    )
     result = op.Concat(*parts, axis=0)
     return op.Cast(result, to=out_dtype) if out_dtype not in (None, -1) else result
 
 
 @_traced
 def scaled_dot_product_attention(
-    query, key, value, attn_mask=None, dropout_p: float = 0.0, is_causal: bool = False, scale: float | None = None, enable_gqa: bool = False
+    query,
+    key,
+    value,
+    attn_mask=None,
+    dropout_p: float = 0.0,
+    is_causal: bool = False,
+    scale: float | None = None,
+    enable_gqa: bool = False,
 ):
     """Attention of any rank ``(..., L, E)``, as PyTorch takes it (Hiera's 5-D windows); torchlib's takes
     4-D tensors only. The leading dimensions (the query's; key, value and mask are expanded to them)
@@ -137,7 +151,9 @@ def scaled_dot_product_attention(
     if enable_gqa and not (len(query.shape) == 4 and isinstance(query.shape[1], int) and isinstance(key.shape[1], int)):
         key, value, enable_gqa = _repeat_heads(key, query), _repeat_heads(value, query), False
     if len(query.shape) == 4:
-        return nn.aten_scaled_dot_product_attention(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa)
+        return nn.aten_scaled_dot_product_attention(
+            query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa
+        )
     leading = op.Shape(query, start=0, end=-2)
 
     def as_4d(tensor, last_two, dims):
@@ -163,7 +179,9 @@ def _repeat_heads(tensor, query):
     groups = op.Div(op.Shape(query, start=-3, end=-2), op.Shape(tensor, start=-3, end=-2))
     before, after = op.Shape(tensor, start=0, end=-2), op.Shape(tensor, start=-2)
     expanded = op.Expand(op.Unsqueeze(tensor, op.Constant(value_ints=[-3])), op.Concat(before, groups, after, axis=0))
-    repeated = op.Reshape(expanded, op.Concat(op.Shape(tensor, start=0, end=-3), op.Shape(query, start=-3, end=-2), after, axis=0))
+    repeated = op.Reshape(
+        expanded, op.Concat(op.Shape(tensor, start=0, end=-3), op.Shape(query, start=-3, end=-2), after, axis=0)
+    )
     repeated.dtype, repeated.shape = tensor.dtype, ir.Shape([*tensor.shape[:-3], query.shape[-3], *tensor.shape[-2:]])
     return repeated
 
@@ -177,6 +195,7 @@ def signbit(self):
     zero = op.CastLike(0.0, self)
     negative_zero = op.And(op.Equal(self, zero), op.Less(op.Reciprocal(self), zero))
     return op.Or(op.Less(self, zero), negative_zero)
+
 
 FUNCTIONS = {
     OpName("aten", "squeeze", "dim"): squeeze_dims,

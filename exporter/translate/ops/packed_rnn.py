@@ -26,8 +26,16 @@ def _gates(weight, order: Sequence[int]):
     return op.Concat(*[blocks[i] for i in order], axis=0)
 
 
-def _layers(kind: str, input, lengths, states: Sequence, params: Sequence, has_biases: bool, num_layers: int,
-            bidirectional: bool):
+def _layers(
+    kind: str,
+    input,
+    lengths,
+    states: Sequence,
+    params: Sequence,
+    has_biases: bool,
+    num_layers: int,
+    bidirectional: bool,
+):
     """The stacked layers: the output (time, batch, directions * hidden) and each state's final values."""
     order = _LSTM_GATES if kind == "LSTM" else _GRU_GATES
     hidden_size = states[0].shape[2]  # static: the module's hidden_size

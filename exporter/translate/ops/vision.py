@@ -6,8 +6,8 @@ on boxes moved apart by class, as torchvision computes it.
 
 from __future__ import annotations
 
-from onnxscript import INT64, values
 from onnxscript import opset18 as op
+from onnxscript import values
 
 from exporter.constants import DOMAIN_COMPOSITES
 from exporter.translate.opname import OpName
@@ -26,7 +26,9 @@ def batched_nms(boxes, scores, idxs, iou_threshold: float):
     offsets = op.Mul(op.CastLike(idxs, boxes), op.Add(largest, op.CastLike(1, boxes)))
     moved = op.Add(boxes, op.Unsqueeze(offsets, [1]))
     selected = op.NonMaxSuppression(
-        op.Unsqueeze(moved, [0]), op.Unsqueeze(scores, [0, 1]), op.Constant(value_int=_INT64_MAX),
+        op.Unsqueeze(moved, [0]),
+        op.Unsqueeze(scores, [0, 1]),
+        op.Constant(value_int=_INT64_MAX),
         op.Constant(value_float=iou_threshold),
     )
     return op.Reshape(op.Slice(selected, [2], [3], [1]), op.Constant(value_ints=[-1]))
