@@ -16,7 +16,6 @@ import dataclasses
 import inspect
 import json
 import os
-import shutil
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -31,21 +30,12 @@ from exporter.diagnostics import Level, rules
 from exporter.errors import OnnxExporterError
 from exporter.generation import fusions, genai_config, quality, quantize
 from exporter.generation.check import Parity, check_generation, default_prompt
+from exporter.generation.hf import cache_argument, copy_tokenizer, transformers_export_patches
 from exporter.options import ExportOptions
 from exporter.output.program import ExportOutput
 
 MODEL_FILE = "model.onnx"
 SARIF_FILE = "model.sarif"
-TOKENIZER_FILES = (
-    "tokenizer.json",
-    "tokenizer_config.json",
-    "special_tokens_map.json",
-    "tokenizer.model",
-    "vocab.json",
-    "merges.txt",
-    "added_tokens.json",
-    "chat_template.jinja",
-)
 DEFAULT_CONTEXT = 4096  # the rotary caches' positions when the config has no context length
 BATCH, SEQUENCE, PAST, TOTAL = "batch_size", "sequence_length", "past_sequence_length", "total_sequence_length"
 
@@ -83,7 +73,7 @@ class CausalLMWithCache(torch.nn.Module):
     def __init__(self, model: torch.nn.Module) -> None:
         super().__init__()
         self.model = model
-        self.cache_argument = _cache_argument(model)
+        self.cache_argument = cache_argument(model)
 
     def forward(
         self,
@@ -305,7 +295,7 @@ def export_graph(model: torch.nn.Module, options: ExportOptions | None = None) -
         args, shapes = _example(model, uses_positions)
     # no second-size check: the generation check runs prefill and decode at many sizes
     export_options = dataclasses.replace(options, dynamic_shapes=shapes, second_size_check=False)
-    with torch.no_grad(), _transformers_export_patches():
+    with torch.no_grad(), transformers_export_patches():
         export_output = Exporter(export_options, wrapper, args, {}).export()
     _name_interface(export_output.model, len(args[-1]), uses_positions)
     return export_output
@@ -345,13 +335,8 @@ def _cache_layout(model: torch.nn.Module) -> list[tuple[tuple[int, int, torch.dt
 
     cache = DynamicCache()
     with torch.no_grad():
-        model(input_ids=torch.ones(1, 1, dtype=torch.long), use_cache=True, **{_cache_argument(model): cache})
+        model(input_ids=torch.ones(1, 1, dtype=torch.long), use_cache=True, **{cache_argument(model): cache})
     return [tuple((t.shape[1], t.shape[-1], t.dtype) for t in (layer.keys, layer.values)) for layer in cache.layers]
-
-
-def _cache_argument(model: torch.nn.Module) -> str:
-    """The name `model.forward` takes its cache by (transformers 5 renamed ``past_key_values``)."""
-    return "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
 
 
 def _name_interface(model: ir.Model, layers: int, uses_positions: bool) -> None:
@@ -413,36 +398,5 @@ def _write_folder(
         "config.json",
         "generation_config.json",
         genai_config.FILE,
-        *_copy_tokenizer(model, tokenizer, output_dir),
+        *copy_tokenizer(model, tokenizer, output_dir),
     ]
-
-
-def _copy_tokenizer(model: torch.nn.Module, tokenizer: Any, output_dir: str) -> list[str]:
-    """Save `tokenizer`, or copy the tokenizer files of the model's folder on disk; their names."""
-    if tokenizer is not None:
-        return sorted(
-            {os.path.basename(p) for p in tokenizer.save_pretrained(output_dir)}
-            & set(os.listdir(output_dir)) - {"config.json"}
-        )
-    source = getattr(model, "name_or_path", "") or getattr(model.config, "_name_or_path", "")
-    copied = []
-    if source and os.path.isdir(source):
-        for name in TOKENIZER_FILES:
-            if os.path.isfile(path := os.path.join(source, name)):
-                shutil.copy2(path, os.path.join(output_dir, name))
-                copied.append(name)
-    return copied
-
-
-@contextlib.contextmanager
-def _transformers_export_patches() -> Iterator[None]:
-    """transformers' own patches for torch.export (sliding-window cache layers traced as full ones,
-    SDPA's math backend on CPU, …), where this transformers has them."""
-    try:
-        import transformers.exporters.exporter_dynamo  # noqa: F401  (registers the "dynamo" patches)
-        from transformers.exporters.utils import apply_patches
-    except ImportError:
-        yield
-        return
-    with apply_patches("dynamo"):
-        yield

@@ -39,6 +39,7 @@ from exporter.api import Exporter
 from exporter.diagnostics import Level, rules
 from exporter.errors import OnnxExporterError
 from exporter.generation import seq2seq_config
+from exporter.generation.hf import cache_argument, copy_tokenizer, transformers_export_patches
 from exporter.generation.seq2seq_check import Parity, check_seq2seq_generation
 from exporter.options import ExportOptions
 from exporter.output.external_data import WEIGHT_META, WEIGHT_NAMES_META
@@ -111,10 +112,9 @@ class DecoderWithCache(torch.nn.Module):
 
     def __init__(self, model: torch.nn.Module) -> None:
         super().__init__()
-        from exporter.generation.export import _cache_argument
 
         self.model = model
-        self.cache_argument = _cache_argument(model)
+        self.cache_argument = cache_argument(model)
 
     def forward(
         self,
@@ -160,7 +160,6 @@ class CrossCache(DecoderWithCache):
 
 def export_graphs(model: torch.nn.Module, options: ExportOptions | None = None) -> tuple[ExportOutput, ExportOutput]:
     """The encoder graph and the merged decoder graph of `model`, with optimum's names, in memory."""
-    from exporter.generation.export import _transformers_export_patches
 
     options = dataclasses.replace(options or ExportOptions(), second_size_check=False)
     fake_context = options.fake_context
@@ -169,7 +168,7 @@ def export_graphs(model: torch.nn.Module, options: ExportOptions | None = None) 
         encoder_args, encoder_shapes = _encoder_example(model)
         decoder_args, decoder_shapes = _decoder_example(model, layout)
         cross_args, cross_shapes = decoder_args[2:3], {"encoder_hidden_states": decoder_shapes["encoder_hidden_states"]}
-    with torch.no_grad(), _transformers_export_patches():
+    with torch.no_grad(), transformers_export_patches():
         encoder = _export(Encoder(model), encoder_args, encoder_shapes, options)
         decoder = _export(DecoderWithCache(model), decoder_args, decoder_shapes, options)
         cross = _export(CrossCache(model), cross_args, cross_shapes, options)
@@ -352,7 +351,7 @@ def merge_cross_cache(decoder: ir.Model, cross: ir.Model) -> None:
     node.attributes["else_branch"] = ir.AttrGraph("else_branch", first)
     for value, name, type_, shape in zip(node.outputs, names, types, shapes):
         value.name, value.type, value.shape = name, type_, shape
-    for value, past in zip(node.outputs[len(outputs):], pasts):
+    for value, past in zip(node.outputs[len(outputs) :], pasts):
         value.name = past.name.replace("past_key_values.", "present.")
         value.type, value.shape = past.type, _with_dim(past.shape, 2, ENCODER_SEQUENCE)
     graph.append(node)
@@ -430,10 +429,12 @@ def write_genai_decoder(output_dir: str) -> str:
     hidden = next(v for v in proto.graph.input if v.name == "encoder_hidden_states").type.tensor_type
     size = hidden.shape.dim[-1].dim_value
     dtype = onnx.helper.tensor_dtype_to_np_dtype(hidden.elem_type)
-    proto.graph.initializer.extend([
-        onnx.numpy_helper.from_array(np.array([True]), "use_cache_branch"),
-        onnx.numpy_helper.from_array(np.zeros((1, 1, size), dtype=dtype), "encoder_hidden_states"),
-    ])
+    proto.graph.initializer.extend(
+        [
+            onnx.numpy_helper.from_array(np.array([True]), "use_cache_branch"),
+            onnx.numpy_helper.from_array(np.zeros((1, 1, size), dtype=dtype), "encoder_hidden_states"),
+        ]
+    )
     onnx.save(proto, os.path.join(output_dir, GENAI_DECODER_FILE))
     return GENAI_DECODER_FILE
 
@@ -518,12 +519,11 @@ def _weight_files(output_dir: str) -> list[str]:
 
 def _write_configs(model: torch.nn.Module, output_dir: str, tokenizer: Any) -> list[str]:
     """config.json, generation_config.json, onnxruntime-genai's configs (Whisper), the tokenizer and processor files."""
-    from exporter.generation.export import _copy_tokenizer
 
     model.config.save_pretrained(output_dir)
     model.generation_config.save_pretrained(output_dir)
     files = ["config.json", "generation_config.json"]
     files += seq2seq_config.write(model, output_dir, ENCODER_FILE, GENAI_DECODER_FILE)
-    files += _copy_tokenizer(model, tokenizer, output_dir)
+    files += copy_tokenizer(model, tokenizer, output_dir)
     files += seq2seq_config.copy_processor(model, output_dir, PROCESSOR_FILES)
     return files
