@@ -6,6 +6,7 @@ from __future__ import annotations
 import collections
 import importlib.util
 import pathlib
+import shutil
 
 import onnx
 import onnx.inliner
@@ -37,6 +38,8 @@ def export(folder: pathlib.Path, name: str, source: str) -> tuple[pathlib.Path, 
     folder.mkdir(exist_ok=True)
     path = folder / "small.py"
     path.write_text(source)
+    # A same-sized edit within the same second would otherwise import the previous text's bytecode.
+    shutil.rmtree(folder / "__pycache__", ignore_errors=True)
     spec = importlib.util.spec_from_file_location(f"diff_{name}", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
