@@ -68,6 +68,47 @@ class GreedyResult:
     decode_ms: list[float]
 
 
+class GreedySteps:
+    """The steps of a greedy generation in onnxruntime: each runs `session`, picks every unfinished row's
+    most likely token (pad once a row has ended) and records it with its logits and time."""
+
+    def __init__(self, session: Any, batch: int, eos_token_ids: set[int], pad_token_id: int) -> None:
+        self.session, self.eos_token_ids, self.pad_token_id = session, list(eos_token_ids), pad_token_id
+        self.output_names = [o.name for o in session.get_outputs()]
+        self.unfinished = np.ones(batch, dtype=bool)
+        self.tokens: list[np.ndarray] = []
+        self.logits: list[np.ndarray] = []
+        self.times: list[float] = []
+
+    def step(self, feeds: dict[str, np.ndarray]) -> tuple[dict[str, np.ndarray], np.ndarray]:
+        """Run one step on `feeds`; the session's outputs by name and the tokens chosen."""
+        start = time.perf_counter()
+        outputs = dict(zip(self.output_names, self.session.run(None, feeds)))
+        self.times.append((time.perf_counter() - start) * 1000)
+        logits = outputs["logits"][:, -1, :].astype(np.float32)
+        token = np.where(self.unfinished, logits.argmax(-1), self.pad_token_id)
+        self.tokens.append(token)
+        self.logits.append(logits)
+        self.unfinished &= ~np.isin(token, self.eos_token_ids)
+        return outputs, token
+
+    @property
+    def done(self) -> bool:
+        return not self.unfinished.any()
+
+    def result(self) -> GreedyResult:
+        return GreedyResult(np.stack(self.tokens, axis=1), self.logits, self.times[0], self.times[1:])
+
+
+def empty_pasts(inputs: dict[str, Any], names: list[str], batch: int) -> dict[str, np.ndarray]:
+    """The first step's past key/values, of length 0, for the session inputs `names`."""
+    pasts = {}
+    for name in names:
+        _, heads, _, size = inputs[name].shape
+        pasts[name] = np.zeros((batch, heads, 0, size), dtype=_NUMPY_DTYPES[inputs[name].type])
+    return pasts
+
+
 def greedy_generate(
     session: Any,
     input_ids: np.ndarray,
@@ -83,36 +124,24 @@ def greedy_generate(
         key=lambda n: (int(n.split(".")[1]), n.endswith(".value")),
     )
     batch = input_ids.shape[0]
-    feeds: dict[str, np.ndarray] = {}
-    for name in past_names:
-        _, heads, _, size = inputs[name].shape
-        feeds[name] = np.zeros((batch, heads, 0, size), dtype=_NUMPY_DTYPES[inputs[name].type])
+    feeds = empty_pasts(inputs, past_names, batch)
     mask = attention_mask.astype(np.int64)
     ids = input_ids.astype(np.int64)
     positions = np.where(mask == 0, 1, np.cumsum(mask, axis=-1) - 1)  # as transformers' generate
-    unfinished = np.ones(batch, dtype=bool)
-    tokens, all_logits, times = [], [], []
-    output_names = [o.name for o in session.get_outputs()]
+    steps = GreedySteps(session, batch, eos_token_ids, pad_token_id)
     for _ in range(max_new_tokens):
         feeds |= {"input_ids": ids, "attention_mask": mask}
         if "position_ids" in inputs:
             feeds["position_ids"] = positions
-        start = time.perf_counter()
-        outputs = dict(zip(output_names, session.run(None, feeds)))
-        times.append((time.perf_counter() - start) * 1000)
-        logits = outputs["logits"][:, -1, :].astype(np.float32)
-        token = np.where(unfinished, logits.argmax(-1), pad_token_id)
-        tokens.append(token)
-        all_logits.append(logits)
-        unfinished &= ~np.isin(token, list(eos_token_ids))
-        if not unfinished.any():
+        outputs, token = steps.step(feeds)
+        if steps.done:
             break
         for name in past_names:
             feeds[name] = outputs[name.replace("past_key_values.", "present.")]
         ids = token[:, None].astype(np.int64)
         mask = np.concatenate([mask, np.ones((batch, 1), dtype=np.int64)], axis=-1)
         positions = positions[:, -1:] + 1
-    return GreedyResult(np.stack(tokens, axis=1), all_logits, times[0], times[1:])
+    return steps.result()
 
 
 def default_prompt(vocab_size: int, pad_token_id: int) -> tuple[torch.Tensor, torch.Tensor]:

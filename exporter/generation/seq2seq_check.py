@@ -8,14 +8,21 @@ forced end of sequence, …): these are not part of the graphs, a runtime applie
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 import numpy as np
 import torch
 
 from exporter.diagnostics import DiagnosticContext, Level, rules
-from exporter.generation.check import _NUMPY_DTYPES, TIE_TOLERANCE, GreedyResult, Parity, default_prompt, report
+from exporter.generation.check import (
+    TIE_TOLERANCE,
+    GreedyResult,
+    GreedySteps,
+    Parity,
+    default_prompt,
+    empty_pasts,
+    report,
+)
 
 __all__ = ["Parity", "check_seq2seq_generation", "greedy_generate_seq2seq"]
 
@@ -37,24 +44,13 @@ def greedy_generate_seq2seq(
     if "encoder_attention_mask" in inputs:
         feeds["encoder_attention_mask"] = encoder_inputs["attention_mask"].astype(np.int64)
     past_names = [n for n in inputs if n.startswith("past_key_values.")]
-    for name in past_names:  # the first step's pasts are empty (optimum's ORTModel feeds the same)
-        _, heads, _, size = inputs[name].shape
-        feeds[name] = np.zeros((batch, heads, 0, size), dtype=_NUMPY_DTYPES[inputs[name].type])
-    output_names = [o.name for o in decoder.get_outputs()]
+    feeds |= empty_pasts(inputs, past_names, batch)  # the first step's (optimum's ORTModel feeds the same)
     ids = decoder_input_ids.astype(np.int64)
-    unfinished = np.ones(batch, dtype=bool)
-    tokens, all_logits, times = [], [], []
+    steps = GreedySteps(decoder, batch, eos_token_ids, pad_token_id)
     for _ in range(max_new_tokens):
         feeds["input_ids"] = ids
-        start = time.perf_counter()
-        outputs = dict(zip(output_names, decoder.run(None, feeds)))
-        times.append((time.perf_counter() - start) * 1000)
-        logits = outputs["logits"][:, -1, :].astype(np.float32)
-        token = np.where(unfinished, logits.argmax(-1), pad_token_id)
-        tokens.append(token)
-        all_logits.append(logits)
-        unfinished &= ~np.isin(token, list(eos_token_ids))
-        if not unfinished.any():
+        outputs, token = steps.step(feeds)
+        if steps.done:
             break
         first_step = not feeds["use_cache_branch"][0]
         for name in past_names:  # the cross-attention cache of the first step is kept (as optimum's ORTModel does)
@@ -62,7 +58,7 @@ def greedy_generate_seq2seq(
                 feeds[name] = outputs[name.replace("past_key_values.", "present.")]
         feeds["use_cache_branch"] = np.array([True])
         ids = token[:, None].astype(np.int64)
-    return GreedyResult(np.stack(tokens, axis=1), all_logits, times[0], times[1:])
+    return steps.result()
 
 
 def token_ids(model: torch.nn.Module) -> tuple[set[int], int, int]:
