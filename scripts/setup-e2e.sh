@@ -6,6 +6,10 @@ cd "$(dirname "$0")/.."
 # npm (Node) trusts the system's certificates, as pip does: behind a TLS-inspecting proxy every fetch
 # otherwise fails three times before npm falls back to its cache (70 s per package).
 export NODE_USE_SYSTEM_CA=1
+# Node 20 (the system's) ignores NODE_USE_SYSTEM_CA: hand it the system's bundle as well.
+if [ -f /etc/ssl/certs/ca-certificates.crt ]; then
+  export NODE_EXTRA_CA_CERTS=/etc/ssl/certs/ca-certificates.crt
+fi
 TOOLS=$PWD/.tools
 mkdir -p "$TOOLS"
 
