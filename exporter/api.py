@@ -17,7 +17,7 @@ from exporter.diagnostics.explain import explain
 from exporter.diagnostics.torch_logs import captured_logs
 from exporter.errors import OnnxExporterError, is_out_of_memory
 from exporter.onnx_passes import finalize
-from exporter.options import ExportOptions
+from exporter.options import ExportOptions, refuse_weight_settings
 from exporter.output.program import ExportOutput
 from exporter.passes import decompose, inline_grad_regions, type_promotion
 from exporter.translate import analysis
@@ -371,6 +371,9 @@ def dynamo_export(
 ) -> ExportOutput:
     """Export `model` called with `model_args`/`model_kwargs` to ONNX.
 
-    Raises `OnnxExporterError` on failure; its `export_output` still holds the diagnostics.
+    Raises `OnnxExporterError` on failure; its `export_output` still holds the diagnostics. The weight
+    precision settings (``precision``, ``block_size`` …) are for `export_for_generation`: a `SettingError`.
     """
-    return Exporter(export_options or ExportOptions(), model, model_args, model_kwargs).export()
+    export_options = export_options or ExportOptions()
+    refuse_weight_settings(vars(export_options), "dynamo_export")
+    return Exporter(export_options, model, model_args, model_kwargs).export()

@@ -26,6 +26,8 @@ VERIFY_DTYPES = ("float64", "float32", "float16", "bfloat16")  # the keys of Exp
 # converter takes them to 18 … 25 (its SUPPORTED_MIN/MAX_ONNX_OPSET; tests/test_options.py checks them).
 OPSET_VERSIONS = range(18, 26)  # the default: DEFAULT_OPSET_VERSION (20)
 PRECISIONS = ("fp32", "fp16", "int8", "int4")  # ExportOptions.precision (export_for_generation's weights)
+# The settings only a text-generation export honours (its weights' precision); a plain export refuses them
+WEIGHT_SETTINGS = ("precision", "block_size", "symmetric", "accuracy_level", "int8_head")
 
 
 def check_opset(version: int) -> int:
@@ -197,7 +199,8 @@ class ExportOptions:
     verify_tolerances: per-dtype (atol, rtol) overrides of verify's tolerances, by dtype name
         (``{"float32": (1e-3, 1e-2)}``; defaults in `exporter.verify.numerics.TOLERANCES`).
 
-    The settings of a text-generation export (`export_for_generation`; other exports ignore them):
+    The settings of a text-generation export (`export_for_generation`; `dynamo_export` refuses the
+    weight settings, `refuse_weight_settings`, and has no fused kernels to turn off):
     precision: the weights' precision (`PRECISIONS`): ``int4``/``int8`` quantize the MatMul weights to
         onnxruntime's MatMulNBits (onnxruntime's ``MatMulNBitsQuantizer``), ``fp16`` halves every float.
     block_size: weights per quantization block (a power of two, 16 … 256; 32 as the genai builder).
@@ -313,6 +316,22 @@ def _camel(name: str) -> str:
 
 
 SETTINGS: dict[str, Setting] = _settings()
+
+
+def refuse_weight_settings(values: Mapping[str, Any], export: str) -> None:
+    """Raise `SettingError` if `values` (plain values or option fields by name) set a weight-precision
+    setting (`WEIGHT_SETTINGS`) to other than its default: `export` (a plain export) would not honour it."""
+    given = [
+        f"{name}={values[name]!r}"
+        for name in WEIGHT_SETTINGS
+        if values.get(name, SETTINGS[name].default) != SETTINGS[name].default
+    ]
+    if given:
+        raise SettingError(
+            f"{export} does not take {', '.join(given)}: the weights' precision is a setting of text-generation "
+            "exports (export_for_generation, --task text-generation); a plain export keeps the model's weights "
+            "as they are (quantize its ONNX file with onnxruntime.quantization)"
+        )
 
 
 def parse_settings(settings: Mapping[str, Any]) -> dict[str, Any]:

@@ -316,3 +316,23 @@ def test_torchlibs_opset_18_ops_are_converted_to_the_requested_opset(opset):
     (dft,) = [n for n in proto.graph.node if n.op_type == "DFT"]
     assert ([a.name for a in dft.attribute if a.name == "axis"] == []) == (opset >= 20), dft
     assert_matches_eager(export_output, model, (x,))
+
+
+@pytest.mark.parametrize(
+    "setting, refused",
+    [
+        ({"precision": "int4"}, "precision='int4'"),
+        ({"precision": "fp16", "block_size": 64}, "precision='fp16', block_size=64"),
+        ({"int8_head": True}, "int8_head=True"),
+    ],
+)
+def test_dynamo_export_refuses_weight_precision_settings_it_would_ignore(setting, refused):
+    options = exporter.ExportOptions(**setting)
+    with pytest.raises(ValueError, match=f"dynamo_export does not take {refused}: the weights' precision is a setting"):
+        exporter.dynamo_export(torch.nn.Linear(2, 2), torch.randn(1, 2), export_options=options)
+    # the generation-only flag that changes nothing here, and the defaults spelled out, are accepted
+    options = exporter.ExportOptions(precision="fp32", block_size=32, fused_kernels=False)
+    model = torch.nn.Linear(2, 2)
+    x = torch.randn(1, 2)
+    [out] = run_onnx(exporter.dynamo_export(model, x, export_options=options), x, model=model)
+    torch.testing.assert_close(torch.from_numpy(out), model(x).detach())

@@ -69,3 +69,19 @@ def test_parsed_settings_make_the_options_without_another_check():
     assert (options.opset_version, options.modularize) == (23, False)
     assert (options.diagnostic_options.verbosity_level, options.diagnostic_options.warnings_as_errors) == (10, True)
     assert parse_settings({"opset_version": None}) == {}  # None: not set
+
+
+def test_weight_settings_at_their_defaults_pass_and_others_are_named():
+    from exporter.options import WEIGHT_SETTINGS, refuse_weight_settings
+
+    defaults = {name: SETTINGS[name].default for name in WEIGHT_SETTINGS}
+    assert defaults == {
+        "precision": "fp32",
+        "block_size": 32,
+        "symmetric": True,
+        "accuracy_level": 4,
+        "int8_head": False,
+    }
+    refuse_weight_settings({**defaults, "opset_version": 18, "fused_kernels": False}, "a plain export")
+    with pytest.raises(SettingError, match=r"^a plain export does not take symmetric=False, accuracy_level=0: "):
+        refuse_weight_settings({"accuracy_level": 0, "symmetric": False}, "a plain export")
