@@ -18,10 +18,11 @@ import time
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from exporter.diagnostics.code_scanning import TARGET_PROPERTY, Problem, check_log, repository_root
+from exporter.diagnostics.code_scanning import check_log
 from exporter.diagnostics.context import Diagnostic
 from exporter.diagnostics.locations import Frame
 from exporter.diagnostics.rules import EXPORT_TARGET, Level
+from exporter.diagnostics.sarif import TARGET_PROPERTY, Problem, relative_path, repository_root, target_name
 from exporter.runner import ExportResult, Progress, export_target, failure
 from exporter.targets import TEXT_GENERATION, find_targets, load_module, target_task
 
@@ -70,7 +71,7 @@ class CheckReport:
     def table(self) -> str:
         """A line per target (outcome, errors, warnings, new problems against a baseline, seconds), then totals."""
         baseline = any("baselineState" in r for r in self.results)
-        names = [f"{_relative(t.path, self.root)}:{t.name}" for t in self.targets]
+        names = [target_name(t.definition, self.root) for t in self.targets]
         counts = {name: {"error": 0, "warning": 0, "new": 0} for name in names}
         for result in self.results:
             c = counts.get(result.get("properties", {}).get(TARGET_PROPERTY))
@@ -110,10 +111,10 @@ def check(
     ``onnxlens/<category>/`` (default: the paths relative to the root)."""
     root = os.path.realpath(root or repository_root())
     checked = [target for path in find_files(paths) for target in check_file(path, overrides or {}, progress)]
-    problems = [p for target in checked for p in _problems(target, root)]
+    problems = [p for target in checked for p in _problems(target)]
     category = category or _category(paths, root)
     targets = [
-        {"target": t.name, "file": _relative(t.path, root), "line": t.line, "outcome": t.result.outcome.to_json()}
+        {"target": t.name, "file": relative_path(t.path, root), "line": t.line, "outcome": t.result.outcome.to_json()}
         for t in checked
     ]
     log = check_log(problems, root, category, targets, baseline=baseline)
@@ -209,7 +210,7 @@ def _progress_of(progress: Progress | None, name: str) -> Progress | None:
     return lambda stage, info: progress(f"{name}: {stage}", info)
 
 
-def _problems(target: TargetCheck, root: str) -> list[Problem]:
+def _problems(target: TargetCheck) -> list[Problem]:
     """The problems of a target for code scanning: its warnings and errors and, when it failed without an
     error result (in the file, the target function, or writing), an FXE0025 error at the user's line."""
     result, ctx = target.result, target.result.context
@@ -220,24 +221,15 @@ def _problems(target: TargetCheck, root: str) -> list[Problem]:
         ]
         message = f"Target {target.name} failed: {_first_line(result.message)}"
         diagnostics.append(Diagnostic(EXPORT_TARGET, Level.ERROR, message, frames))
-    name = f"{_relative(target.path, root)}:{target.name}"
-    return [Problem(d, name, target.definition) for d in diagnostics]
+    return [Problem(d, target.definition) for d in diagnostics]
 
 
 def _category(paths: Sequence[str], root: str) -> str:
     """The paths checked, relative to the root ("root" for the root itself), comma-separated."""
-    names = [_relative(os.path.realpath(p), root) for p in paths]
+    names = [relative_path(os.path.realpath(p), root) for p in paths]
     return ",".join("root" if name == "." else name for name in names)
 
 
 def _first_line(message: str) -> str:
     lines = message.strip().splitlines()
     return lines[0] if lines else message
-
-
-def _relative(path: str, root: str) -> str:
-    return os.path.relpath(path, root).replace(os.sep, "/") if _is_within(path, root) else path
-
-
-def _is_within(path: str, root: str) -> bool:
-    return os.path.commonpath([os.path.abspath(path), root]) == root

@@ -98,6 +98,8 @@ class Prop:
     RTOL = "rtol"
     # FXE0021: the reproducer folder of the first divergence.
     REPRODUCER = "reproducer"
+    # A result without a source line of its own, located at its export target's definition (for code scanning).
+    AT_TARGET = "atExportTarget"
 
 
 SOURCE_LINE = "sourceLine"  # Prop.AGGREGATE of a per-line summary

@@ -138,13 +138,13 @@ def _export(
         outcome = decide(
             job.ctx.diagnostics, name=name, model=written is not None, failure=str(e), fixed_by_options=fixed
         )
-        _save_log(e.export_output, sarif, outcome)
+        _save_log(e.export_output, sarif, outcome, fn)
         return ExportResult("failed", str(e), written, sarif, stages=job.timings, context=job.ctx, outcome=outcome)
     progress(Stage.SAVE.value, {})
     outcome = decide(job.ctx.diagnostics, name=name, model=True, fixed_by_options=fixed)
     try:
         result.save(output)
-        _save_log(result, sarif, outcome)
+        _save_log(result, sarif, outcome, fn)
     except OSError as e:
         message = f"cannot write {e.filename or output}: {e.strerror or e}"
         summary, outcome = _summary(result), failed(message, name)
@@ -177,22 +177,24 @@ def _export_for_generation(
     except exporter.OnnxExporterError as e:
         ctx = e.export_output.diagnostic_context
         outcome = decide(ctx.diagnostics, name=_name(fn), model=False, failure=str(e))
-        _save_log(e.export_output, sarif, outcome)
+        _save_log(e.export_output, sarif, outcome, fn)
         return ExportResult("failed", str(e), sarif=sarif, stages=dict(ctx.timings), context=ctx, outcome=outcome)
     ctx = result.export_output.diagnostic_context
     outcome = decide(ctx.diagnostics, name=_name(fn), model=True)
-    _save_log(result.export_output, sarif, outcome)
+    _save_log(result.export_output, sarif, outcome, fn)
     summary = {**_summary(result.export_output), "generation": result.check}
     stages = {**ctx.timings, "generation check": result.verify_seconds}
     log = sarif or os.path.join(output, SARIF_FILE)
     return ExportResult("ok", "", result.model_path, log, result.files, stages, summary, context=ctx, outcome=outcome)
 
 
-def _save_log(export_output: Any, sarif: str | None, outcome: Outcome) -> None:
+def _save_log(export_output: Any, sarif: str | None, outcome: Outcome, fn: Callable[..., Any]) -> None:
+    """Write the export's SARIF log to `sarif` (if given): relative to the repository holding the target `fn`,
+    results without a source line there at its definition (`exporter.diagnostics.sarif.to_results`)."""
     if sarif:
-        from exporter.diagnostics.sarif import write_sarif
+        from exporter.diagnostics.sarif import target_definition, write_sarif
 
-        write_sarif(export_output.diagnostic_context, sarif, outcome)
+        write_sarif(export_output.diagnostic_context, sarif, outcome, target_definition(fn))
 
 
 def _name(fn: Callable[..., Any]) -> str | None:

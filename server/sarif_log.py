@@ -111,7 +111,9 @@ def parse(log: dict[str, Any], path: str = "") -> SarifLog:
             found_rules[rule["id"]] = RuleInfo(rule["id"], rule.get("name", ""), rule.get("helpUri"))
         bases = {key: value.get("uri", "") for key, value in run.get("originalUriBaseIds", {}).items()}
         for result in run.get("results", []):
-            locations = [_location(where, bases) for where in result.get("locations", [])[:1]]
+            # A result at its target's definition has no source line: the editor places it (or leaves it out).
+            at_target = result.get("properties", {}).get(Prop.AT_TARGET)
+            locations = [] if at_target else [_location(where, bases) for where in result.get("locations", [])[:1]]
             related = [_location(where, bases) for where in result.get("relatedLocations", [])]
             results.append(
                 Result(

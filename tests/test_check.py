@@ -16,13 +16,14 @@ import textwrap
 
 import pytest
 import yaml
-from helpers import validate_sarif
+from helpers import console_script, validate_sarif
 
 from exporter.check import check, find_files
-from exporter.diagnostics.code_scanning import FINGERPRINT, Limits, Problem, check_log, dumps, write
+from exporter.diagnostics.code_scanning import Limits, check_log, dumps, write
 from exporter.diagnostics.context import Diagnostic
 from exporter.diagnostics.locations import Frame
 from exporter.diagnostics.rules import ALL_RULES, NO_SYMBOLIC_FUNCTION, OP_LEVEL_DEBUGGING, Level
+from exporter.diagnostics.sarif import FINGERPRINT, Problem
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 TESTS = pathlib.Path(__file__).resolve().parent
@@ -109,6 +110,18 @@ def gh_validation(log_path: pathlib.Path, tmp_path: pathlib.Path) -> list[str]:
     ]
 
 
+def assert_rules_complete(run: dict) -> None:
+    """Every rule's metadata as code scanning shows it: descriptions, markdown help, precision, severity, tags."""
+    rules = run["tool"]["driver"]["rules"]
+    assert [r["id"] for r in rules] == [rule.id for rule in ALL_RULES]
+    for rule in rules:
+        assert rule["shortDescription"]["text"] and rule["fullDescription"]["text"] and rule["help"]["text"]
+        assert rule["helpUri"] in rule["help"]["markdown"]
+        assert rule["properties"]["precision"] in ("very-high", "high", "medium", "low")
+        assert rule["properties"]["problem.severity"] in ("error", "warning", "recommendation")
+        assert 1 <= len(rule["properties"]["tags"]) <= 10  # GitHub shows 10 tags (takes 20)
+
+
 @pytest.fixture(scope="module")
 def checked(tmp_path_factory):
     """One check of a folder with a failing and a passing model file; the folder is the root."""
@@ -151,14 +164,7 @@ def test_a_failing_check_is_accepted_by_githubs_sarif_rules(checked, tmp_path):
     assert (uri, line) == ("broken.py", 4)
     assert ("FXE0011", "passing.py:cumprod_erfinv") not in located
 
-    rules = run["tool"]["driver"]["rules"]
-    assert [r["id"] for r in rules] == [rule.id for rule in ALL_RULES]
-    for rule in rules:
-        assert rule["shortDescription"]["text"] and rule["fullDescription"]["text"] and rule["help"]["text"]
-        assert rule["helpUri"] in rule["help"]["markdown"]
-        assert rule["properties"]["precision"] in ("very-high", "high", "medium", "low")
-        assert rule["properties"]["problem.severity"] in ("error", "warning", "recommendation")
-        assert 1 <= len(rule["properties"]["tags"]) <= 10  # GitHub shows 10 tags (takes 20)
+    assert_rules_complete(run)
     outcomes = {(t["file"], t["target"]): t["outcome"]["kind"] for t in run["properties"]["onnxlens.targets"]}
     assert outcomes == {
         ("broken.py", "<file>"): "failed",
@@ -193,6 +199,101 @@ def test_the_validator_rejects_a_result_without_a_location(checked, tmp_path):
     path.write_text(json.dumps(log))
     rules = sorted({error.split(":")[0] for error in gh_validation(path, tmp_path)})
     assert rules == ["GH1015", "GH1017", "GH2012"]
+
+
+def export_cli(target: str, sarif: pathlib.Path, cwd: pathlib.Path) -> subprocess.CompletedProcess:
+    """``onnxlens-export TARGET --sarif SARIF`` (one export, not a check) run in `cwd`."""
+    env = {**os.environ, "PYTHONPATH": str(TESTS)}  # the models import fixtures.custom_ops
+    return subprocess.run(
+        [console_script("onnxlens-export"), target, "--sarif", str(sarif)],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+
+
+def where(result: dict) -> tuple[str, str, int]:
+    """A result's location: base id, URI and line."""
+    physical = result["locations"][0]["physicalLocation"]
+    artifact = physical["artifactLocation"]
+    return artifact.get("uriBaseId", ""), artifact["uri"], physical["region"]["startLine"]
+
+
+def test_a_single_exports_failing_log_is_accepted_by_githubs_sarif_rules(tmp_path):
+    """``onnxlens-export models/failing.py:bessel --sarif`` (issue 34's trial, its GH1015/GH1017): every result
+    located (the note without a source line at the target's definition), URIs relative to the git repository's
+    root (not the working directory, nor the common folder of the files), fingerprints equal to the check's."""
+    if shutil.which("git") is None:
+        pytest.skip("git is not installed")
+    repo = tmp_path / "repo"
+    (repo / "models").mkdir(parents=True)
+    (repo / "models" / "failing.py").write_text(FAILING)
+    git(repo, "init", "-q")
+    log_path = tmp_path / "bessel.sarif"
+    run = export_cli("failing.py:bessel", log_path, cwd=repo / "models")
+    assert run.returncode == 1, run.stderr
+    log = validate_sarif(log_path)
+    assert gh_validation(log_path, tmp_path) == []
+
+    sarif_run = log["runs"][0]
+    assert sarif_run["originalUriBaseIds"]["SRCROOT"]["uri"] == repo.resolve().as_uri() + "/"
+    assert sarif_run["automationDetails"]["id"] == "onnxlens/models/failing.py:bessel/"
+    assert_rules_complete(sarif_run)
+    results = sarif_run["results"]
+    assert all(where(r)[:2] == ("SRCROOT", "models/failing.py") for r in results)
+    assert all(re.fullmatch(r"[0-9a-f]{32}:\d+", r["partialFingerprints"][FINGERPRINT]) for r in results)
+    assert {r["properties"]["exportTarget"] for r in results} == {"models/failing.py:bessel"}
+    i1 = line_of(FAILING, "i1")
+    (error,) = [r for r in results if r["ruleId"] == "FXE0011" and r["level"] == "error"]
+    assert where(error)[2] == i1 and "atExportTarget" not in error["properties"]
+    # The user's call, as they wrote it, and the primitive its decomposition produced.
+    assert error["message"]["text"].startswith(f"torch.special.i1 at failing.py:{i1} became prims.bessel_i1.default")
+    # No source line of its own (torchlib could not generate a function): at the target's definition.
+    (note,) = [r for r in results if r["ruleId"] == "FXE0011" and r["level"] == "note"]
+    definition = FAILING.splitlines().index("def bessel():")  # its decorator's line, 1-based
+    assert where(note)[2] == definition and note["properties"]["atExportTarget"] is True
+    assert note["locations"][0]["physicalLocation"]["region"]["snippet"]["text"] == "@exporter.export_target"
+
+    # The editor places a result without a source line itself: its location is not taken as one.
+    from onnxlens_server.sarif_log import parse
+
+    parsed = {(r.rule_id, r.level): r.location for r in parse(log).results}
+    assert parsed[("FXE0011", "note")] is None
+    assert parsed[("FXE0011", "error")].path == str((repo / "models" / "failing.py").resolve())
+
+    # One rule for both logs: the check's results of this target carry the same fingerprints.
+    checked = check([str(repo / "models" / "failing.py")], root=str(repo))
+    in_check = {
+        (r["ruleId"], r["partialFingerprints"][FINGERPRINT], where(r))
+        for r in checked.results
+        if r["properties"]["exportTarget"] == "models/failing.py:bessel"
+    }
+    errors = {(r["ruleId"], r["partialFingerprints"][FINGERPRINT], where(r)) for r in results if r["level"] == "error"}
+    assert in_check == errors and len(errors) == 2  # FXE0011 and FXE0012 at the i1 line
+
+
+def test_a_single_exports_passing_log_is_accepted_by_githubs_sarif_rules(tmp_path):
+    """A verified single export's log (its verification note located at the target's definition); outside a git
+    repository the root is the model's folder."""
+    folder = tmp_path / "models"
+    folder.mkdir()
+    (folder / "passing.py").write_text(PASSING)
+    log_path = tmp_path / "passing.sarif"
+    run = export_cli(str(folder / "passing.py") + ":cumprod_erfinv", log_path, cwd=tmp_path)
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.startswith("verified cumprod_erfinv")
+    log = validate_sarif(log_path)
+    assert gh_validation(log_path, tmp_path) == []
+    sarif_run = log["runs"][0]
+    if subprocess.run(["git", "rev-parse"], cwd=folder, capture_output=True).returncode != 0:
+        assert sarif_run["originalUriBaseIds"]["SRCROOT"]["uri"] == folder.resolve().as_uri() + "/"
+    assert_rules_complete(sarif_run)
+    (result,) = sarif_run["results"]
+    assert (result["ruleId"], result["level"], result["kind"]) == ("FXE0021", "note", "pass")
+    assert where(result)[1:] == ("passing.py", PASSING.splitlines().index("def cumprod_erfinv():"))
+    assert result["properties"]["atExportTarget"] is True and FINGERPRINT in result["partialFingerprints"]
 
 
 MODEL = """\
@@ -290,14 +391,12 @@ def test_githubs_limits_are_kept_with_a_note(tmp_path):
     problems = [
         Problem(
             Diagnostic(OP_LEVEL_DEBUGGING, Level.WARNING, f"warning {i}", stack, {"fxTarget": f"w{i}"}),
-            "m.py:t",
             definition,
         )
         for i in range(6)
     ] + [
         Problem(
             Diagnostic(NO_SYMBOLIC_FUNCTION, Level.ERROR, f"error {i}", stack, {"fxTarget": f"e{i}"}),
-            "m.py:t",
             definition,
         )
         for i in range(3)
@@ -329,7 +428,7 @@ def test_a_problem_whose_level_changed_is_updated(tmp_path):
 
     def log(level: Level, baseline=None) -> dict:
         diagnostic = Diagnostic(OP_LEVEL_DEBUGGING, level, "f differs", [where], {"fxTarget": "aten.f.default"})
-        return check_log([Problem(diagnostic, "m.py:t", where)], str(tmp_path), "t", [], baseline=baseline)
+        return check_log([Problem(diagnostic, where)], str(tmp_path), "t", [], baseline=baseline)
 
     before = log(Level.WARNING)
     (result,) = log(Level.ERROR, baseline=before)["runs"][0]["results"]

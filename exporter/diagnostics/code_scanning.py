@@ -1,8 +1,8 @@
 """The SARIF log of an export check, as GitHub code scanning takes it.
 
-One run for every target checked: URIs relative to the repository's root (``SRCROOT``), every result
-located (a result without a source line is at its target's definition), `partialFingerprints` that
-name the problem rather than its line number, ``baselineState`` against a previous log, and GitHub's
+One run for every target checked: URIs relative to the repository's root (``SRCROOT``), results located
+and fingerprinted as in every log of a target (`exporter.diagnostics.sarif.to_results`: one without a
+source line is at its target's definition), ``baselineState`` against a previous log, and GitHub's
 upload limits kept, with a note when something is left out.
 """
 
@@ -10,37 +10,27 @@ from __future__ import annotations
 
 import dataclasses
 import gzip
-import hashlib
 import json
-import os
-import subprocess
-from collections import Counter
 from collections.abc import Iterable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import sarif_om as sarif
 
-from exporter.constants import Prop
-from exporter.diagnostics.locations import Frame
 from exporter.diagnostics.rules import ALL_RULES
 from exporter.diagnostics.sarif import (
+    FINGERPRINT,
     SARIF_SCHEMA,
     SARIF_VERSION,
-    is_under,
+    Problem,
     rule_indexes,
     timestamp,
     to_json_dict,
-    to_result,
+    to_results,
     tool,
     uri_base_ids,
 )
 
-if TYPE_CHECKING:
-    from exporter.diagnostics.context import Diagnostic
-
-FINGERPRINT = "onnxlensProblem/v1"  # the partialFingerprints key
 TARGETS_PROPERTY = "onnxlens.targets"  # the run property: each target checked and its outcome
-TARGET_PROPERTY = "exportTarget"  # a result's property: its target, "<path relative to the root>:<name>"
 BASELINE_STATES = ("new", "unchanged", "updated", "absent")
 
 
@@ -56,27 +46,6 @@ class Limits:
 GITHUB_LIMITS = Limits()
 
 
-@dataclasses.dataclass
-class Problem:
-    """A result of one target: the diagnostic, the target it belongs to and where the target is defined."""
-
-    diagnostic: Diagnostic
-    target: str  # "<path relative to the root>:<name>"
-    definition: Frame  # the target's definition: the location of a result without a source line
-
-
-def repository_root(cwd: str | None = None) -> str:
-    """The git repository's top-level directory holding `cwd` (default: the working directory), else `cwd`."""
-    cwd = os.path.abspath(cwd or os.getcwd())
-    try:
-        out = subprocess.run(
-            ["git", "rev-parse", "--show-toplevel"], cwd=cwd, capture_output=True, text=True, timeout=30, check=True
-        )
-    except (OSError, subprocess.SubprocessError):
-        return cwd
-    return os.path.realpath(out.stdout.strip()) or cwd
-
-
 def check_log(
     problems: Sequence[Problem],
     root: str,
@@ -90,20 +59,11 @@ def check_log(
     outcome of each) in its properties, ``automationDetails.id`` ``onnxlens/<category>/``; with a `baseline`
     log, each result's ``baselineState`` and the baseline's results no longer found (``absent``)."""
     index = rule_indexes(ALL_RULES)
-    results = []
-    for problem, fingerprint in zip(problems, fingerprints(problems, root)):
-        d = problem.diagnostic
-        primary = d.location if d.location is not None and is_under(d.location, root) else problem.definition
-        result = to_result(d, index[d.rule.id], root, primary=primary)
-        result.partial_fingerprints = {FINGERPRINT: fingerprint}
-        result.properties = result.properties or sarif.PropertyBag()
-        setattr(result.properties, TARGET_PROPERTY, problem.target)
-        results.append(result)
     run = sarif.Run(
         tool=tool(ALL_RULES),
         original_uri_base_ids=uri_base_ids(root),
         automation_details=sarif.RunAutomationDetails(id=f"onnxlens/{category}/"),
-        results=results,
+        results=to_results(problems, root, index),
         invocations=[sarif.Invocation(execution_successful=True, end_time_utc=timestamp())],
         column_kind="unicodeCodePoints",
         properties=sarif.PropertyBag(),
@@ -119,37 +79,6 @@ def check_log(
             {"message": {"text": note}, "level": "warning"} for note in notes
         ]
     return log
-
-
-def fingerprints(problems: Sequence[Problem], root: str) -> list[str]:
-    """Each problem's partial fingerprint: a hash of its rule, target, subject (the operator, or the input
-    dimension) and the code of its line (not the line's number), then ``:n`` counting the problems with the
-    same hash in report order. Lines inserted or removed elsewhere in the file leave it as it was."""
-    seen: Counter[str] = Counter()
-    out = []
-    for problem in problems:
-        d = problem.diagnostic
-        where = d.location if d.location is not None and is_under(d.location, root) else problem.definition
-        identity = "\0".join([d.rule.id, problem.target, _subject(d.properties), _code(where)])
-        digest = hashlib.sha256(identity.encode()).hexdigest()[:32]
-        seen[digest] += 1
-        out.append(f"{digest}:{seen[digest]}")
-    return out
-
-
-def _subject(properties: dict[str, Any]) -> str:
-    """What a result is about besides its line: the FX operator, or the input dimension."""
-    if Prop.FX_TARGET in properties:
-        return str(properties[Prop.FX_TARGET])
-    return f"{properties.get(Prop.INPUT, '')}.{properties.get(Prop.DIM, '')}"
-
-
-def _code(frame: Frame) -> str:
-    """The code of a frame's line, whitespace collapsed (the snippet, else the file's line)."""
-    import linecache
-
-    text = frame.snippet or linecache.getline(frame.path, frame.line)
-    return " ".join(text.split())
 
 
 def compare(results: list[dict[str, Any]], baseline: dict[str, Any], index: dict[str, int]) -> list[dict[str, Any]]:

@@ -43,6 +43,7 @@ _library_roots: set[str] = {
         sysconfig.get_paths()["stdlib"],
         sysconfig.get_paths()["purelib"],
         sysconfig.get_paths()["platlib"],
+        sysconfig.get_paths()["scripts"],  # console scripts (onnxlens-export, pytest)
     )
 }
 

@@ -1,17 +1,29 @@
 """SARIF 2.1.0 logs of an export, built with `sarif-om` objects.
 
 Artifact URIs are relative to the ``SRCROOT`` base id, whose ``originalUriBaseIds`` entry is the
-absolute ``file://`` URI of a root directory: for one export, the directory that holds the user's files
-(what the SARIF Viewer resolves reliably); for an export check, the repository's root
-(`exporter.diagnostics.code_scanning`). Results are in report order; rules in a fixed order.
+absolute ``file://`` URI of a root directory: the repository's root (git's top level) for an export
+target's log and an export check's (`exporter.diagnostics.code_scanning`); for an export without a
+target (`ExportOutput.save_diagnostics`), the directory that holds the user's files. Results are in
+report order; rules in a fixed order.
+
+One rule (`to_results`) locates and fingerprints the results of every log, as GitHub code scanning
+takes them: a result is at the innermost frame of its stack in the root, else at its export target's
+definition (marked `Prop.AT_TARGET`: the editor places those itself); its `partialFingerprints` name the
+problem (rule, target, operator or input dimension, the code of its line), not its line number.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
+import hashlib
 import json
+import linecache
 import os
 import pathlib
+import subprocess
+from collections import Counter
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 import attr
@@ -31,18 +43,72 @@ SARIF_SCHEMA = "https://docs.oasis-open.org/sarif/sarif/v2.1.0/errata01/os/schem
 SRCROOT = "SRCROOT"
 TOOL_NAME = "onnxlens"
 TOOL_URI = "https://github.com/onnxlens/onnxlens"
+FINGERPRINT = "onnxlensProblem/v1"  # the partialFingerprints key
+TARGET_PROPERTY = "exportTarget"  # a result's property: its target, "<path relative to the root>:<name>"
 
 
-def to_sarif_log(ctx: DiagnosticContext, outcome: Outcome | None = None) -> sarif.SarifLog:
+@dataclasses.dataclass(frozen=True)
+class Problem:
+    """A diagnostic and the definition of the export target it belongs to (the frame of its first
+    decorator's line, named as the target's function), where it is when it has no source line in the root."""
+
+    diagnostic: Diagnostic
+    definition: Frame | None = None  # None: an export without a target (no fingerprint, no stand-in location)
+
+
+def target_definition(fn: Any) -> Frame | None:
+    """The definition of the export target `fn`: its file, its first decorator's line, its name."""
+    code = getattr(fn, "__code__", None)
+    if code is None:
+        return None
+    return Frame(
+        code.co_filename, code.co_firstlineno, fn.__name__, linecache.getline(code.co_filename, code.co_firstlineno)
+    )
+
+
+def repository_root(cwd: str | None = None) -> str:
+    """The git repository's top-level directory holding `cwd` (default: the working directory), else `cwd`."""
+    cwd = os.path.realpath(cwd or os.getcwd())
+    try:
+        out = subprocess.run(
+            ["git", "rev-parse", "--show-toplevel"], cwd=cwd, capture_output=True, text=True, timeout=30, check=True
+        )
+    except (OSError, subprocess.SubprocessError):
+        return cwd
+    return os.path.realpath(out.stdout.strip()) or cwd
+
+
+def relative_path(path: str, root: str) -> str:
+    """`path` relative to `root` (``/``-separated) when it is under it, else `path`."""
+    if not _within(path, root):
+        return path
+    return pathlib.PurePath(os.path.relpath(os.path.realpath(path), os.path.realpath(root))).as_posix()
+
+
+def target_name(definition: Frame, root: str) -> str:
+    """A target as code scanning names it: ``<path relative to the root>:<name>``."""
+    return f"{relative_path(definition.path, root)}:{definition.function}"
+
+
+def to_sarif_log(
+    ctx: DiagnosticContext, outcome: Outcome | None = None, definition: Frame | None = None
+) -> sarif.SarifLog:
     """The log of the export `ctx` recorded; its run's properties hold the export's `outcome` (by default
-    decided from the results alone, `exporter.outcome.decide`)."""
+    decided from the results alone, `exporter.outcome.decide`). With the export target's `definition`,
+    URIs are relative to the repository holding it, results located and fingerprinted (`to_results`)
+    and ``automationDetails.id`` is ``onnxlens/<target>/``."""
     outcome = outcome or decide(ctx.diagnostics)
-    root = _source_root(ctx.diagnostics)
+    if definition is not None:
+        root = repository_root(os.path.dirname(os.path.abspath(definition.path)))
+    else:
+        root = _source_root(ctx.diagnostics)
     index = rule_indexes(ctx.rules)
+    category = target_name(definition, root) if definition is not None else None
     run = sarif.Run(
         tool=tool(ctx.rules),
         original_uri_base_ids=uri_base_ids(root),
-        results=[to_result(d, index[d.rule.id], root) for d in ctx.diagnostics],
+        automation_details=sarif.RunAutomationDetails(id=f"onnxlens/{category}/") if category else None,
+        results=to_results([Problem(d, definition) for d in ctx.diagnostics], root, index),
         invocations=[
             sarif.Invocation(
                 execution_successful=not ctx.errors(),
@@ -71,8 +137,9 @@ def rule_indexes(rules: tuple[Rule, ...]) -> dict[str, int]:
 
 
 def uri_base_ids(root: str) -> dict[str, sarif.ArtifactLocation]:
-    """``originalUriBaseIds``: `SRCROOT` is `root`'s absolute ``file://`` URI."""
-    return {SRCROOT: sarif.ArtifactLocation(uri=pathlib.Path(root).as_uri() + "/")}
+    """``originalUriBaseIds``: `SRCROOT` is `root`'s absolute ``file://`` URI (ending in ``/``)."""
+    uri = pathlib.Path(root).as_uri()
+    return {SRCROOT: sarif.ArtifactLocation(uri=uri if uri.endswith("/") else uri + "/")}
 
 
 def timestamp() -> str:
@@ -120,9 +187,12 @@ def to_json_dict(obj: Any) -> Any:
     return obj
 
 
-def write_sarif(ctx: DiagnosticContext, destination: str, outcome: Outcome | None = None) -> None:
+def write_sarif(
+    ctx: DiagnosticContext, destination: str, outcome: Outcome | None = None, definition: Frame | None = None
+) -> None:
+    """Write `to_sarif_log` to `destination`."""
     with atomic_path(destination) as tmp, open(tmp, "w", encoding="utf-8") as f:
-        json.dump(to_json_dict(to_sarif_log(ctx, outcome)), f, indent=1)
+        json.dump(to_json_dict(to_sarif_log(ctx, outcome, definition)), f, indent=1)
 
 
 def _descriptor(rule: Rule) -> sarif.ReportingDescriptor:
@@ -140,10 +210,49 @@ def _descriptor(rule: Rule) -> sarif.ReportingDescriptor:
     )
 
 
-def to_result(d: Diagnostic, rule_index: int, root: str, *, primary: Frame | None = None) -> sarif.Result:
-    """The result of `d`, its URIs relative to `root` when under it; located at `primary` (default: the
-    diagnostic's own location, none if it has no source line)."""
-    primary = primary or d.location
+def to_results(problems: Sequence[Problem], root: str, rule_index: dict[str, int]) -> list[sarif.Result]:
+    """The results of `problems`, their URIs relative to `root` when under it. Each is located at the
+    innermost frame of its stack under `root`, else at its target's definition (``Prop.AT_TARGET``), else
+    (no target) at its own location, if any. With a target, its ``exportTarget`` property and
+    `partialFingerprints`: a hash of the rule, the target, the subject (the operator, or the input
+    dimension) and the code of the result's line (not its number), then ``:n`` counting the problems
+    with the same hash in report order, so lines inserted or removed elsewhere leave it as it was."""
+    seen: Counter[str] = Counter()
+    results = []
+    for problem in problems:
+        d, definition = problem.diagnostic, problem.definition
+        primary = next((f for f in d.stack if is_under(f, root)), None)
+        at_target = primary is None and definition is not None
+        result = _result(d, rule_index[d.rule.id], root, primary or definition or d.location)
+        if definition is not None:
+            target = target_name(definition, root)
+            identity = "\0".join([d.rule.id, target, _subject(d.properties), _code(primary or definition)])
+            digest = hashlib.sha256(identity.encode()).hexdigest()[:32]
+            seen[digest] += 1
+            result.partial_fingerprints = {FINGERPRINT: f"{digest}:{seen[digest]}"}
+            result.properties = result.properties or sarif.PropertyBag()
+            setattr(result.properties, TARGET_PROPERTY, target)
+            if at_target:
+                setattr(result.properties, Prop.AT_TARGET, True)
+        results.append(result)
+    return results
+
+
+def _subject(properties: dict[str, Any]) -> str:
+    """What a result is about besides its line: the FX operator, or the input dimension."""
+    if Prop.FX_TARGET in properties:
+        return str(properties[Prop.FX_TARGET])
+    return f"{properties.get(Prop.INPUT, '')}.{properties.get(Prop.DIM, '')}"
+
+
+def _code(frame: Frame) -> str:
+    """The code of a frame's line, whitespace collapsed (the snippet, else the file's line)."""
+    text = frame.snippet or linecache.getline(frame.path, frame.line)
+    return " ".join(text.split())
+
+
+def _result(d: Diagnostic, rule_index: int, root: str, primary: Frame | None) -> sarif.Result:
+    """The result of `d` located at `primary` (none: no location)."""
     result = sarif.Result(
         message=sarif.Message(text=d.message),
         rule_id=d.rule.id,
@@ -180,15 +289,19 @@ def _bag(**properties: Any) -> sarif.PropertyBag:
 
 def is_under(frame: Frame, root: str) -> bool:
     """Whether `frame` is in a user file under the directory `root` (its URI is then relative to it)."""
-    path = os.path.abspath(frame.path)
-    return frame.is_user_code and os.path.commonpath([path, root]) == root
+    return frame.is_user_code and _within(frame.path, root)
+
+
+def _within(path: str, root: str) -> bool:
+    """Whether `path` is `root` or under it (symbolic links resolved)."""
+    root = os.path.realpath(root)
+    return os.path.commonpath([os.path.realpath(path), root]) == root
 
 
 def _location(frame: Frame, root: str, *, message: bool = False, id: int | None = None) -> sarif.Location:
     path = os.path.abspath(frame.path)
     if is_under(frame, root):
-        relative = pathlib.PurePath(os.path.relpath(path, root)).as_posix()
-        artifact = sarif.ArtifactLocation(uri=relative, uri_base_id=SRCROOT)
+        artifact = sarif.ArtifactLocation(uri=relative_path(path, root), uri_base_id=SRCROOT)
     else:
         artifact = sarif.ArtifactLocation(uri=pathlib.Path(path).as_uri())
     region = sarif.Region(start_line=frame.line)
