@@ -2,12 +2,12 @@
 // linked to the editor both ways; the same view is the custom editor of .onnx files (GRAPH_FILE, `OnnxEditor`)
 // and shows two exports compared (COMPARE_GRAPHS). The view's code is webview/graph/ (bundled into dist/webview/).
 import { randomBytes } from 'node:crypto';
-import { realpathSync } from 'node:fs';
 import * as path from 'node:path';
 import * as vscode from 'vscode';
 import { ExecuteCommandRequest } from 'vscode-languageclient/node';
 
 import { ServerConnection } from './client';
+import { documentKey, locationKey, locationUri } from './locations';
 import {
   COMPARE_GRAPHS, CompareArgs, ErrorCode, errorCode, EXPORT_TARGET, GRAPH, GRAPH_FILE, LIST_TARGETS, ListTargetsResult,
   NoModelData, OPEN_SARIF_LOG, RULE_ACCURACY_DIVERGENCE, RULE_NO_SYMBOLIC_FUNCTION, RULE_OP_LEVEL_DEBUGGING, TargetArgs,
@@ -43,7 +43,7 @@ export class GraphView {
   readonly ready: Promise<void>;
   pageMs = 0; // the view's page: from its start to the script ready
   model: string | undefined; // the drawn model's path (a comparison's second)
-  files = new Set<string>(); // the source files of its nodes
+  files = new Map<string, string>(); // the source locations of its nodes (files, notebook cells) by `documentKey`
 
   constructor(
     readonly panel: vscode.WebviewPanel,
@@ -76,7 +76,7 @@ export class GraphView {
   async show(title: string, graph: any, comparison?: any): Promise<void> {
     const graphs = comparison ? [comparison.before, comparison.after] : [graph];
     const sources = (g: any): string[] => g.nodes.flatMap((n: any) => (n.source ? [n.source.path] : []));
-    this.files = new Set<string>(graphs.flatMap(sources));
+    this.files = new Map([...new Set<string>(graphs.flatMap(sources))].map((p) => [locationKey(p, vscode.Uri), p]));
     for (const node of graphs.flatMap((g: any) => g.nodes)) {
       delete node.stack; // a third of the JSON, which the view does not show: the message to it is that much shorter
     }
@@ -86,9 +86,11 @@ export class GraphView {
     await this.panel.webview.postMessage(message);
   }
 
-  postCursor(file: string, line: number): void {
-    if (this.files.has(file)) {
-      void this.panel.webview.postMessage({ type: 'cursor', path: file, line: line + 1 });
+  /** The cursor's line in the document known by `key` (`documentKey`), if the view's nodes come from it. */
+  postCursor(key: string, line: number): void {
+    const source = this.files.get(key); // as the nodes name it
+    if (source !== undefined) {
+      void this.panel.webview.postMessage({ type: 'cursor', path: source, line: line + 1 });
     }
   }
 
@@ -343,12 +345,10 @@ export class GraphPanel implements vscode.Disposable {
     }
   }
 
-  /** Tells the views the cursor line of a file their nodes come from. */
+  /** Tells the views the cursor line of a document (a file, a notebook cell) their nodes come from. */
   private postCursor(uri: vscode.Uri, line: number): void {
-    const file = uri.scheme === 'file' ? realPath(uri.fsPath) : undefined;
-    if (file) {
-      views.forEach((view) => view.postCursor(file, line));
-    }
+    const key = documentKey(uri);
+    views.forEach((view) => view.postCursor(key, line));
   }
 
   /** A problem's line in its target's graph (the code action's command): the graph shown if it is not, its ops highlighted. */
@@ -389,17 +389,20 @@ function renderedText(message: Extract<FromView, { type: 'rendered' }>, requeste
   return `${message.reason} in ${ms} ms (layout ${message.layoutMs} ms, render ${message.renderMs} ms, ${message.boxes} boxes)`;
 }
 
-/** The editor at `line` (1-based) of `file`, the line selected from its first character: where the file shows, else
- * the first column, or beside the view when the view is there (a .onnx file's editor). */
+/** The editor at `line` (1-based) of `file` (a path, or a notebook cell's URI), the line selected from its first
+ * character: where the file (the cell's notebook) shows, else the first column, or beside the view when the view is
+ * there (a .onnx file's editor). */
 async function revealLine(message: Extract<FromView, { type: 'reveal' }>, view: vscode.ViewColumn | undefined): Promise<void> {
   const { path: file, line, preserveFocus, ifShown } = message;
-  const uri = vscode.Uri.file(file);
+  const uri = locationUri(file, vscode.Uri);
+  const key = documentKey(uri);
   const other = view === vscode.ViewColumn.One ? vscode.ViewColumn.Beside : vscode.ViewColumn.One;
-  const shown = vscode.window.visibleTextEditors.find((e) => realPath(e.document.uri.fsPath) === file);
+  const shown = vscode.window.visibleTextEditors.find((e) => documentKey(e.document.uri) === key)?.viewColumn ??
+    vscode.window.visibleNotebookEditors.find((e) => e.notebook.getCells().some((c) => documentKey(c.document.uri) === key))?.viewColumn;
   if (ifShown && !shown) {
     return;
   }
-  const column = shown?.viewColumn ?? other;
+  const column = shown ?? other;
   let document: vscode.TextDocument;
   try {
     document = await vscode.workspace.openTextDocument(uri);
@@ -420,14 +423,6 @@ function exportOf(diagnostic: vscode.Diagnostic): { targetUri: string; target: s
 function ruleOf(diagnostic: vscode.Diagnostic): string {
   const code = diagnostic.code;
   return String(typeof code === 'object' ? code.value : code ?? '');
-}
-
-function realPath(file: string): string {
-  try {
-    return realpathSync(file);
-  } catch {
-    return file;
-  }
 }
 
 /** The view's page: the bundle only, under a strict Content-Security-Policy (nothing from the network). */

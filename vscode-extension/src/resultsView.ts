@@ -4,7 +4,8 @@
 import * as path from 'node:path';
 import * as vscode from 'vscode';
 
-import { Outcome } from './protocol';
+import { documentKey, locationKey, locationUri } from './locations';
+import { Outcome, ResultLocation } from './protocol';
 import { LOOKS } from './reports';
 import { groupResults, problemCounts, ResultItem, RuleGroup, RunGroup, wrap } from './results';
 
@@ -79,16 +80,24 @@ export class ResultsView implements vscode.TreeDataProvider<Node> {
     item.tooltip = result.message; // a row is one line, cut at the view's width: the whole message on hover
     item.iconPath = new vscode.ThemeIcon(ICONS[result.level] ?? 'circle-outline');
     if (result.location) {
-      item.description = `${path.basename(result.location.path)}:${result.location.line + 1}`;
+      item.description = `${placeOf(result.location)}:${result.location.line + 1}`;
       const position = new vscode.Position(result.location.line, 0);
       item.command = {
         title: 'Go to location',
-        command: 'vscode.open',
-        arguments: [vscode.Uri.file(result.location.path), { selection: new vscode.Range(position, position) }],
+        command: 'vscode.open', // a notebook cell's URI opens its notebook at the cell
+        arguments: [locationUri(result.location.path, vscode.Uri), { selection: new vscode.Range(position, position) }],
       };
     }
     return item;
   }
+}
+
+/** "net.py", or "model.ipynb, cell 2" for a cell of an open notebook (its place in the notebook, 1-based). */
+function placeOf(location: ResultLocation): string {
+  const name = path.basename(locationUri(location.path, vscode.Uri).path);
+  const key = locationKey(location.path, vscode.Uri);
+  const cell = vscode.workspace.notebookDocuments.flatMap((n) => n.getCells()).find((c) => documentKey(c.document.uri) === key);
+  return cell ? `${name}, cell ${cell.index + 1}` : name;
 }
 
 function logNode(sarifPath: string, results: ResultItem[], outcome: Outcome | undefined): Node {
