@@ -17,7 +17,7 @@ import onnxruntime as ort
 import pytest
 import torch
 from tiny_lms import tiny_model
-from transformers import AutoModelForCausalLM, LlamaConfig
+from transformers import AutoModelForCausalLM, GPT2Config, LlamaConfig
 
 import exporter
 from exporter.options import SETTINGS, ExportOptions
@@ -47,7 +47,11 @@ def trained():
         eos_token_id=2,
         pad_token_id=0,
     )
-    model = AutoModelForCausalLM.from_config(config)
+    return train(AutoModelForCausalLM.from_config(config))
+
+
+def train(model: torch.nn.Module) -> torch.nn.Module:
+    """`model` trained on the repeated sentence (120 steps of 16 windows of 33 bytes), in eval mode."""
     data = torch.tensor(encode(TEXT * 8))
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
     for _ in range(120):
@@ -233,3 +237,27 @@ def test_precision_settings_are_declared_once():
 def test_min_token_agreement_needs_a_lower_precision(trained, tmp_path):
     with pytest.raises(ValueError, match="min_token_agreement"):
         exporter.export_for_generation(trained, tmp_path, min_token_agreement=0.9)
+
+
+def test_int4_gpt2_quantizes_its_conv1d_gemms(tmp_path):
+    """GPT-2's ``Conv1D`` linears (``x @ W + b``) export as Gemm: int4 makes them MatMulNBits too (as
+    MatMul + Add), no fp32 Gemm weight is left, and a GPT-2 trained on the sentence keeps its answers."""
+    torch.manual_seed(0)
+    config = GPT2Config(vocab_size=128, n_embd=64, n_layer=2, n_head=4, n_positions=256, bos_token_id=1, eos_token_id=2)
+    model = train(AutoModelForCausalLM.from_config(config))
+    ids, mask = prompt_tensors()
+    result = exporter.export_for_generation(
+        model,
+        tmp_path,
+        prompt=ids,
+        attention_mask=mask,
+        max_new_tokens=NEW_TOKENS,
+        export_options=ExportOptions(precision="int4"),
+    )
+    graph = onnx.load(result.model_path).graph
+    weights = {i.name for i in graph.initializer if i.data_type == onnx.TensorProto.FLOAT and len(i.dims) == 2}
+    assert not [n for n in graph.node if n.op_type in ("Gemm", "MatMul") and set(n.input) & weights]
+    nbits = [n for n in graph.node if n.op_type == "MatMulNBits"]
+    assert len(nbits) == 2 * 4 + 1  # c_attn, attention c_proj, c_fc, MLP c_proj per layer; the output head
+    assert result.quality.agreement == pytest.approx(agreement(model, result.model_path))
+    assert result.quality.agreement >= 0.9 and abs(result.quality.perplexity_change) < 0.1

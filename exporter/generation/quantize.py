@@ -3,6 +3,8 @@ MatMulNBits (onnxruntime's own ``MatMulNBitsQuantizer``), or fp16 (onnxruntime's
 
 `weight_groups` names the quantizable MatMuls by what they belong to (a decoder layer's module path,
 ``lm_head``), so that the quality report can keep the most sensitive groups at a higher precision.
+A ``Gemm`` with a constant weight (GPT-2's ``Conv1D``, ``x @ W + b``, exports as one) is one of them:
+the quantizer takes MatMuls only, so it becomes ``MatMul`` + ``Add`` (`_gemms_as_matmuls`) first.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import re
 from collections.abc import Collection
 from typing import Any
 
+import numpy as np
 import onnx
 import onnx_ir as ir
 
@@ -25,18 +28,31 @@ _BITS = {"int4": 4, "int8": 8}
 
 
 def weight_groups(model: ir.Model) -> dict[str, list[str]]:
-    """The quantizable MatMul nodes (a constant 2-D weight) of `model`'s main graph by group: the
-    decoder layer they belong to (its module path), ``lm_head`` for the one producing the logits, or
-    their own module; in graph order."""
+    """The quantizable MatMul nodes (a constant 2-D weight; and the Gemms `_as_matmul` takes) of
+    `model`'s main graph by group: the decoder layer they belong to (its module path), ``lm_head`` for
+    the one producing the logits, or their own module; in graph order."""
     groups: dict[str, list[str]] = {}
     logits = model.graph.outputs[0]
     for node in model.graph:
-        weight = node.inputs[1] if node.op_type == "MatMul" and node.domain == "" and len(node.inputs) == 2 else None
+        if node.domain != "" or not (node.op_type == "MatMul" and len(node.inputs) == 2 or _as_matmul(node)):
+            continue
+        weight = node.inputs[1]
         if weight is None or weight.const_value is None or len(weight.shape or ()) != 2:
             continue
         group = _HEAD if _feeds(node, logits) else _module_group(node)
         groups.setdefault(group, []).append(node.name)
     return groups
+
+
+def _as_matmul(node: ir.Node) -> bool:
+    """Whether `node` is a Gemm that is ``A @ B (+ C)``: no scaling, A not transposed, B constant and
+    not shared (`_gemms_as_matmuls` transposes it in place when ``transB``)."""
+    if node.op_type != "Gemm":
+        return False
+    attrs = {name: attr.value for name, attr in node.attributes.items()}
+    weight = node.inputs[1]
+    plain = attrs.get("alpha", 1.0) == 1.0 and attrs.get("beta", 1.0) == 1.0 and not attrs.get("transA", 0)
+    return plain and weight is not None and weight.const_value is not None and len(weight.uses()) == 1
 
 
 def _feeds(node: ir.Node, output: ir.Value) -> bool:
@@ -84,11 +100,35 @@ def quantize(
     if only is not None:
         groups = {g: nodes for g, nodes in groups.items() if g in only}
     higher = set(keep) | ({_HEAD} if options.int8_head and bits == 4 else set())
+    _gemms_as_matmuls(model, {n for nodes in groups.values() for n in nodes})
     at_bits = [n for g, nodes in groups.items() if g not in higher for n in nodes]
     model = _matmul_nbits(model, options, bits, at_bits)
     if bits == 4:
         model = _matmul_nbits(model, options, 8, [n for g in higher & set(groups) for n in groups[g]])
     return model
+
+
+def _gemms_as_matmuls(model: onnx.ModelProto, names: Collection[str]) -> None:
+    """The Gemms named in `names` as ``MatMul`` (the same name, for the quantizer) and, with a bias,
+    ``Add``; a ``transB`` weight transposed in place (`_as_matmul`: it has no other use)."""
+    initializers = {i.name: i for i in model.graph.initializer}
+    nodes: list[onnx.NodeProto] = []
+    for node in model.graph.node:
+        if node.op_type != "Gemm" or node.name not in names:
+            nodes.append(onnx.NodeProto())
+            nodes[-1].CopyFrom(node)
+            continue
+        if any(a.name == "transB" and a.i for a in node.attribute):
+            weight = initializers[node.input[1]]
+            transposed = np.ascontiguousarray(onnx.numpy_helper.to_array(weight).T)
+            weight.CopyFrom(onnx.numpy_helper.from_array(transposed, weight.name))
+        bias = node.input[2] if len(node.input) > 2 and node.input[2] else None
+        product = f"{node.name}_product" if bias else node.output[0]
+        nodes.append(onnx.helper.make_node("MatMul", node.input[:2], [product], name=node.name))
+        if bias:
+            nodes.append(onnx.helper.make_node("Add", [product, bias], [node.output[0]], name=f"{node.name}_bias"))
+    del model.graph.node[:]
+    model.graph.node.extend(nodes)
 
 
 def _matmul_nbits(model: onnx.ModelProto, options: ExportOptions, bits: int, nodes: list[str]) -> onnx.ModelProto:
