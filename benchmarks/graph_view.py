@@ -9,9 +9,10 @@ vocab_size=1000)`, default options: ~500 nodes) and a 24-layer one unoptimized w
 `onnxlens_server.graph.graph_json`, then runs `benchmarks/graph_view.mjs`: the extension's webview bundle
 (`vscode-extension/dist/webview/graph.js`, build it first: `cd vscode-extension && npm run build`) in
 Debian's Chromium through playwright-core (from `.tools/`, `scripts/setup-e2e.sh`), fed the JSON as the
-extension posts it. Prints, per model, nodes, the layout and render time of the first (collapsed) view
-and of expanding the first collapsed group, the median over `--repeats` fresh pages (the models
-alternate, page by page), the webview's JS heap after each, and the bundle's size.
+extension posts it. Prints, per model, nodes, the layout and render time of the first (collapsed) view, of
+expanding the largest collapsed group the moment the view is drawn (its contents laid out by ELK then) and of
+expanding another as large once the view is idle (laid out ahead), the median over `--repeats` fresh pages (the
+models alternate, page by page), the webview's JS heap and the ELK worker's, and the bundle's size.
 
 The LLaMA-2-7B-sized decoder (32 layers, `fake_mode_large.LLAMA_7B`) is exported under fake mode and saved with
 its 27 GB of weights as external data in a sparse file (`fake_llama`). The server's side runs in a fresh process

@@ -57,6 +57,9 @@ let selected: string | undefined;
 let revealed: string | undefined; // the source line the view just showed in the editor: its cursor comes back
 const view = { x: 0, y: 0, k: 1 };
 let drawing: Promise<void> = Promise.resolve();
+let draws = 0; // redraws asked for: a prefetch stops when the view is to be drawn again
+/** Groups laid out ahead of clicks after a drawing, at most (groups alike share one layout, and count once). */
+const MAX_PREFETCHED = 8;
 
 window.addEventListener('message', (event: MessageEvent<Incoming>) => {
   const message = event.data;
@@ -123,6 +126,7 @@ sideButton.addEventListener('click', () => {
 
 /** Lays out and draws what shows now (one at a time); tells the extension how long it took. */
 function redraw(reason: string, after?: () => void): Promise<void> {
+  const draw = ++draws;
   drawing = drawing.then(async () => {
     if (!index || !layout) {
       return;
@@ -136,9 +140,29 @@ function redraw(reason: string, after?: () => void): Promise<void> {
     const rendered = performance.now();
     const folded = index.hidden ? ` (${index.hidden} constants and shape ops folded)` : '';
     status.textContent = `${index.nodes.size} ops${folded}, ${boxes.size} boxes`;
-    vscode.postMessage({ type: 'rendered', reason, boxes: boxes.size, containers: placed.laidOut, layoutMs: Math.round(laidOut - started), renderMs: Math.round(rendered - laidOut) });
+    vscode.postMessage({
+      type: 'rendered', reason, boxes: boxes.size, containers: placed.laidOut, stretched: placed.stretched,
+      layoutMs: Math.round(laidOut - started), renderMs: Math.round(rendered - laidOut),
+    });
+    void prefetch(draw);
   });
   return drawing;
+}
+
+/** While nothing else is to be drawn, lays out the contents of the collapsed groups in view, the largest first, so
+ * that expanding one needs no layout of its own (ELK runs in the worker; one group at a time, between tasks). */
+async function prefetch(draw: number): Promise<void> {
+  const shown = index!;
+  const collapsed = [...boxes.keys()].filter((id) => shown.groups.has(id) && !expanded.has(id));
+  collapsed.sort((a, b) => shown.nodeCount(b) - shown.nodeCount(a));
+  let runs = 0;
+  for (const group of collapsed) {
+    await new Promise((resolve) => setTimeout(resolve, 0));
+    if (draw !== draws || runs >= MAX_PREFETCHED) {
+      return;
+    }
+    runs += (await layout!.prefetch(group, expanded)) ? 1 : 0;
+  }
 }
 
 /** Classes for the cursor line's nodes, the search matches (or the collapsed groups holding them), the selection. */
