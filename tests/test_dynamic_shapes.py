@@ -255,8 +255,8 @@ def test_the_second_size_check_fails_a_graph_right_only_at_the_example_size():
     (error,) = second_size_results(info.value.export_output)
     assert error.level.name == "ERROR" and error.properties["secondSizeCheck"] == "failed"
     assert error.message.startswith(
-        "The exported graph is only right at the example's sizes: at x_dim_0=2, x_dim_1=3, x_dim_2=19, x_dim_3=19"
-    )
+        "The exported graph is only right at the example's sizes: at x_dim_0=4, x_dim_1=5, x_dim_2=19, x_dim_3=19"
+    )  # 3 more at least: 1 + 3, 2 + 3, 12 + (12 // 2 | 1)
 
 
 class PatchPositions(torch.nn.Module):
@@ -289,8 +289,8 @@ def test_the_second_size_check_changes_sizes_seen_through_a_stride():
         export(model, x, spec=True)
     (error,) = second_size_results(info.value.export_output)
     assert (
-        error.level.name == "ERROR" and error.properties["sizes"] == "x_dim_0=3, x_dim_2=25, x_dim_3=25"
-    )  # 16 + (16 // 2 | 1)
+        error.level.name == "ERROR" and error.properties["sizes"] == "x_dim_0=5, x_dim_2=25, x_dim_3=25"
+    )  # 2 + 3 (3 more at least), 16 + (16 // 2 | 1)
     # each side alone breaks the graph, the batch does not: the message says which to keep static
     assert error.properties["culprits"] == ["x_dim_2", "x_dim_3"]
     assert error.message.endswith(
@@ -310,13 +310,15 @@ def test_the_second_size_check_tries_twice_the_size_where_the_model_needs_it():
     (passed,) = second_size_results(export(HalvedAndDoubled(), torch.randn(1, 2, 6, 6), spec=True))
     assert (
         passed.level.name == "NOTE"
-        and passed.message == "Second-size check passed at x_dim_0=2, x_dim_1=4, x_dim_2=12, x_dim_3=12."
-    )
+        and passed.message
+        == "Second-size check passed at x_dim_0=2, x_dim_1=4, x_dim_2=12, x_dim_3=12; "
+        "x_dim_0=2, x_dim_1=6, x_dim_2=12, x_dim_3=18; x_dim_0=3, x_dim_1=4, x_dim_2=18, x_dim_3=12."
+    )  # twice the example's, and twice or three times (neighbouring dimensions the other way)
 
 
 def test_the_second_size_check_passes_a_dynamic_graph_and_can_be_turned_off():
     (passed,) = second_size_results(export(Head(), torch.randn(2, 4), spec=True))
-    assert passed.level.name == "NOTE" and passed.message == "Second-size check passed at x_dim_0=3."
+    assert passed.level.name == "NOTE" and passed.message == "Second-size check passed at x_dim_0=5; x_dim_0=3."
     options = exporter.ExportOptions(dynamic_shapes=True, second_size_check=False)
     assert (
         second_size_results(

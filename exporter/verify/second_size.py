@@ -1,23 +1,35 @@
 """The second-size check of a dynamic export (FXE0020): a graph that is only right at the example's
 sizes is never reported as dynamic and fine.
 
-Each symbol of the inputs' dynamic dimensions gets another size within its range (derived dimensions
-follow, ``2*seq``), the inputs are redrawn at those sizes from the example's own values (token ids
-stay in the vocabulary, masks stay masks), and the final ONNX model runs in onnxruntime against the
-model run eagerly on the same inputs. The sizes tried, until the model runs eagerly at one:
+Every symbol of the inputs' dynamic dimensions gets another size within its range (derived dimensions
+follow, ``2*seq``; a symbol seen only through one, ``8*s``, is solved from the example), the inputs are
+redrawn at those sizes from the example's own values (token ids stay in the vocabulary, masks stay
+masks), and the final ONNX model runs in onnxruntime against the model run eagerly on the same inputs.
 
-- about 1.5 times the example's, by an odd step: a size through a stride or a patch (``H // 8``)
+Sizes that keep what the example's sizes have in common can hide a graph right only at the example:
+torch.export drops guards it cannot state (a branch on ``h / w``, ``min(16 / h, 20 / w)``), so a graph
+traced for one aspect ratio passes at any size of that ratio. The check therefore probes a family of
+sizes, each changing every dimension, all compared where the model runs eagerly:
+
+- about 1.5 times the example's (3 more at least), by an odd step: a size through a stride or a patch (``H // 8``)
   changes too, and so does parity (one more pixel of a 32-pixel image would still make 4 patches
   of 8, and a graph fixed to 4 patches would pass);
-- twice the example's (models that need multiples of a stride);
-- one more than the example's (models with a low bound, e.g. a position table).
+- the same step for the dimensions at even positions and one more for the others, then the reverse:
+  the ratios between neighbouring dimensions change both ways (height/width), and one more than a size
+  shares no divisor with it.
 
-Where the model itself runs at none of them, nothing is claimed (a note).
+Where the model runs eagerly at none of them, the next family: twice the example's and the skews of
+twice and three times (models that need multiples of a stride), then one more than the example's
+(models with a low bound, e.g. a position table). Where the model runs at none, nothing is claimed (a
+note). An onnxruntime failure at a probe is an error, unless onnxruntime lacks a kernel the model needs
+at the example's sizes too (a note).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import re
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -50,39 +62,57 @@ def check(
     names: dict[str, str],
     ctx: DiagnosticContext,
 ) -> None:
-    """Run `model` at other sizes of its dynamic dimensions against `torch_model`; an error if they
-    differ, naming the dimensions whose change alone makes the graph wrong."""
+    """Run `model` at other sizes of its dynamic dimensions against `torch_model`; an error at the first
+    sizes where they differ (or onnxruntime fails), naming the dimensions whose change alone makes the
+    graph wrong."""
     examples = _example_sizes(program, args, kwargs)
     if not examples:
         return
+    session = _Session(model)
 
     def spell(sizes: dict[sympy.Symbol, int]) -> str:
         return ", ".join(f"{names.get(str(s), str(s))}={v}" for s, v in sizes.items())
 
     def attempt(sizes: dict[sympy.Symbol, int]) -> _Outcome:
-        return _attempt(program, model, input_adapter, output_adapter, torch_model, (args, kwargs), sizes, spell(sizes))
+        return _attempt(
+            program, session, input_adapter, output_adapter, torch_model, (args, kwargs), sizes, spell(sizes)
+        )
 
-    for sizes in _other_sizes(program, examples):
-        outcome = attempt(sizes)
-        if not outcome.eager_error:
+    passed: list[dict[sympy.Symbol, int]] = []
+    skipped: list[tuple[dict[sympy.Symbol, int], str]] = []  # the model does not run eagerly there
+    failed: tuple[dict[sympy.Symbol, int], _Outcome] | None = None
+    for family in _families(program, examples):
+        for sizes in family:
+            outcome = attempt(sizes)
+            if outcome.eager_error:
+                skipped.append((sizes, outcome.eager_error))
+            elif outcome.ok:
+                passed.append(sizes)
+            else:
+                failed = sizes, outcome
+                break
+        if passed or failed:
             break
-    else:
+    if failed is None and not passed:
+        sizes, error = skipped[0]
         ctx.report(
             rules.DIMENSION_SPECIALIZED,
             Level.NOTE,
-            f"Second-size check skipped: the model does not run eagerly at {spell(sizes)} ({outcome.eager_error}), nor at the other sizes tried.",
+            f"Second-size check skipped: the model does not run eagerly at {spell(sizes)} ({error}), nor at the other sizes tried.",
             sizes=spell(sizes),
         )
         return
-    if outcome.ok:
+    if failed is None:
+        spelled = "; ".join(spell(s) for s in passed)
         ctx.report(
             rules.DIMENSION_SPECIALIZED,
             Level.NOTE,
-            f"Second-size check passed at {spell(sizes)}.",
-            sizes=spell(sizes),
+            f"Second-size check passed at {spelled}.",
+            sizes=spelled,
             secondSizeCheck="passed",
         )
         return
+    sizes, outcome = failed
     if outcome.ort_unavailable:
         ctx.report(
             rules.DIMENSION_SPECIALIZED,
@@ -91,17 +121,22 @@ def check(
             sizes=spell(sizes),
         )
         return
-    alone = {s: attempt({**examples, s: sizes[s]}).ok for s in sizes} if len(sizes) > 1 else {}  # one at a time
+    message = outcome.message
+    if passed:  # each size was changed there too: the graph is wrong for how they relate, not for any one
+        message += (
+            f" It matched at {'; '.join(spell(s) for s in passed)}: the graph holds at some sizes only, as after a "
+            "branch on the sizes' order or ratio that torch.export did not keep."
+        )
+    alone = {s: attempt({**examples, s: sizes[s]}).ok for s in sizes} if len(sizes) > 1 and not passed else {}
     culprits = [names.get(str(s), str(s)) for s, ok in alone.items() if ok is False]
     innocent = [names.get(str(s), str(s)) for s, ok in alone.items() if ok is True]
-    message = outcome.message
     if culprits and innocent:
         make, do = ("makes" if len(culprits) == 1 else "make"), ("does" if len(innocent) == 1 else "do")
         message += (
             f" Changed one at a time, {', '.join(culprits)} {make} it wrong and {', '.join(innocent)} {do} not: keep "
             f"{', '.join(culprits)} at the example's size (static in dynamic_shapes)."
         )
-    details = {"culprits": culprits} if culprits else {}
+    details = ({"culprits": culprits} if culprits else {}) | ({"matched": [spell(s) for s in passed]} if passed else {})
     ctx.report(
         rules.DIMENSION_SPECIALIZED,
         Level.ERROR,
@@ -126,7 +161,7 @@ class _Outcome:
 
 def _attempt(
     program: torch.export.ExportedProgram,
-    model: ir.Model,
+    session: _Session,
     input_adapter: adapters.InputAdapter,
     output_adapter: adapters.OutputAdapter,
     torch_model: Any,
@@ -134,25 +169,33 @@ def _attempt(
     sizes: dict[sympy.Symbol, int],
     spelled: str,
 ) -> _Outcome:
-    """Run `model` and `torch_model` on the inputs redrawn at `sizes` and compare their outputs."""
+    """Run the ONNX model and `torch_model` on the inputs redrawn at `sizes` and compare their outputs."""
     args, kwargs = inputs
     new_args, new_kwargs = _redrawn(program, inputs, sizes)
     try:
-        expected = numerics.eager(torch_model, new_args, new_kwargs)
+        expected = output_adapter.apply(numerics.eager(torch_model, new_args, new_kwargs))
     except Exception as e:
         return _Outcome(eager_error=f"{type(e).__name__}: {e}")
     try:
-        actual = _onnxruntime(model, input_adapter.apply(*new_args, **new_kwargs))
+        actual = session.run(input_adapter.apply(*new_args, **new_kwargs))
     except Exception as e:
-        try:  # does onnxruntime run it at all (e.g. it has no bf16 kernels)?
-            _onnxruntime(model, input_adapter.apply(*args, **kwargs))
-        except Exception:
-            return _Outcome(ort_unavailable=type(e).__name__)
+        failure = f"{type(e).__name__}: {_first_line(e).rstrip('.')}."
+        try:
+            session.run(input_adapter.apply(*args, **kwargs))
+        except Exception as at_example:  # onnxruntime without a kernel the model needs (bf16) runs it at no size
+            if type(at_example).__name__ == "NotImplemented":
+                return _Outcome(ort_unavailable=failure)
+            return _Outcome(
+                False, f"The exported graph fails in onnxruntime at {spelled}, and at the example's sizes: {failure}"
+            )
         return _Outcome(
             False,
-            f"The exported graph fails in onnxruntime at {spelled} though the model runs eagerly there: {type(e).__name__}: {str(e).splitlines()[0]}",
+            f"The exported graph fails in onnxruntime at {spelled} though the model runs eagerly there: {failure}",
         )
-    for i, (a, e) in enumerate(zip(actual, output_adapter.apply(expected))):
+    if len(actual) != len(expected):
+        message = f"The exported graph has {len(actual)} outputs at {spelled}, eager PyTorch {len(expected)}."
+        return _Outcome(False, message)
+    for i, (a, e) in enumerate(zip(actual, expected)):
         e = e.detach().numpy() if isinstance(e, torch.Tensor) else np.asarray(e)
         atol, rtol = TOLERANCES.get(_dtype(e), (0.0, 0.0))
         if a.shape != e.shape or not np.allclose(
@@ -169,27 +212,63 @@ def _attempt(
 
 
 def _example_sizes(program: torch.export.ExportedProgram, args: tuple, kwargs: dict) -> dict[sympy.Symbol, int]:
-    """The example's size of each symbol of the inputs' dimensions."""
+    """The example's size of each symbol of the inputs' dimensions: read where a dimension is the symbol,
+    solved where it is seen only through an expression of it alone (``8*s``, as torch.export derives a size
+    the code needs a multiple of)."""
     examples: dict[sympy.Symbol, int] = {}
     tensors = [x for x in pytree.tree_leaves((args, kwargs)) if isinstance(x, torch.Tensor)]
-    for (_, val), example in zip(dynamic.user_inputs(program), tensors):
-        for size, example_size in zip(val.shape, example.shape):
-            if dynamic.is_symbolic(size) and (expr := size.node.expr).is_Symbol:
-                examples.setdefault(expr, int(example_size))
+    dims = [
+        (size.node.expr, int(example_size))
+        for (_, val), example in zip(dynamic.user_inputs(program), tensors)
+        for size, example_size in zip(val.shape, example.shape)
+        if dynamic.is_symbolic(size)
+    ]
+    for expr, example_size in dims:
+        if expr.is_Symbol:
+            examples.setdefault(expr, example_size)
+    for expr, example_size in dims:
+        unknown = expr.free_symbols - examples.keys()
+        if len(unknown) == 1 and len(expr.free_symbols) == 1:
+            (symbol,) = unknown
+            solutions = [s for s in sympy.solve(sympy.Eq(expr, example_size), symbol) if s.is_integer]
+            if solutions:
+                examples[symbol] = int(solutions[0])
     return examples
 
 
-def _other_sizes(
+def _grow(n: int) -> int:
+    """About half the example's size, odd, and more than one (it differs from the step of one)."""
+    return max((n // 2) | 1, 3)
+
+
+# The families of probes (see the module's docstring), each probe as the step added to the sizes at even
+# and at odd positions among the symbols.
+_FAMILIES: tuple[tuple[tuple[Callable[[int], int], Callable[[int], int]], ...], ...] = (
+    ((_grow, _grow), (_grow, lambda n: 1), (lambda n: 1, _grow)),
+    ((lambda n: n, lambda n: n), (lambda n: n, lambda n: 2 * n), (lambda n: 2 * n, lambda n: n)),
+    ((lambda n: 1, lambda n: 1),),
+)
+
+
+def _families(
     program: torch.export.ExportedProgram, examples: dict[sympy.Symbol, int]
-) -> list[dict[sympy.Symbol, int]]:
-    """The sizes to try, in order (see the module's docstring): each gives every symbol another size
-    within its range."""
-    candidates = []
-    for step in (lambda n: (n // 2) | 1, lambda n: n, lambda n: 1):
-        sizes = {symbol: _within_range(program, symbol, n, step(n)) for symbol, n in examples.items()}
-        if sizes not in candidates:
-            candidates.append(sizes)
-    return candidates
+) -> list[list[dict[sympy.Symbol, int]]]:
+    """The families of sizes to try, in order, each size given to every symbol within its range (sizes
+    an earlier probe had are not tried again)."""
+    seen: list[dict[sympy.Symbol, int]] = []
+    families = []
+    for steps in _FAMILIES:
+        family = []
+        for even, odd in steps:
+            sizes = {
+                symbol: _within_range(program, symbol, n, (odd if i % 2 else even)(n))
+                for i, (symbol, n) in enumerate(examples.items())
+            }
+            if sizes not in seen:
+                seen.append(sizes)
+                family.append(sizes)
+        families.append(family)
+    return families
 
 
 def _within_range(program: torch.export.ExportedProgram, symbol: sympy.Symbol, example: int, step: int) -> int:
@@ -230,17 +309,30 @@ def _redrawn(program: torch.export.ExportedProgram, inputs: Any, sizes: dict[sym
     return pytree.tree_map(redraw, inputs)
 
 
-def _onnxruntime(model: ir.Model, inputs: list[Any]) -> list[np.ndarray]:
-    import onnxruntime as ort
+class _Session:
+    """The ONNX model in onnxruntime (CPU), created at the first run and kept for the others."""
 
-    session = ort.InferenceSession(
-        ir.serde.serialize_model(model).SerializeToString(), providers=["CPUExecutionProvider"]
-    )
-    feeds = {
-        i.name: (x.detach().numpy() if isinstance(x, torch.Tensor) else np.asarray(x))
-        for i, x in zip(session.get_inputs(), inputs)
-    }
-    return session.run(None, feeds)
+    def __init__(self, model: ir.Model) -> None:
+        self._model = model
+        self._session: Any = None
+
+    def run(self, inputs: list[Any]) -> list[np.ndarray]:
+        import onnxruntime as ort
+
+        if self._session is None:
+            proto = ir.serde.serialize_model(self._model).SerializeToString()
+            self._session = ort.InferenceSession(proto, providers=["CPUExecutionProvider"])
+        feeds = {
+            i.name: (x.detach().numpy() if isinstance(x, torch.Tensor) else np.asarray(x))
+            for i, x in zip(self._session.get_inputs(), inputs)
+        }
+        return self._session.run(None, feeds)
+
+
+def _first_line(error: Exception) -> str:
+    """The message's first line, without onnxruntime's status prefix (``[ONNXRuntimeError] : 2 : INVALID_ARGUMENT :``)."""
+    lines = str(error).strip().splitlines()
+    return re.sub(r"^\[ONNXRuntimeError\] : \d+ : \w+ : ", "", lines[0]) if lines else ""
 
 
 def _dtype(array: np.ndarray) -> torch.dtype:
