@@ -19,11 +19,10 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from exporter.diagnostics.code_scanning import check_log
-from exporter.diagnostics.context import Diagnostic
 from exporter.diagnostics.locations import Frame
-from exporter.diagnostics.rules import EXPORT_TARGET, Level
+from exporter.diagnostics.rules import Level
 from exporter.diagnostics.sarif import TARGET_PROPERTY, Problem, relative_path, repository_root, target_name
-from exporter.runner import ExportResult, Progress, export_target, failure
+from exporter.runner import ExportResult, Progress, export_target, failure, failure_diagnostic
 from exporter.targets import TEXT_GENERATION, find_targets, load_module, target_task
 
 MARKER = "export_target"
@@ -212,15 +211,11 @@ def _progress_of(progress: Progress | None, name: str) -> Progress | None:
 
 def _problems(target: TargetCheck) -> list[Problem]:
     """The problems of a target for code scanning: its warnings and errors and, when it failed without an
-    error result (in the file, the target function, or writing), an FXE0025 error at the user's line."""
+    error result, its `exporter.runner.failure_diagnostic`."""
     result, ctx = target.result, target.result.context
     diagnostics = [d for d in ctx.diagnostics if d.level >= Level.WARNING] if ctx is not None else []
     if not result.ok and not any(d.level == Level.ERROR for d in diagnostics):
-        frames = [
-            Frame(f["path"], f["line"], f["function"], linecache.getline(f["path"], f["line"])) for f in result.frames
-        ]
-        message = f"Target {target.name} failed: {_first_line(result.message)}"
-        diagnostics.append(Diagnostic(EXPORT_TARGET, Level.ERROR, message, frames))
+        diagnostics.append(failure_diagnostic(result, target.name))
     return [Problem(d, target.definition) for d in diagnostics]
 
 
@@ -228,8 +223,3 @@ def _category(paths: Sequence[str], root: str) -> str:
     """The paths checked, relative to the root ("root" for the root itself), comma-separated."""
     names = [relative_path(os.path.realpath(p), root) for p in paths]
     return ",".join("root" if name == "." else name for name in names)
-
-
-def _first_line(message: str) -> str:
-    lines = message.strip().splitlines()
-    return lines[0] if lines else message

@@ -138,7 +138,7 @@ def run(argv: list[str] | None = None) -> int:
         return 2
 
     from exporter.options import SETTINGS
-    from exporter.runner import export_target
+    from exporter.runner import export_target, save_failure_log
 
     _import_pipeline()
     gc.freeze()
@@ -162,6 +162,8 @@ def run(argv: list[str] | None = None) -> int:
             progress=lambda stage, info, name=target_name: progress(f"{name}: {stage}", info),
         )
         progress.done()
+        if args.sarif and result.context is None:  # it failed before exporting: no earlier log left in its place
+            save_failure_log(result, fn, args.sarif)
         _print_result(target_name, fn, result, generation, time.perf_counter() - start, args.verbose)
         failures += _fails(result.outcome.kind, bool(flags.get("warnings_as_errors")))
     return 1 if failures else 0

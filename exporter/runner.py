@@ -197,6 +197,33 @@ def _save_log(export_output: Any, sarif: str | None, outcome: Outcome, fn: Calla
         write_sarif(export_output.diagnostic_context, sarif, outcome, target_definition(fn))
 
 
+def failure_diagnostic(result: ExportResult, name: str) -> Any:
+    """The FXE0025 error of the target `name` whose export failed without an error result (in its file, in
+    the target function, or writing): at the user's line that raised (none: the target's definition)."""
+    import linecache
+
+    from exporter.diagnostics.context import Diagnostic
+    from exporter.diagnostics.locations import Frame
+    from exporter.diagnostics.rules import EXPORT_TARGET, Level
+
+    frames = [
+        Frame(f["path"], f["line"], f["function"], linecache.getline(f["path"], f["line"])) for f in result.frames
+    ]
+    lines = result.message.strip().splitlines()
+    return Diagnostic(EXPORT_TARGET, Level.ERROR, f"Target {name} failed: {lines[0] if lines else ''}", frames)
+
+
+def save_failure_log(result: ExportResult, fn: Callable[..., Any], sarif: str) -> None:
+    """Write the SARIF log of an export of the target `fn` that failed before it ran (`failure`: no
+    diagnostics context): its `failure_diagnostic`, so no earlier log is left in its place."""
+    from exporter.diagnostics.context import DiagnosticContext
+    from exporter.diagnostics.sarif import target_definition, write_sarif
+
+    ctx = DiagnosticContext()
+    ctx.diagnostics.append(failure_diagnostic(result, fn.__name__))
+    write_sarif(ctx, sarif, result.outcome, target_definition(fn))
+
+
 def _name(fn: Callable[..., Any]) -> str | None:
     return getattr(fn, "__name__", None)
 

@@ -273,6 +273,19 @@ def test_a_single_exports_failing_log_is_accepted_by_githubs_sarif_rules(tmp_pat
     errors = {(r["ruleId"], r["partialFingerprints"][FINGERPRINT], where(r)) for r in results if r["level"] == "error"}
     assert in_check == errors and len(errors) == 2  # FXE0011 and FXE0012 at the i1 line
 
+    # A target that raises before its export still writes its log (an earlier one is not left in its place).
+    log_path = tmp_path / "raises.sarif"
+    log_path.write_text('{"stale": true}')
+    run = export_cli("failing.py:raises", log_path, cwd=repo / "models")
+    assert run.returncode == 1, run.stderr
+    log = validate_sarif(log_path)
+    assert gh_validation(log_path, tmp_path) == []
+    (raised,) = log["runs"][0]["results"]
+    assert (raised["ruleId"], where(raised)) == ("FXE0025", ("SRCROOT", "models/failing.py", line_of(FAILING, "raise")))
+    assert raised["message"]["text"] == "Target raises failed: ValueError: no example input"
+    (in_check,) = [r for r in checked.results if r["properties"]["exportTarget"] == "models/failing.py:raises"]
+    assert in_check["partialFingerprints"] == raised["partialFingerprints"]
+
 
 def test_a_single_exports_passing_log_is_accepted_by_githubs_sarif_rules(tmp_path):
     """A verified single export's log (its verification note located at the target's definition); outside a git
