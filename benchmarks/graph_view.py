@@ -1,7 +1,7 @@
 """The graph view's timings in Chromium: first render, and expanding one group; and the server's side of a
 7B-class decoder's graph (time, peak memory, weight bytes read: none).
 
-    python benchmarks/graph_view.py [--repeats 3] [--keep FOLDER]
+    python benchmarks/graph_view.py [--repeats 3] [--keep FOLDER] [--editor]
 
 Exports the seed MLP, a tiny 12-layer GPT-2 (transformers `GPT2Config(n_layer=12, n_embd=64, n_head=4,
 vocab_size=1000)`, default options: ~500 nodes) and a 24-layer one unoptimized with dynamic shapes
@@ -20,6 +20,11 @@ its 27 GB of weights as external data in a sparse file (`fake_llama`). The serve
 for), then `tensor_json` of one weight. Bytes of weights read are measured with inotify on the external data file:
 every open and read of it, by any process, is an event (a read through mmap needs an open first), so no event
 while the graph is made means no byte read; `tensor_json` reports the bytes it read, and its events are counted.
+
+With `--editor`, `benchmarks/graph_view_editor.mjs` then opens the 7B decoder's .onnx in the real editor
+(code-server with `vscode-extension/dist/onnxlens.vsix`: `npm run package` first), after the MLP's to start the
+extension and its server: the extension host's and the language server's memory (/proc), the ELK worker's heap
+(CDP), and the times the view logs; the weights file's opens and reads meanwhile (inotify) are counted too.
 """
 
 from __future__ import annotations
@@ -164,6 +169,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--keep", help="folder for the models and their graph JSON (default: a temporary one)")
+    parser.add_argument(
+        "--editor", action="store_true", help="also open the 7B decoder in code-server (needs the .vsix)"
+    )
     options = parser.parse_args()
     folder = options.keep or tempfile.mkdtemp()
     graphs = []
@@ -196,6 +204,12 @@ def main() -> None:
     graphs.append(graph)
     script = os.path.join(ROOT, "benchmarks", "graph_view.mjs")
     subprocess.run(["node", script, "--repeats", str(options.repeats), *graphs], check=True)
+    if options.editor:
+        watch = Inotify(weights)
+        editor = os.path.join(ROOT, "benchmarks", "graph_view_editor.mjs")
+        warm_up = os.path.join(folder, "mlp.onnx")
+        subprocess.run(["node", editor, "--warm-up", warm_up, llama, sys.executable], check=True)
+        print("weights file while the editor ran:", json.dumps(watch.events()))
 
 
 if __name__ == "__main__":
