@@ -3,13 +3,17 @@ onnxruntime and compared with eager PyTorch (issue 31 item 3).
 
 Needs torchvision (torch 2.14.1 + torchvision 0.29.1 here, in their own virtualenv)::
 
-    /work/venvs/tv/bin/python benchmarks/detection_sweep.py [--models fasterrcnn,ssd] [--exporters onnxlens]
+    /work/venvs/tv/bin/python benchmarks/detection_sweep.py [--models FasterRCNN,SSD] [--exporters onnxlens]
 
 Models have random weights (``weights=None, weights_backbone=None``), eval mode, small images, and score
-thresholds of 0 so that they detect boxes (up to ``detections_per_img``) whatever the weights. Detections
-are compared after sorting by label and box (their number depends on the data); "static" is the export at
-the example's size run on another image of that size, "dynamic" the export with dynamic image sizes run
-at a second size.
+thresholds of 0 so that they detect boxes (up to ``detections_per_img``) whatever the weights. Each eager
+detection is paired with the ONNX one of its label nearest to its box (their number depends on the data);
+"static" is the export at the example's size run on another image of that size, "dynamic" the export with
+dynamic image sizes run at a second size. The virtualenv (onnxlens from this checkout on its path)::
+
+    python3 -m venv /work/venvs/tv && /work/venvs/tv/bin/pip install torch==2.14.1 torchvision==0.29.1 \
+        onnx onnx-ir onnxscript onnxruntime sarif-om ml_dtypes
+    echo "$PWD" > "$(/work/venvs/tv/bin/python -c 'import site; print(site.getsitepackages()[0])')/onnxlens.pth"
 """
 
 from __future__ import annotations
@@ -38,6 +42,11 @@ MODELS: dict[str, Callable[[], torch.nn.Module]] = {
     "FCOS": lambda: detection.fcos_resnet50_fpn(**_RANDOM, **_SMALL, score_thresh=0.0),
 }
 _FIELDS = ("boxes", "scores", "labels", "masks", "keypoints", "keypoints_scores")
+# Absolute tolerances beside rtol 1e-3 (default 1e-3). With random weights the outputs are sensitive to
+# float noise: eager PyTorch itself, on the image times (1 + 1e-6), moves R-CNN boxes and keypoints by up to
+# 2.4e-3 pixels; coordinates are compared to 1e-2 pixels, mask probabilities (pooled from those boxes)
+# to 1e-2.
+TOLERANCES = {"boxes": 1e-2, "keypoints": 1e-2, "masks": 1e-2}
 
 
 class Detector(torch.nn.Module):
@@ -66,27 +75,40 @@ def _export_torch_onnx(model: torch.nn.Module, image: torch.Tensor, dynamic: boo
 EXPORTERS = {"onnxlens": _export_onnxlens, "torch.onnx": _export_torch_onnx}
 
 
-def _sorted_detections(outputs: list[np.ndarray]) -> list[np.ndarray]:
-    """The detections ordered by label, then box (rounded, so that float noise keeps the order)."""
-    boxes, labels = outputs[0], outputs[2]
-    order = np.lexsort(tuple(np.round(boxes[:, i], 2) for i in reversed(range(4))) + (labels,))
-    return [o[order] for o in outputs]
+def _pairing(actual: list[np.ndarray], expected: list[np.ndarray]) -> np.ndarray:
+    """For each eager detection, the ONNX detection of the same label whose box is nearest (each taken
+    once). Both come by decreasing score, but near-equal scores (random weights give many) may swap
+    neighbours, and sorting by coordinates breaks where float noise crosses a rounding boundary."""
+    boxes, labels = actual[0].astype(np.float64), actual[2]
+    free = np.ones(len(boxes), dtype=bool)
+    order = []
+    for box, label in zip(expected[0].astype(np.float64), expected[2]):
+        distance = np.where(free & (labels == label), np.abs(boxes - box).max(axis=1), np.inf)
+        nearest = int(np.argmin(distance))
+        free[nearest] = False
+        order.append(nearest)
+    return np.array(order, dtype=np.int64)
 
 
-def compare(actual: list[np.ndarray], expected: list[np.ndarray]) -> tuple[bool, float, str]:
-    """Whether ONNX detections equal eager's (same count and labels, values within 1e-3 + 1e-3 relative):
-    the match, the largest absolute difference, and the box counts."""
+def compare(actual: list[np.ndarray], expected: list[np.ndarray]) -> tuple[bool, str, str]:
+    """Whether ONNX detections equal eager's: the same count, each eager detection paired with one of
+    the same label (`_pairing`), every field within `TOLERANCES`; the largest absolute difference of each
+    field, and the box counts."""
     counts = f"{len(actual[0])}/{len(expected[0])}"
     if len(actual) != len(expected) or len(actual[0]) != len(expected[0]):
-        return False, float("nan"), counts
-    worst, close = 0.0, True
-    for a, e in zip(_sorted_detections(actual), _sorted_detections(expected)):
+        return False, "", counts
+    order = _pairing(actual, expected)
+    close, worst = True, []
+    names = ("boxes", "scores", "labels", "masks") if len(actual) == 4 else _FIELDS[:3] + _FIELDS[4:]
+    for field, a, e in zip(names, actual, expected):
+        a = a[order]
         if a.shape != e.shape:
-            return False, float("nan"), counts
+            return False, "", counts
         if a.size:
-            worst = max(worst, float(np.abs(a.astype(np.float64) - e.astype(np.float64)).max()))
-            close &= bool(np.allclose(a, e, atol=1e-3, rtol=1e-3))
-    return close, worst, counts
+            difference = float(np.abs(a.astype(np.float64) - e.astype(np.float64)).max())
+            worst.append(f"{field} {difference:.1e}")
+            close &= bool(np.allclose(a, e, atol=TOLERANCES.get(field, 1e-3), rtol=1e-3))
+    return close, ", ".join(worst), counts
 
 
 def _run(model_proto, image: torch.Tensor) -> list[np.ndarray]:
@@ -112,13 +134,13 @@ def check(model: torch.nn.Module, export, dynamic: bool) -> dict:
     except Exception as e:  # noqa: BLE001
         return {"ok": False, "error": f"onnxruntime: {str(e).splitlines()[0][:90]}", "seconds": seconds}
     ok, worst, counts = compare(actual, expected)
-    return {"ok": ok, "max_error": worst, "counts": counts, "seconds": seconds, "error": ""}
+    return {"ok": ok, "max_errors": worst, "counts": counts, "seconds": seconds, "error": ""}
 
 
 def _cell(result: dict) -> str:
     if result.get("counts") is None:
         return "fail"
-    return f"{'match' if result['ok'] else 'DIFFER'} {result['max_error']:.1e} ({result['counts']} boxes)"
+    return f"{'match' if result['ok'] else 'DIFFER'} ({result['counts']} boxes; {result['max_errors']})"
 
 
 def main() -> None:
@@ -143,7 +165,7 @@ def main() -> None:
     header = (
         "model",
         "exporter",
-        "static: match, max abs error (boxes onnx/eager)",
+        "static: match (boxes onnx/eager; max abs error per output)",
         "dynamic (second size)",
         "export s (static/dynamic)",
     )

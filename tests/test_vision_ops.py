@@ -251,3 +251,236 @@ def test_roi_align_matches_reference(aligned, sampling_ratio):
     np.testing.assert_allclose(fewer, expected[1:3].numpy(), atol=1e-5, rtol=1e-5)
     (none,) = _run(export_output, features, rois[:0])
     assert none.shape == (0, 3, 3, 2)
+
+
+# -- R-CNN heads: multi-scale RoIAlign, masks pasted into the image, keypoints from heatmaps -----------------
+
+
+def roi_level_reference(box, canonical_scale: int, canonical_level: int, k_min: int, k_max: int) -> int:
+    """FPN's eq. 1 for one box, in float64: floor(k0 + log2(sqrt(w h) / 224) + 1e-6), clamped, from k_min."""
+    x1, y1, x2, y2 = box
+    level = math.floor(canonical_level + math.log2(math.sqrt((x2 - x1) * (y2 - y1)) / canonical_scale) + 1e-6)
+    return min(max(level, k_min), k_max) - k_min
+
+
+_MAPPER = {"k_min": 1, "k_max": 3, "canonical_scale": 8, "canonical_level": 2, "eps": 1e-6}
+_SCALES = [0.5, 0.25, 0.125]
+
+
+def _pyramid() -> list[torch.Tensor]:
+    """Three levels of a 32 × 40 image (scales 1/2, 1/4, 1/8), two images, 3 channels."""
+    g = torch.Generator().manual_seed(5)
+    return [torch.randn(2, 3, 32 // 2**k, 40 // 2**k, generator=g) for k in (1, 2, 3)]
+
+
+def _level_boxes() -> tuple[torch.Tensor, torch.Tensor]:
+    """Image 0's and image 1's boxes: sides from 2 to 30 pixels, so on every level (sqrt(area) < 8: level 0,
+    8 ≤ … < 16: 1, ≥ 16: 2), 8 × 8 exactly on a level's lower edge, one crossing the image's border."""
+    first = torch.tensor([[1.0, 1.0, 3.0, 4.0], [2.0, 3.0, 14.0, 13.0], [0.0, 0.0, 30.0, 26.0], [4.0, 4.0, 12.0, 12.0]])
+    second = torch.tensor([[10.0, 5.0, 30.5, 25.0], [26.0, 18.0, 45.0, 36.0], [5.5, 6.0, 9.0, 9.5]])
+    return first, second
+
+
+def multiscale_reference(features, boxes, output_size, sampling_ratio) -> torch.Tensor:
+    """Each box pooled by `roi_align_reference` on its level, in the boxes' order."""
+    rows = []
+    for image, image_boxes in enumerate(boxes):
+        for box in image_boxes.tolist():
+            level = roi_level_reference(box, 8, 2, 1, 3)
+            roi = torch.tensor([[image, *box]])
+            rows.append(roi_align_reference(features[level], roi, _SCALES[level], *output_size, sampling_ratio, False))
+    return torch.cat(rows) if rows else torch.zeros(0, 3, *output_size)
+
+
+def _multiscale(f0, f1, f2, first, second):
+    return torch.ops.onnxlens.multiscale_roi_align([f0, f1, f2], [first, second], [3, 2], 2, _SCALES, **_MAPPER)
+
+
+def test_roi_levels_cover_every_level():
+    first, second = _level_boxes()
+    levels = [roi_level_reference(b, 8, 2, 1, 3) for b in torch.cat([first, second]).tolist()]
+    assert levels == [0, 1, 2, 1, 2, 2, 0]  # the 8 × 8 box (index 3) is on level 1
+    assert vision.roi_levels(torch.cat([first, second]), 1, 3, 8, 2, 1e-6).tolist() == levels
+
+
+@pytest.mark.parametrize("counts", [(4, 3), (1, 0), (0, 0)], ids=["all", "one_box", "no_boxes"])
+def test_multiscale_roi_align_matches_reference(counts):
+    """Exported with dynamic shapes at 4 + 3 boxes, run with as many, fewer and none."""
+    features, (first, second) = _pyramid(), _level_boxes()
+    export_output = _export(_multiscale, *features, first, second, dynamic=True)
+    first, second = first[: counts[0]], second[: counts[1]]
+    expected = multiscale_reference(features, [first, second], (3, 2), 2)
+    assert torch.allclose(_multiscale(*features, first, second), expected, atol=1e-5)  # the operator's kernel
+    (actual,) = _run(export_output, *features, first, second)
+    assert actual.shape == (sum(counts), 3, 3, 2)
+    np.testing.assert_allclose(actual, expected.numpy(), atol=1e-5, rtol=1e-5)
+    if counts == (4, 3):
+        assert (np.abs(actual).reshape(7, -1).max(axis=1) > 0).all()  # every box pooled something
+
+
+def _cubic_near(x: float, a: float = -0.75) -> float:
+    """Keys' cubic convolution kernel for |x| <= 1 (a = -0.75, as PyTorch)."""
+    return ((a + 2) * x - (a + 3)) * x * x + 1
+
+
+def _cubic_far(x: float, a: float = -0.75) -> float:
+    """Keys' cubic convolution kernel for 1 < |x| < 2."""
+    return ((a * x - 5 * a) * x + 8 * a) * x - 4 * a
+
+
+def _taps(out_size: int, in_size: int, cubic: bool) -> list[list[tuple[int, float]]]:
+    """PyTorch's ``interpolate`` (align_corners=False, size given) along one axis, in float32 as it computes:
+    for each output pixel, the input pixels it reads and their weights."""
+    f32 = np.float32
+    scale = f32(in_size) / f32(out_size)
+    taps = []
+    for d in range(out_size):
+        real = scale * (f32(d) + f32(0.5)) - f32(0.5)
+        if not cubic:
+            real = max(real, f32(0.0))
+        index = int(math.floor(real))
+        t = float(real - f32(index))
+        if cubic:
+            weights = (_cubic_far(t + 1), _cubic_near(t), _cubic_near(1 - t), _cubic_far(2 - t))
+            taps.append([(min(max(index - 1 + j, 0), in_size - 1), w) for j, w in enumerate(weights)])
+        else:
+            upper = min(index + 1, in_size - 1)
+            taps.append([(index, 1 - t), (upper, t)])
+    return taps
+
+
+def resize_reference(image: np.ndarray, height: int, width: int, cubic: bool) -> np.ndarray:
+    """A 2-D `image` resized (bilinear or bicubic) as PyTorch's ``interpolate`` does, summed in float64."""
+    rows, columns = _taps(height, image.shape[0], cubic), _taps(width, image.shape[1], cubic)
+    out = np.zeros((height, width))
+    for y, row_taps in enumerate(rows):
+        for x, column_taps in enumerate(columns):
+            out[y, x] = sum(wy * wx * float(image[iy, ix]) for iy, wy in row_taps for ix, wx in column_taps)
+    return out
+
+
+@pytest.mark.parametrize("cubic", [False, True])
+@pytest.mark.parametrize("size", [(5, 9), (14, 14), (23, 3)])
+def test_resize_reference_is_interpolate(cubic, size):
+    """The references below resize as ``torch.nn.functional.interpolate``: up, down, same size."""
+    image = torch.randn(14, 14, generator=torch.Generator().manual_seed(6))
+    mode = "bicubic" if cubic else "bilinear"
+    expected = torch.nn.functional.interpolate(image[None, None], size=size, mode=mode, align_corners=False)[0, 0]
+    np.testing.assert_allclose(resize_reference(image.numpy(), *size, cubic), expected.numpy(), atol=1e-5)
+
+
+def paste_reference(masks: torch.Tensor, boxes: torch.Tensor, height: int, width: int) -> np.ndarray:
+    """torchvision's paste: each mask padded by 1, its box grown by (M + 2) / M about the centre (float32)
+    and truncated, the mask resized to the box's size and copied where the box meets the image."""
+    size = masks.shape[-1]
+    scale = np.float32((size + 2) / size)
+    out = np.zeros((len(masks), 1, height, width), dtype=np.float32)
+    for i, (mask, box) in enumerate(zip(masks.numpy(), boxes.numpy())):
+        padded = np.pad(mask[0], 1)
+        x1, y1, x2, y2 = box
+        w_half, h_half = (x2 - x1) * np.float32(0.5) * scale, (y2 - y1) * np.float32(0.5) * scale
+        x_c, y_c = (x2 + x1) * np.float32(0.5), (y2 + y1) * np.float32(0.5)
+        x1, y1, x2, y2 = (int(v) for v in (x_c - w_half, y_c - h_half, x_c + w_half, y_c + h_half))
+        resized = resize_reference(padded, max(y2 - y1 + 1, 1), max(x2 - x1 + 1, 1), cubic=False)
+        for y in range(max(y1, 0), min(y2 + 1, height)):
+            for x in range(max(x1, 0), min(x2 + 1, width)):
+                out[i, 0, y, x] = resized[y - y1, x - x1]
+    return out
+
+
+def _masks_and_boxes() -> tuple[torch.Tensor, torch.Tensor]:
+    """Five 6 × 6 masks; boxes inside, across the top-left and bottom-right borders, under a pixel wide,
+    larger than the image (of 20 × 24)."""
+    masks = torch.rand(5, 1, 6, 6, generator=torch.Generator().manual_seed(7))
+    boxes = torch.tensor(
+        [
+            [3.2, 4.7, 15.9, 12.1],
+            [-2.5, -1.0, 6.0, 5.5],
+            [18.0, 14.0, 23.9, 19.9],
+            [10.0, 8.0, 10.4, 16.0],
+            [0.0, 0.0, 23.9, 19.9],
+        ]
+    )
+    return masks, boxes
+
+
+def _paste(masks, boxes, image):
+    return torch.ops.onnxlens.paste_masks_in_image(masks, boxes, image.shape[-2], image.shape[-1], 1)
+
+
+@pytest.mark.parametrize("case", ["boxes", "other_image_size", "one_box", "no_boxes"])
+def test_paste_masks_in_image_matches_reference(case):
+    """Exported with dynamic shapes (boxes and image size) and run on each case."""
+    masks, boxes = _masks_and_boxes()
+    image = torch.zeros(3, 20, 24)
+    export_output = _export(_paste, masks, boxes, image, dynamic=True)
+    if case == "other_image_size":
+        image = torch.zeros(3, 17, 30)
+    elif case == "one_box":
+        masks, boxes = masks[1:2], boxes[1:2]
+    elif case == "no_boxes":
+        masks, boxes = masks[:0], boxes[:0]
+    expected = paste_reference(masks, boxes, *image.shape[1:])
+    np.testing.assert_allclose(_paste(masks, boxes, image).numpy(), expected, atol=1e-6)  # the kernel
+    (actual,) = _run(export_output, masks, boxes, image)
+    assert actual.shape == (len(boxes), 1, *image.shape[1:])
+    np.testing.assert_allclose(actual, expected, atol=1e-5)
+    if case == "boxes":
+        assert ((actual > 0).sum(axis=(1, 2, 3)) > 0).all() and (actual[0, 0, :4] == 0).all()
+
+
+def keypoints_reference(maps: torch.Tensor, rois: torch.Tensor) -> tuple[np.ndarray, np.ndarray]:
+    """Each box's heatmaps resized (bicubic) to ceil(box size), the first maximum's pixel centre scaled back
+    to the box ((x, y, 1), float32 as torchvision computes it) and its value."""
+    f32 = np.float32
+    xy = np.zeros((len(rois), maps.shape[1], 3), dtype=np.float32)
+    scores = np.zeros(maps.shape[:2], dtype=np.float32)
+    for i, (heatmaps, (x1, y1, x2, y2)) in enumerate(zip(maps.numpy(), rois.numpy())):
+        width, height = max(x2 - x1, f32(1)), max(y2 - y1, f32(1))
+        w, h = math.ceil(width), math.ceil(height)
+        for k, heatmap in enumerate(heatmaps):
+            resized = resize_reference(heatmap, h, w, cubic=True)
+            y, x = divmod(int(np.argmax(resized)), w)
+            xy[i, k] = ((f32(x) + f32(0.5)) * (width / f32(w)) + x1, (f32(y) + f32(0.5)) * (height / f32(h)) + y1, 1)
+            scores[i, k] = resized[y, x]
+    return xy, scores
+
+
+def _heatmaps_and_rois() -> tuple[torch.Tensor, torch.Tensor]:
+    """Six boxes' heatmaps (4 keypoints, 8 × 8): boxes smaller and larger than the heatmap, non-integer,
+    under a pixel (clamped to 1), and one whose heatmaps peak in their last row and column (the maximum
+    is on the resized map's last pixel, which the translation repeats to the largest box's size)."""
+    maps = torch.randn(6, 4, 8, 8, generator=torch.Generator().manual_seed(8))
+    maps[5, :, 7, 7] = 5.0
+    rois = torch.tensor(
+        [
+            [2.0, 3.0, 7.0, 6.0],
+            [1.5, 0.5, 20.3, 13.7],
+            [10.0, 10.0, 10.5, 30.0],
+            [0.0, 0.0, 8.0, 8.0],
+            [4.0, 2.0, 35.0, 5.0],
+            [3.0, 3.0, 9.5, 12.0],
+        ]
+    )
+    return maps, rois
+
+
+def _keypoints(maps, rois):
+    return torch.ops.onnxlens.heatmaps_to_keypoints(maps, rois)
+
+
+@pytest.mark.parametrize("count", [6, 2, 0], ids=["boxes", "fewer", "no_boxes"])
+def test_heatmaps_to_keypoints_matches_reference(count):
+    maps, rois = _heatmaps_and_rois()
+    export_output = _export(_keypoints, maps, rois, dynamic=True)
+    maps, rois = maps[-count:] if count else maps[:0], rois[-count:] if count else rois[:0]
+    xy, scores = keypoints_reference(maps, rois)
+    kernel_xy, kernel_scores = _keypoints(maps, rois)
+    np.testing.assert_allclose(kernel_xy.numpy(), xy, atol=1e-5)
+    np.testing.assert_allclose(kernel_scores.numpy(), scores, atol=1e-5)
+    actual_xy, actual_scores = _run(export_output, maps, rois)
+    assert actual_xy.shape == (count, 4, 3) and actual_scores.shape == (count, 4)
+    np.testing.assert_allclose(actual_xy, xy, atol=1e-4)
+    np.testing.assert_allclose(actual_scores, scores, atol=1e-5)
+    if count:  # peaks in the last pixel: the last pixel's centre, half a pixel (of the box) inside its corner
+        np.testing.assert_allclose(actual_xy[-1, :, :2], [[9.5 - 6.5 / 7 / 2, 12.0 - 0.5]] * 4, atol=1e-5)

@@ -91,10 +91,10 @@ def multiscale_roi_align(
     return result
 
 
-def _expanded_boxes(boxes, scale: float):
-    """Boxes scaled about their centres and truncated to integers (x1, y1, x2, y2 as four 1-D tensors)."""
+def _expanded_boxes(boxes, scale):
+    """Boxes scaled (by a float32 `scale` (1,)) about their centres and truncated to integers (x1, y1, x2, y2 as four 1-D tensors)."""
     x1, y1, x2, y2 = (_column(boxes, i) for i in range(4))
-    half, scale = op.CastLike(0.5, boxes), op.CastLike(scale, boxes)
+    half = op.CastLike(0.5, boxes)
     w_half = op.Mul(op.Mul(op.Sub(x2, x1), half), scale)
     h_half = op.Mul(op.Mul(op.Sub(y2, y1), half), scale)
     x_c, y_c = op.Mul(op.Add(x2, x1), half), op.Mul(op.Add(y2, y1), half)
@@ -160,25 +160,24 @@ def _bicubic(position, size, input_size):
 def paste_masks_in_image(masks, boxes, image_height, image_width, padding: int):
     """Masks (N, 1, M, M) resized to their (grown, integer) boxes and pasted into (N, 1, H, W) images:
     image = rows @ mask @ columnsᵀ, where the resize matrices are zero outside the box."""
-    padded = op.Pad(
-        op.Cast(op.Squeeze(masks, [1]), to=_FLOAT), op.Constant(value_ints=[0, padding, padding, 0, padding, padding])
-    )
-    size = op.Shape(padded, start=2, end=3)
-    mask_size = masks.shape[-1]
-    x1, y1, x2, y2 = _expanded_boxes(boxes, float(mask_size + 2 * padding) / mask_size)
+    pads = op.Constant(value_ints=[0, padding, padding, 0, padding, padding])
+    padded = op.Pad(op.Cast(op.Gather(masks, op.Constant(value_int=0), axis=1), to=_FLOAT), pads)  # (N, M+2p, M+2p)
+    width = op.Cast(op.Shape(masks, start=3), to=_FLOAT)
+    x1, y1, x2, y2 = _expanded_boxes(boxes, op.Div(op.Add(width, op.Constant(value_float=2.0 * padding)), width))
     one = op.Constant(value_int=1)
 
-    def resize(start, end, length):
-        """The resize matrix of one axis (N, length, M + 2 padding): zero outside [start, end]."""
+    def resize(start, end, length, axis: int):
+        """The resize matrix of one axis of the image (N, length, the padded masks' size on `axis`): zero
+        outside [start, end]."""
         pixels = op.Unsqueeze(op.Range(op.Constant(value_int=0), op.Reshape(length, []), one), [0])
         start, end = op.Unsqueeze(start, [1]), op.Unsqueeze(end, [1])
         box_size = op.Max(op.Add(op.Sub(end, start), one), one)
-        matrix = _bilinear(op.Sub(pixels, start), box_size, size)
+        matrix = _bilinear(op.Sub(pixels, start), box_size, op.Shape(padded, start=axis, end=axis + 1))
         inside = op.And(op.GreaterOrEqual(pixels, start), op.LessOrEqual(pixels, end))
         return op.Mul(matrix, op.Unsqueeze(op.Cast(inside, to=_FLOAT), [2]))
 
-    rows = resize(y1, y2, image_height)
-    columns = resize(x1, x2, image_width)
+    rows = resize(y1, y2, image_height, 1)
+    columns = resize(x1, x2, image_width, 2)
     pasted = op.MatMul(op.MatMul(rows, padded), op.Transpose(columns, perm=[0, 2, 1]))
     return op.Unsqueeze(op.CastLike(pasted, masks), [1])
 
@@ -208,7 +207,7 @@ def heatmaps_to_keypoints(maps, rois):
     resized = op.MatMul(
         op.Unsqueeze(rows, [1]), op.MatMul(maps, op.Unsqueeze(op.Transpose(columns, perm=[0, 2, 1]), [1]))
     )  # (N, K, largest height, largest width)
-    flat = op.Reshape(resized, op.Concat(op.Shape(maps, start=0, end=2), op.Constant(value_ints=[-1]), axis=0))
+    flat = op.Reshape(resized, op.Concat(op.Shape(maps, start=0, end=2), op.Mul(max_height, max_width), axis=0))
     position = op.ArgMax(flat, axis=2, keepdims=0)
     x = op.Cast(op.Mod(position, max_width), to=_FLOAT)
     y = op.Cast(op.Div(position, max_width), to=_FLOAT)
