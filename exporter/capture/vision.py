@@ -171,6 +171,29 @@ def _decode(self, rel_codes, boxes):
     return self.decode_single(rel_codes.reshape(count, -1), concat_boxes).reshape(count, -1, 4)
 
 
+def _resize_boxes(boxes, original_size, new_size):
+    """``transform.resize_boxes`` with its ratios from ``torch.full`` (``torch.tensor`` of a symbolic size
+    is captured as the example's number: boxes scaled back to another image size came out wrong)."""
+    ratio_height, ratio_width = (
+        torch.full((), s, dtype=torch.float32, device=boxes.device)
+        / torch.full((), s_orig, dtype=torch.float32, device=boxes.device)
+        for s, s_orig in zip(new_size, original_size)
+    )
+    xmin, ymin, xmax, ymax = boxes.unbind(1)
+    return torch.stack((xmin * ratio_width, ymin * ratio_height, xmax * ratio_width, ymax * ratio_height), dim=1)
+
+
+def _resize_keypoints(keypoints, original_size, new_size):
+    """``transform.resize_keypoints`` with its ratios from ``torch.full`` (see `_resize_boxes`)."""
+    ratio_height, ratio_width = (
+        torch.full((), s, dtype=torch.float32, device=keypoints.device)
+        / torch.full((), s_orig, dtype=torch.float32, device=keypoints.device)
+        for s, s_orig in zip(new_size, original_size)
+    )
+    x, y, visibility = keypoints.unbind(2)
+    return torch.stack((x * ratio_width, y * ratio_height, visibility), dim=2)
+
+
 def _paste_masks_in_image(masks, boxes, img_shape, padding=1):
     return torch.ops.onnxlens.paste_masks_in_image(masks, boxes, img_shape[0], img_shape[1], padding)
 
@@ -183,6 +206,8 @@ _SWAPS = (  # module, attribute path in it, replacement
     ("torchvision.ops.boxes", ("batched_nms",), _batched_nms),
     ("torchvision.models.detection._utils", ("BoxCoder", "decode"), _decode),
     ("torchvision.ops.poolers", ("_multiscale_roi_align",), _multiscale_roi_align),
+    ("torchvision.models.detection.transform", ("resize_boxes",), _resize_boxes),
+    ("torchvision.models.detection.transform", ("resize_keypoints",), _resize_keypoints),
     ("torchvision.models.detection.roi_heads", ("paste_masks_in_image",), _paste_masks_in_image),
     ("torchvision.models.detection.roi_heads", ("heatmaps_to_keypoints",), _heatmaps_to_keypoints),
 )
