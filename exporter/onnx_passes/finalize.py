@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import re
 
+import numpy as np
 import onnx
 import onnx_ir as ir
 import onnx_ir.passes.common as common_passes
@@ -100,6 +101,22 @@ class IrVersionPass(ir.passes.InPlacePass):
         return ir.passes.PassResult(model, modified=modified)
 
 
+class ContiguousConstantsPass(ir.passes.InPlacePass):
+    """Constants folded as numpy views (a linear's weight transposed for MatMul) copied into C order: numpy
+    writes a strided array to a file element by element (10 s for a 600 MB model), and every serialization
+    of it copies it."""
+
+    def call(self, model: ir.Model) -> ir.passes.PassResult:
+        modified = False
+        for value in model.graph.initializers.values():
+            tensor = value.const_value
+            array = tensor.raw if isinstance(tensor, ir.Tensor) else None
+            if isinstance(array, np.ndarray) and not array.flags.c_contiguous:
+                value.const_value = ir.Tensor(np.ascontiguousarray(array), dtype=tensor.dtype, name=tensor.name)
+                modified = True
+        return ir.passes.PassResult(model, modified=modified)
+
+
 def min_ir_version(model: ir.Model) -> int:
     """The lowest IR version onnx allows for the opsets `model` and its functions import."""
     imports = {(d, v) for owner in (model, *model.functions.values()) for d, v in owner.opset_imports.items()}
@@ -118,7 +135,12 @@ def onnx_passes(opset_version: int, *, optimize: bool | str = True, modularize: 
         passes.append(FusePass(opset_version, optimize))
     if modularize:
         passes.append(ModularizePass())
-    passes += [common_passes.NameFixPass(), common_passes.RemoveUnusedOpsetsPass(), IrVersionPass()]
+    passes += [
+        ContiguousConstantsPass(),
+        common_passes.NameFixPass(),
+        common_passes.RemoveUnusedOpsetsPass(),
+        IrVersionPass(),
+    ]
     return ir.passes.Sequential(*passes)
 
 
