@@ -3,9 +3,9 @@
 // Needs: `npm run package` (→ dist/onnxlens.vsix) and `bash scripts/setup-e2e.sh` (→ .tools/).
 // Run from vscode-extension/: `npm run test:e2e` (= `node --test test/e2e/*.test.mjs`).
 // Env: ONNXLENS_PYTHON (interpreter with onnxlens installed; default <repo>/.venv/bin/python, else python3),
-// CHROMIUM (default /usr/lib/chromium/chromium), E2E_KEEP=1 keeps the temp dir, E2E_REVERSE=1 runs the scenarios
-// backwards (they must not depend on each other), E2E_ONLY=<regex> runs only the scenarios whose names match it
-// (e.g. E2E_ONLY='^20 ').
+// E2E_VSIX (the extension to test; default dist/onnxlens.vsix), CHROMIUM (default /usr/lib/chromium/chromium),
+// E2E_KEEP=1 keeps the temp dir, E2E_REVERSE=1 runs the scenarios backwards (they must not depend on each other),
+// E2E_ONLY=<regex> runs only the scenarios whose names match it (e.g. E2E_ONLY='^20 ').
 // Screenshots (one per scenario, plus a few named moments) and the timing figures (figures.json: window and
 // activation → status item, first and later exports) are kept in test/e2e/artifacts/.
 import assert from 'node:assert/strict';
@@ -25,7 +25,7 @@ const NODE24 = join(TOOLS, 'node24/bin/node');
 const CODE_SERVER = join(TOOLS, 'code-server/node_modules/code-server/out/node/entry.js');
 const PLAYWRIGHT = join(TOOLS, 'e2e/node_modules/playwright-core');
 const CHROMIUM = process.env.CHROMIUM || '/usr/lib/chromium/chromium';
-const VSIX = join(EXTENSION_DIR, 'dist/onnxlens.vsix');
+const VSIX = process.env.E2E_VSIX || join(EXTENSION_DIR, 'dist/onnxlens.vsix');
 const VSCE = join(EXTENSION_DIR, 'node_modules/.bin/vsce');
 const ARTIFACTS = join(HERE, 'artifacts');
 
