@@ -104,6 +104,7 @@ class ExportOutput:
         model_state_dict: dict[str, Any] | str | os.PathLike | None = None,
         serializer: ExportOutputSerializer | None = None,
         strict: bool = True,
+        external_data: bool = False,
     ) -> None:
         """Write the model to a path (atomically) or a binary stream.
 
@@ -112,7 +113,8 @@ class ExportOutput:
         mode, the checkpoints loaded inside `enable_fake_mode` are used when none is given. With
         `strict` (the default), the state dict must hold every weight of the model and nothing else.
         With a file path, a reproducer of a failed verification (`verify`) is written to
-        ``<stem>_repro/`` beside the model.
+        ``<stem>_repro/`` beside the model. The weights of a model of 2 GiB or more (any size with
+        `external_data`) go to ``<name>.data`` beside it, written tensor by tensor (no protobuf copy of them).
         """
         if self._verifier is not None and isinstance(destination, (str, os.PathLike)):
             self._verifier.write_reproducer(os.fspath(destination))
@@ -132,7 +134,7 @@ class ExportOutput:
         path = os.fspath(destination)
         if (
             self.model is not None
-            and _weights_size(self.model) >= TWO_GIB
+            and (external_data or _weights_size(self.model) >= TWO_GIB)
             and serializer.__class__ is ProtobufExportOutputSerializer
         ):
             with atomic_path(path) as tmp:
