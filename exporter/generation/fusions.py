@@ -121,12 +121,13 @@ class _GroupQueryAttention(pattern.RewriteRuleClassBase):
     ``GroupQueryAttention``, with the rotary embeddings on the 3-D projections and the mask as its
     ``attention_bias`` (left padding stays masked; ``seqlens_k`` is every row's full length)."""
 
-    def __init__(self, repeated: bool, sdpa: bool, rotary: bool) -> None:
+    def __init__(self, repeated: bool, sdpa: bool, rotary: bool, qk_norm: bool) -> None:
         kind = f"{'Repeated' if repeated else ''}{'Sdpa' if sdpa else 'Eager'}{'Rotary' if rotary else ''}"
-        super().__init__(name=f"GroupQueryAttention{kind}")
+        super().__init__(name=f"GroupQueryAttention{kind}{'QkNorm' if qk_norm else ''}")
         self._repeated = repeated
         self._rotary = rotary  # RotaryEmbedding on q and k (else positions are elsewhere: GPT-2's, ALiBi's)
         self._sdpa = sdpa  # torch's SDPA (scale split over q and k, NaN rows zeroed); else transformers' eager
+        self._qk_norm = qk_norm  # an RMS norm of each head of q and k (Qwen3's, Gemma 3's), kept before GQA
 
     def pattern(
         self,
@@ -148,17 +149,28 @@ class _GroupQueryAttention(pattern.RewriteRuleClassBase):
         bias,
         zero,
         out_shape,
+        q_weight,
+        k_weight,
     ):
-        def heads(x, shape):
-            return op.Transpose(op.Reshape(x, shape, _allow_other_attributes=True), perm=[0, 2, 1, 3])
+        def heads(x, shape, weight, name):
+            x = op.Reshape(x, shape, _allow_other_attributes=True)
+            if self._qk_norm:
+                x = op.SimplifiedLayerNormalization(x, weight, _allow_other_attributes=True, _outputs=[name])
+            return op.Transpose(x, perm=[0, 2, 1, 3])
 
-        def rotary(x):
+        def rotary(x, name):
             if not self._rotary:
                 return x
-            return op.RotaryEmbedding(x, position_ids, cos, sin, _domain="com.microsoft", _allow_other_attributes=True)
+            return op.RotaryEmbedding(
+                x, position_ids, cos, sin, _domain="com.microsoft", _allow_other_attributes=True, _outputs=[name]
+            )
 
-        present_key = op.Concat(past_key, rotary(heads(k_lin, k_shape)), axis=-2)
-        present_value = op.Concat(past_value, heads(v_lin, v_shape), axis=-2)
+        present_key = op.Concat(past_key, rotary(heads(k_lin, k_shape, k_weight, "k_normed"), "k_rotary"), axis=-2)
+        present_value = op.Concat(
+            past_value,
+            op.Transpose(op.Reshape(v_lin, v_shape, _allow_other_attributes=True), perm=[0, 2, 1, 3]),
+            axis=-2,
+        )
         key, value = present_key, present_value
         if self._repeated:
             key, value = (
@@ -166,7 +178,10 @@ class _GroupQueryAttention(pattern.RewriteRuleClassBase):
                            _allow_other_attributes=True)
                 for x in (present_key, present_value)
             )  # fmt: skip
-        query, key = rotary(heads(q_lin, q_shape)), op.Transpose(key, perm=[0, 1, 3, 2])
+        query, key = (
+            rotary(heads(q_lin, q_shape, q_weight, "q_normed"), "q_rotary"),
+            op.Transpose(key, perm=[0, 1, 3, 2]),
+        )
         if self._sdpa:
             probs = op.Softmax(op.Add(op.MatMul(op.Mul(query, q_scale), op.Mul(key, k_scale)), bias), axis=-1)
             probs = op.Where(op.IsNaN(probs), zero, probs)
@@ -200,15 +215,23 @@ class _GroupQueryAttention(pattern.RewriteRuleClassBase):
         position_ids=None,
         cos=None,
         sin=None,
+        q_normed=None,
+        k_normed=None,
+        q_rotary=None,
         **scales,
     ):
         size = past_key.shape[-1]
         heads, kv_heads = q_lin.shape[-1] // size, k_lin.shape[-1] // size
         query, key = q_lin, k_lin
+        if self._qk_norm:  # on the heads of the 3-D projections, flattened back for GQA
+            query, key = (_norm_like(op, x, normed) for x, normed in ((q_lin, q_normed), (k_lin, k_normed)))
         if self._rotary:
             rotary = dict(interleaved=0, _domain="com.microsoft")
-            query = op.RotaryEmbedding(q_lin, position_ids, cos, sin, num_heads=heads, **rotary)
-            key = op.RotaryEmbedding(k_lin, position_ids, cos, sin, num_heads=kv_heads, **rotary)
+            part = q_rotary.producer().attributes.get_int("rotary_embedding_dim", 0)
+            if part:  # a partial rotation (Phi's, StableLM's): the first `part` of each head
+                rotary["rotary_embedding_dim"] = part
+            query = op.RotaryEmbedding(query, position_ids, cos, sin, num_heads=heads, **rotary)
+            key = op.RotaryEmbedding(key, position_ids, cos, sin, num_heads=kv_heads, **rotary)
         total = op.Shape(bias, start=3, end=4)
         rows = op.Shape(q_lin, start=0, end=1)
         seqlens_k = op.Cast(op.Expand(op.Sub(total, op.Constant(value_ints=[1])), rows), to=ir.DataType.INT32)
@@ -219,6 +242,15 @@ class _GroupQueryAttention(pattern.RewriteRuleClassBase):
             num_heads=heads, kv_num_heads=kv_heads, scale=scale, _domain="com.microsoft", _outputs=3,
         )  # fmt: skip
         return op.Reshape(out, out_shape), present_key, present_value  # the layout the output projection takes
+
+
+def _norm_like(op, x: ir.Value, normed: ir.Value) -> ir.Value:
+    """`normed`'s norm of the heads of `x` (batch, sequence, heads x size): split into heads, normed
+    (the same weight and epsilon), flattened back."""
+    norm = normed.producer()
+    heads = op.Reshape(x, norm.inputs[0].producer().inputs[1])
+    out = op.SimplifiedLayerNormalization(heads, norm.inputs[1], **{k: a.value for k, a in norm.attributes.items()})
+    return op.Reshape(out, op.Constant(value_ints=[0, 0, -1]))
 
 
 def merge_parallel_matmuls(model: ir.Model) -> int:
@@ -317,11 +349,18 @@ def fuse(model: ir.Model, positions: int) -> Fusion:
     layers_before = _layers(model)
     rewriter.rewrite(model, _RmsNormalization.rule().commute())
     skip_normalization.fuse_skip_rms_normalization(model)
+    skip_normalization.fuse_skip_layer_normalization(model)
     rotary_embedding.fuse_rotary_embedding(model)
     rewriter.rewrite(model, [_RotaryCache.rule(positions)])
-    rewriter.rewrite(
-        model, [_GroupQueryAttention.rule(repeated=r, sdpa=s, rotary=p) for r in (1, 0) for s in (1, 0) for p in (1, 0)]
-    )
+    rotary_embedding.fuse_partial_rotary_embedding(model)
+    rules = [
+        _GroupQueryAttention.rule(repeated=r, sdpa=s, rotary=p, qk_norm=n)
+        for r in (1, 0)
+        for s in (1, 0)
+        for p in (1, 0)
+        for n in (1, 0)
+    ]
+    rewriter.rewrite(model, rules)
     InlinePass()(model)  # an intermediate rotary op that did not become onnxruntime's: back to standard ops
     CommonSubexpressionEliminationPass()(model)  # the layers' GroupQueryAttention lengths are computed once
     RemoveUnusedFunctionsPass()(model)
@@ -333,6 +372,7 @@ def fuse(model: ir.Model, positions: int) -> Fusion:
         if node.op_type in (
             "SimplifiedLayerNormalization",
             "SkipSimplifiedLayerNormalization",
+            "SkipLayerNormalization",
             "RotaryEmbedding",
             "GroupQueryAttention",
         ):
