@@ -15,7 +15,7 @@ import onnx
 import pytest
 import torch
 from tiny_lms import CONFIGS, DECODER, TOKENS, tiny_model
-from transformers import AutoModelForCausalLM, Qwen2Config
+from transformers import AutoModelForCausalLM, PhiConfig, Qwen2Config, Qwen3Config
 
 import exporter
 from exporter.options import ExportOptions
@@ -139,3 +139,54 @@ def test_int4_on_fused_kernels(tmp_path):
     # per layer: q/k/v merged, o, gate/up merged, down; and the head
     assert found[("com.microsoft", "MatMulNBits")] == 2 * 4 + 1 and found[("com.microsoft", "GroupQueryAttention")] == 2
     assert result.quality is not None and 0 <= result.quality.agreement <= 1
+
+
+def qwen3() -> torch.nn.Module:
+    torch.manual_seed(0)
+    return AutoModelForCausalLM.from_config(Qwen3Config(**DECODER, head_dim=16, **TOKENS)).eval()
+
+
+def phi() -> torch.nn.Module:
+    torch.manual_seed(0)
+    config = PhiConfig(
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        max_position_embeddings=256,
+        partial_rotary_factor=0.5,
+        tie_word_embeddings=False,
+        **TOKENS,
+    )
+    return AutoModelForCausalLM.from_config(config).eval()
+
+
+@pytest.mark.parametrize(
+    "build, norms, rotary",
+    [
+        # q and k normed per head (4 SimplifiedLayerNormalization kept before GQA), the first norm, 4 with residual
+        (qwen3, {"SimplifiedLayerNormalization": 5, "SkipSimplifiedLayerNormalization": 4}, [None] * 4),
+        # half of each head of 16 rotated; one LayerNorm per layer (parallel residual) and the final one
+        (phi, {"LayerNormalization": 1, "SkipLayerNormalization": 2}, [8] * 4),
+        # LayerNorms, each after a residual add (the first after token + position embeddings); no rotary
+        (lambda: tiny_model("gpt2"), {"SkipLayerNormalization": 5}, []),
+    ],
+    ids=["qwen3-qk-norm", "phi-partial-rotary", "gpt2-layer-norm"],
+)
+def test_more_decoder_patterns_fuse_and_generate_like_generate(build, norms, rotary, tmp_path):
+    result = exporter.export_for_generation(build(), tmp_path)
+    assert result.parity.matched and result.parity.steps == NEW_TOKENS
+    graph = onnx.load(result.model_path, load_external_data=False).graph
+    found = collections.Counter(n.op_type for n in graph.node)
+    assert found["GroupQueryAttention"] == 2 and not {"Softmax", "Neg", "ReduceMean"} & set(found)
+    kinds = ("SimplifiedLayerNormalization", "SkipSimplifiedLayerNormalization", "LayerNormalization")
+    assert {op: found[op] for op in (*kinds, "SkipLayerNormalization") if found[op]} == norms
+    # the rotated size of each head, as RotaryEmbedding's rotary_embedding_dim (None: all of it)
+    dims = [
+        next((a.i for a in n.attribute if a.name == "rotary_embedding_dim"), None)
+        for n in graph.node
+        if n.op_type == "RotaryEmbedding"
+    ]
+    assert dims == rotary
+    [note] = results(result, "FXE0024")
+    assert (note["properties"]["layers"], note["properties"]["fusedLayers"]) == (2, 2)

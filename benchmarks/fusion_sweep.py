@@ -1,0 +1,195 @@
+"""Fusion coverage of `exporter.export_for_generation` over causal-LM architectures of transformers.
+
+    python benchmarks/fusion_sweep.py [--archs llama,phi] [--json out.json]
+
+For each tiny random model (2 layers, hidden 64, vocabulary 1000; `ARCHS`): export with the default
+fused kernels, the export's own generation check (FXE0022: 16 greedy tokens of a left-padded batch in
+onnxruntime against ``generate()``), then, from the ONNX graph, how much of the model each fused
+kernel covers, counted against the eager model independently of the fusion code:
+
+- attention: ``GroupQueryAttention`` nodes / decoder layers;
+- rotary: ``RotaryEmbedding`` nodes / 2 per layer with rotary positions (``-`` when the model has none);
+- norms: one-kernel norm nodes (``SimplifiedLayerNormalization``, ``LayerNormalization`` and their
+  ``Skip…`` forms) / the normalization modules one forward pass of the eager model calls (hooks on
+  modules whose class name has ``Norm``), and how many of them also add the residual (skip).
+
+An architecture that fails to export or to generate like ``generate()`` is listed with its error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import json
+import os
+import sys
+import tempfile
+import time
+import traceback
+from collections.abc import Callable
+
+import onnx
+import torch
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tests"))
+
+import transformers  # noqa: E402
+from tiny_lms import CONFIGS, DECODER, MORE_CONFIGS, TOKENS  # noqa: E402
+
+import exporter  # noqa: E402
+
+UNTIED = dict(tie_word_embeddings=False)  # tied random embeddings make tiny models repeat their last token
+HEADS = dict(head_dim=16)
+MOE = dict(num_experts=4, num_experts_per_tok=2, moe_intermediate_size=32)
+NEOX = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4)
+GPT = dict(n_embd=64, n_layer=2, n_head=4, n_positions=256)
+
+
+def _config(name: str, **kwargs) -> Callable[[], transformers.PretrainedConfig]:
+    return lambda: getattr(transformers, name)(**{**TOKENS, **UNTIED, **kwargs})
+
+
+ARCHS: dict[str, Callable[[], transformers.PretrainedConfig]] = {
+    **CONFIGS,
+    "qwen2": _config("Qwen2Config", **DECODER),
+    **MORE_CONFIGS,
+    "qwen3": _config("Qwen3Config", **DECODER, **HEADS),  # q/k norms
+    "qwen2_moe": _config(
+        "Qwen2MoeConfig", **DECODER, **MOE, shared_expert_intermediate_size=64
+    ),  # MoE with a shared expert
+    "qwen3_moe": _config("Qwen3MoeConfig", **DECODER, **HEADS, **MOE),
+    "phi": _config("PhiConfig", **NEOX, max_position_embeddings=256),  # LayerNorm, partial rotary, parallel residual
+    "stablelm": _config("StableLmConfig", **DECODER),  # LayerNorm, partial rotary
+    "starcoder2": _config("Starcoder2Config", **DECODER),  # LayerNorm, biases
+    "olmo": _config("OlmoConfig", **DECODER),  # LayerNorm without weights
+    "olmo2": _config("Olmo2Config", **DECODER),  # norms after attention and MLP, q/k norms
+    "cohere": _config("CohereConfig", **DECODER),  # LayerNorm, interleaved rotary, parallel residual
+    "gpt_neox": _config("GPTNeoXConfig", **NEOX, max_position_embeddings=256),  # partial rotary, parallel residual
+    "gptj": _config("GPTJConfig", **GPT, rotary_dim=8),  # interleaved partial rotary
+    "codegen": _config("CodeGenConfig", **GPT, n_ctx=256, rotary_dim=8),
+    "gpt_bigcode": _config("GPTBigCodeConfig", **GPT, multi_query=True),  # one KV head
+    "gpt_neo": _config(
+        "GPTNeoConfig",
+        hidden_size=64,
+        num_layers=2,
+        num_heads=4,
+        attention_types=[[["global", "local"], 1]],
+        window_size=8,
+        max_position_embeddings=256,
+    ),
+    "opt": _config(
+        "OPTConfig",
+        hidden_size=64,
+        ffn_dim=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        max_position_embeddings=256,
+        word_embed_proj_dim=64,
+    ),  # learned positions, LayerNorm
+    "granite": _config("GraniteConfig", **DECODER),  # multipliers
+    "granitemoe": _config("GraniteMoeConfig", **DECODER, num_local_experts=4, num_experts_per_tok=2),
+    "gemma3_text": _config("Gemma3TextConfig", **DECODER, **HEADS, sliding_window=8),
+    "nemotron": _config("NemotronConfig", **DECODER),  # LayerNorm1P, partial rotary
+    "persimmon": _config("PersimmonConfig", **NEOX, max_position_embeddings=256),  # q/k LayerNorm
+    "smollm3": _config("SmolLM3Config", **DECODER),  # rotary in some layers only
+    "glm": _config("GlmConfig", **DECODER, **HEADS),  # interleaved partial rotary
+    "helium": _config("HeliumConfig", **DECODER, **HEADS),
+    "ministral": _config("MinistralConfig", **DECODER, **HEADS, sliding_window=8),
+    "internlm3": _config("InternLM3Config", **DECODER, **HEADS),
+    "ernie4_5": _config("Ernie4_5Config", **DECODER, **HEADS),
+}
+
+NORM_KERNELS = (
+    "SimplifiedLayerNormalization",
+    "SkipSimplifiedLayerNormalization",
+    "LayerNormalization",
+    "SkipLayerNormalization",
+)
+
+
+def tiny(name: str) -> torch.nn.Module:
+    torch.manual_seed(0)
+    return transformers.AutoModelForCausalLM.from_config(ARCHS[name]()).eval()
+
+
+def eager_counts(model: torch.nn.Module) -> tuple[int, int, bool]:
+    """(decoder layers, normalization modules one forward calls, whether positions are rotary)."""
+    called: set[str] = set()
+    hooks = [
+        module.register_forward_hook(lambda m, i, o, name=name: called.add(name))
+        for name, module in model.named_modules()
+        if "Norm" in type(module).__name__
+    ]
+    try:
+        with torch.no_grad():
+            model(input_ids=torch.ones(1, 3, dtype=torch.long))
+    finally:
+        for hook in hooks:
+            hook.remove()
+    config = model.config.get_text_config(decoder=True)
+    rotary = any("Rotary" in type(m).__name__ for m in model.modules()) or bool(getattr(config, "rotary_dim", None))
+    return config.num_hidden_layers, len(called), rotary
+
+
+def sweep_one(name: str) -> dict:
+    row: dict = {"arch": name}
+    start = time.perf_counter()
+    with tempfile.TemporaryDirectory() as out:
+        try:
+            model = tiny(name)
+            layers, norms, rotary = eager_counts(model)
+            row.update(layers=layers, norm_modules=norms, rotary=rotary)
+            result = exporter.export_for_generation(model, out)
+        except Exception as error:  # noqa: BLE001 - the sweep reports every architecture
+            row["error"] = f"{type(error).__name__}: {str(error).splitlines()[0][:160]}"
+            row["trace"] = traceback.format_exc(limit=3)
+            return row
+        ops = collections.Counter(n.op_type for n in onnx.load(result.model_path, load_external_data=False).graph.node)
+        with open(os.path.join(out, "model.sarif")) as f:
+            results = json.load(f)["runs"][0]["results"]
+        unfused = [r["message"]["text"] for r in results if r["ruleId"] == "FXE0024" and r["level"] == "warning"]
+    row.update(
+        seconds=round(time.perf_counter() - start, 1),
+        generate=f"{result.parity.steps}/{result.parity.steps}" if result.parity.matched else "DIFFER",
+        attention=ops["GroupQueryAttention"],
+        rotary_fused=ops["RotaryEmbedding"],
+        norms_fused=sum(ops[op] for op in NORM_KERNELS),
+        skip=ops["SkipSimplifiedLayerNormalization"] + ops["SkipLayerNormalization"],
+        softmax_left=ops["Softmax"],
+        summary=result.check,
+        unfused=unfused,
+    )
+    return row
+
+
+def table_line(row: dict) -> str:
+    if "error" in row:
+        return f"| {row['arch']} | — | — | — | {row['error']} |"
+    layers = row["layers"]
+    rotary = f"{row['rotary_fused']}/{2 * layers}" if row["rotary"] else "—"
+    norms = f"{row['norms_fused']}/{row['norm_modules']} ({row['skip']} skip)"
+    return f"| {row['arch']} | {row['attention']}/{layers} | {rotary} | {norms} | {row['generate']} |"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--archs", default=",".join(ARCHS))
+    parser.add_argument("--json")
+    args = parser.parse_args()
+    print(f"torch {torch.__version__}, transformers {transformers.__version__}")
+    print(
+        "| architecture | attention → GQA | rotary → RotaryEmbedding | norms in one kernel (with residual) | tokens = generate() |"
+    )
+    print("|---|---|---|---|---|")
+    rows = []
+    for name in args.archs.split(","):
+        row = sweep_one(name)
+        rows.append(row)
+        print(table_line(row), flush=True)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(rows, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
