@@ -13,7 +13,7 @@ from typing import Any
 
 from exporter.constants import Stage
 from exporter.errors import is_out_of_memory
-from exporter.options import ExportOptions
+from exporter.options import ExportOptions, refuse_weight_settings
 from exporter.outcome import Outcome, decide, failed, fixed_by_spec
 from exporter.targets import (
     GENERATION_FIXED,
@@ -111,6 +111,7 @@ def export_target(
         values = merge_settings(settings, target_options(fn), overrides)
         if (task or target_task(fn)) == TEXT_GENERATION:
             return _export_for_generation(fn, values, output, sarif, progress)
+        refuse_weight_settings({**target_options(fn), **overrides}, "a plain export (no text-generation task)")
         return _export(fn, values, output, sarif, progress)
     except Exception as e:
         if is_out_of_memory(e):

@@ -85,3 +85,22 @@ def test_weight_settings_at_their_defaults_pass_and_others_are_named():
     refuse_weight_settings({**defaults, "opset_version": 18, "fused_kernels": False}, "a plain export")
     with pytest.raises(SettingError, match=r"^a plain export does not take symmetric=False, accuracy_level=0: "):
         refuse_weight_settings({"accuracy_level": 0, "symmetric": False}, "a plain export")
+
+
+def test_a_plain_target_refuses_weight_settings_given_for_it_and_ignores_the_editors(tmp_path):
+    from exporter.runner import export_file_target
+
+    path = tmp_path / "models.py"
+    path.write_text(
+        "import torch\nimport exporter\n\n\n"
+        "@exporter.export_target()\ndef small():\n    return torch.nn.Linear(2, 3), (torch.randn(1, 2),)\n\n\n"
+        "@exporter.export_target(precision='int8')\ndef asks_int8():\n    return torch.nn.Linear(2, 3), (torch.randn(1, 2),)\n"
+    )
+    refused = "a plain export (no text-generation task) does not take precision="
+    override = export_file_target(str(path), "small", {}, {"precision": "int4"}, str(tmp_path / "a"))
+    assert override.status == "failed" and f"{refused}'int4'" in override.message
+    decorated = export_file_target(str(path), "asks_int8", {}, {}, str(tmp_path / "b"))
+    assert decorated.status == "failed" and f"{refused}'int8'" in decorated.message
+    # the editor's precision is for its text-generation targets: a plain one exports as it is
+    editor = export_file_target(str(path), "small", {"precision": "int4"}, {}, str(tmp_path / "c"))
+    assert editor.status == "ok", editor.message
