@@ -199,8 +199,8 @@ class ExportOptions:
     verify_tolerances: per-dtype (atol, rtol) overrides of verify's tolerances, by dtype name
         (``{"float32": (1e-3, 1e-2)}``; defaults in `exporter.verify.numerics.TOLERANCES`).
 
-    The settings of a text-generation export (`export_for_generation`; `dynamo_export` refuses the
-    weight settings, `refuse_weight_settings`, and has no fused kernels to turn off):
+    The settings of a text-generation export (`export_for_generation`; `dynamo_export` and a plain
+    target given them refuse the weight settings, `refuse_weight_settings`; neither fuses kernels):
     precision: the weights' precision (`PRECISIONS`): ``int4``/``int8`` quantize the MatMul weights to
         onnxruntime's MatMulNBits (onnxruntime's ``MatMulNBitsQuantizer``), ``fp16`` halves every float.
     block_size: weights per quantization block (a power of two, 16 … 256; 32 as the genai builder).
