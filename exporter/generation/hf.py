@@ -7,6 +7,7 @@ import contextlib
 import inspect
 import os
 import shutil
+import sys
 from collections.abc import Iterator
 from typing import Any
 
@@ -49,12 +50,25 @@ def copy_tokenizer(model: torch.nn.Module, tokenizer: Any, output_dir: str) -> l
 @contextlib.contextmanager
 def transformers_export_patches() -> Iterator[None]:
     """transformers' own patches for torch.export (sliding-window cache layers traced as full ones,
-    SDPA's math backend on CPU, …), where this transformers has them."""
+    SDPA's math backend on CPU, …), where this transformers has them; those of model modules not
+    imported are left out (the model being exported uses none of them, and importing the 30-odd
+    vision and audio modules they patch took over a second)."""
     try:
         import transformers.exporters.exporter_dynamo  # noqa: F401  (registers the "dynamo" patches)
-        from transformers.exporters.utils import apply_patches
+        from transformers.exporters import utils
     except ImportError:
         yield
         return
-    with apply_patches("dynamo"):
+    resolved = [
+        (owner, attribute, factory)
+        for path, attribute, factory in utils._PATCHES.get("dynamo", [])
+        if _imported_model_module(path) and (owner := utils.import_dotted_path(path, missing_ok=True)) is not None
+    ]
+    with utils.patch_attributes(resolved):
         yield
+
+
+def _imported_model_module(path: str) -> bool:
+    """False for a path in a model module (``transformers.models.<model>.<module>.…``) not imported yet."""
+    parts = path.split(".")
+    return parts[:2] != ["transformers", "models"] or ".".join(parts[:4]) in sys.modules
