@@ -86,8 +86,11 @@ ARCHS: dict[str, Callable[[], transformers.PretrainedConfig]] = {
         max_position_embeddings=256,
         word_embed_proj_dim=64,
     ),  # learned positions, LayerNorm
-    "granite": _config("GraniteConfig", **DECODER),  # multipliers
-    "granitemoe": _config("GraniteMoeConfig", **DECODER, num_local_experts=4, num_experts_per_tok=2),
+    # multipliers; the attention's not 1 (as in Granite's checkpoints: 1 is folded away, SDPA's unscaled form)
+    "granite": _config("GraniteConfig", **DECODER, attention_multiplier=0.125),
+    "granitemoe": _config(
+        "GraniteMoeConfig", **DECODER, attention_multiplier=0.125, num_local_experts=4, num_experts_per_tok=2
+    ),
     "gemma3_text": _config("Gemma3TextConfig", **DECODER, **HEADS, sliding_window=8),
     "nemotron": _config("NemotronConfig", **DECODER),  # LayerNorm1P, partial rotary
     "persimmon": _config("PersimmonConfig", **NEOX, max_position_embeddings=256),  # q/k LayerNorm

@@ -15,7 +15,7 @@ import onnx
 import pytest
 import torch
 from tiny_lms import CONFIGS, DECODER, TOKENS, tiny_model
-from transformers import AutoModelForCausalLM, PhiConfig, Qwen2Config, Qwen3Config
+from transformers import AutoModelForCausalLM, GPTNeoXConfig, PhiConfig, Qwen2Config, Qwen3Config
 
 import exporter
 from exporter.options import ExportOptions
@@ -190,3 +190,34 @@ def test_more_decoder_patterns_fuse_and_generate_like_generate(build, norms, rot
     assert dims == rotary
     [note] = results(result, "FXE0024")
     assert (note["properties"]["layers"], note["properties"]["fusedLayers"]) == (2, 2)
+
+
+def test_a_partial_rotation_outside_attention_runs_and_the_attention_is_located(tmp_path):
+    """GPT-NeoX rotates a quarter of each head; its attention (one q/k/v projection split per head)
+    does not match GQA's pattern: the RotaryEmbedding kernels stand alone (onnxruntime needs their
+    num_heads with rotary_embedding_dim) and the attention gets its FXE0024 warning."""
+    torch.manual_seed(0)
+    config = GPTNeoXConfig(
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        max_position_embeddings=256,
+        tie_word_embeddings=False,
+        **TOKENS,
+    )
+    result = exporter.export_for_generation(AutoModelForCausalLM.from_config(config).eval(), tmp_path)
+    assert result.parity.matched and result.parity.steps == NEW_TOKENS
+    graph = onnx.load(result.model_path, load_external_data=False).graph
+    rotary = [
+        {a.name: a.i for a in n.attribute if a.name in ("num_heads", "rotary_embedding_dim")}
+        for n in graph.node
+        if n.op_type == "RotaryEmbedding"
+    ]
+    assert rotary == [{"num_heads": 4, "rotary_embedding_dim": 4}] * 4  # 16 × partial_rotary_factor 0.25
+    warnings = [r for r in results(result, "FXE0024") if r["level"] == "warning"]
+    assert [w["properties"] for w in warnings] == [
+        {"layer": f"gpt_neox.layers.{i}", "unfused": ["attention"]} for i in range(2)
+    ]
+    location = warnings[0]["locations"][0]["physicalLocation"]["artifactLocation"]["uri"]
+    assert location.endswith("test_generation_fusions.py")  # transformers' code is not the user's: their call

@@ -95,7 +95,12 @@ class _RotaryCache(pattern.RewriteRuleClassBase):
             or not _ir_utils.is_singleton_value(axes, lambda a: a in (-1, 2))
         ):
             return result.fail("positions are not (batch, sequence)", position_ids)
-        if x.shape is None or len(x.shape) != 4 or x.shape[-1] != 2 * inv_freq.shape[-1]:
+        if (
+            x.shape is None
+            or len(x.shape) != 4
+            or not isinstance(x.shape[1], int)
+            or x.shape[-1] != 2 * inv_freq.shape[-1]
+        ):
             return result.fail("the rotation does not span the head", x)
         return result
 
@@ -112,7 +117,10 @@ class _RotaryCache(pattern.RewriteRuleClassBase):
                 ),
             )
         cos, sin = self._caches[key]
-        return op.RotaryEmbedding(x, position_ids, cos, sin, interleaved=0, _domain="com.microsoft")
+        # num_heads: onnxruntime needs it with rotary_embedding_dim, which a partial rotation gets next
+        return op.RotaryEmbedding(
+            x, position_ids, cos, sin, interleaved=0, num_heads=x.shape[1], _domain="com.microsoft"
+        )
 
 
 class _GroupQueryAttention(pattern.RewriteRuleClassBase):
