@@ -15,7 +15,7 @@ import onnx
 import pytest
 import torch
 from tiny_lms import CONFIGS, DECODER, TOKENS, tiny_model
-from transformers import AutoModelForCausalLM, GPTNeoXConfig, PhiConfig, Qwen2Config, Qwen3Config
+from transformers import AutoModelForCausalLM, Gemma3TextConfig, GPTNeoXConfig, PhiConfig, Qwen2Config, Qwen3Config
 
 import exporter
 from exporter.options import ExportOptions
@@ -146,6 +146,12 @@ def qwen3() -> torch.nn.Module:
     return AutoModelForCausalLM.from_config(Qwen3Config(**DECODER, head_dim=16, **TOKENS)).eval()
 
 
+def gemma3() -> torch.nn.Module:
+    torch.manual_seed(0)
+    config = Gemma3TextConfig(**DECODER, head_dim=16, sliding_window=8, tie_word_embeddings=False, **TOKENS)
+    return AutoModelForCausalLM.from_config(config).eval()
+
+
 def phi() -> torch.nn.Module:
     torch.manual_seed(0)
     config = PhiConfig(
@@ -166,12 +172,14 @@ def phi() -> torch.nn.Module:
     [
         # q and k normed per head (4 SimplifiedLayerNormalization kept before GQA), the first norm, 4 with residual
         (qwen3, {"SimplifiedLayerNormalization": 5, "SkipSimplifiedLayerNormalization": 4}, [None] * 4),
+        # q and k normed after moving heads; 4 norms per layer (2 around attention, 2 around the MLP), the final one
+        (gemma3, {"SimplifiedLayerNormalization": 9, "SkipSimplifiedLayerNormalization": 4}, [None] * 4),
         # half of each head of 16 rotated; one LayerNorm per layer (parallel residual) and the final one
         (phi, {"LayerNormalization": 1, "SkipLayerNormalization": 2}, [8] * 4),
         # LayerNorms, each after a residual add (the first after token + position embeddings); no rotary
         (lambda: tiny_model("gpt2"), {"SkipLayerNormalization": 5}, []),
     ],
-    ids=["qwen3-qk-norm", "phi-partial-rotary", "gpt2-layer-norm"],
+    ids=["qwen3-qk-norm", "gemma3-qk-norm-after-transpose", "phi-partial-rotary", "gpt2-layer-norm"],
 )
 def test_more_decoder_patterns_fuse_and_generate_like_generate(build, norms, rotary, tmp_path):
     result = exporter.export_for_generation(build(), tmp_path)

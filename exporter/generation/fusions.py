@@ -129,13 +129,15 @@ class _GroupQueryAttention(pattern.RewriteRuleClassBase):
     ``GroupQueryAttention``, with the rotary embeddings on the 3-D projections and the mask as its
     ``attention_bias`` (left padding stays masked; ``seqlens_k`` is every row's full length)."""
 
-    def __init__(self, repeated: bool, sdpa: bool, rotary: bool, qk_norm: bool) -> None:
+    def __init__(self, repeated: bool, sdpa: bool, rotary: bool, qk_norm: str) -> None:
         kind = f"{'Repeated' if repeated else ''}{'Sdpa' if sdpa else 'Eager'}{'Rotary' if rotary else ''}"
-        super().__init__(name=f"GroupQueryAttention{kind}{'QkNorm' if qk_norm else ''}")
+        super().__init__(name=f"GroupQueryAttention{kind}{qk_norm.title().replace('_', '')}")
         self._repeated = repeated
         self._rotary = rotary  # RotaryEmbedding on q and k (else positions are elsewhere: GPT-2's, ALiBi's)
         self._sdpa = sdpa  # torch's SDPA (scale split over q and k, NaN rows zeroed); else transformers' eager
-        self._qk_norm = qk_norm  # an RMS norm of each head of q and k (Qwen3's, Gemma 3's), kept before GQA
+        # an RMS norm of each head of q and k, kept before GQA: "" none, "norm_then_transpose" (Qwen3's,
+        # on (batch, sequence, heads, size)), "transpose_then_norm" (Gemma 3's, on (batch, heads, sequence, size))
+        self._qk_norm = qk_norm
 
     def pattern(
         self,
@@ -161,10 +163,14 @@ class _GroupQueryAttention(pattern.RewriteRuleClassBase):
         k_weight,
     ):
         def heads(x, shape, weight, name):
+            def norm(x):
+                return op.SimplifiedLayerNormalization(x, weight, _allow_other_attributes=True, _outputs=[name])
+
             x = op.Reshape(x, shape, _allow_other_attributes=True)
-            if self._qk_norm:
-                x = op.SimplifiedLayerNormalization(x, weight, _allow_other_attributes=True, _outputs=[name])
-            return op.Transpose(x, perm=[0, 2, 1, 3])
+            if self._qk_norm == "norm_then_transpose":
+                x = norm(x)
+            x = op.Transpose(x, perm=[0, 2, 1, 3])
+            return norm(x) if self._qk_norm == "transpose_then_norm" else x
 
         def rotary(x, name):
             if not self._rotary:
@@ -223,6 +229,8 @@ class _GroupQueryAttention(pattern.RewriteRuleClassBase):
         position_ids=None,
         cos=None,
         sin=None,
+        q_shape=None,
+        k_shape=None,
         q_normed=None,
         k_normed=None,
         q_rotary=None,
@@ -232,7 +240,10 @@ class _GroupQueryAttention(pattern.RewriteRuleClassBase):
         heads, kv_heads = q_lin.shape[-1] // size, k_lin.shape[-1] // size
         query, key = q_lin, k_lin
         if self._qk_norm:  # on the heads of the 3-D projections, flattened back for GQA
-            query, key = (_norm_like(op, x, normed) for x, normed in ((q_lin, q_normed), (k_lin, k_normed)))
+            query, key = (
+                _norm_like(op, x, shape, normed)
+                for x, shape, normed in ((q_lin, q_shape, q_normed), (k_lin, k_shape, k_normed))
+            )
         if self._rotary:
             rotary = dict(interleaved=0, _domain="com.microsoft")
             part = q_rotary.producer().attributes.get_int("rotary_embedding_dim", 0)
@@ -252,11 +263,11 @@ class _GroupQueryAttention(pattern.RewriteRuleClassBase):
         return op.Reshape(out, out_shape), present_key, present_value  # the layout the output projection takes
 
 
-def _norm_like(op, x: ir.Value, normed: ir.Value) -> ir.Value:
-    """`normed`'s norm of the heads of `x` (batch, sequence, heads x size): split into heads, normed
-    (the same weight and epsilon), flattened back."""
+def _norm_like(op, x: ir.Value, shape: ir.Value, normed: ir.Value) -> ir.Value:
+    """`normed`'s norm of the heads of `x` (batch, sequence, heads x size): split into heads by `shape`,
+    normed (the same weight and epsilon: a norm over the last axis, before or after moving heads), flattened back."""
     norm = normed.producer()
-    heads = op.Reshape(x, norm.inputs[0].producer().inputs[1])
+    heads = op.Reshape(x, shape)
     out = op.SimplifiedLayerNormalization(heads, norm.inputs[1], **{k: a.value for k, a in norm.attributes.items()})
     return op.Reshape(out, op.Constant(value_ints=[0, 0, -1]))
 
@@ -366,7 +377,7 @@ def fuse(model: ir.Model, positions: int) -> Fusion:
         for r in (1, 0)
         for s in (1, 0)
         for p in (1, 0)
-        for n in (1, 0)
+        for n in ("norm_then_transpose", "transpose_then_norm", "")
     ]
     rewriter.rewrite(model, rules)
     InlinePass()(model)  # an intermediate rotary op that did not become onnxruntime's: back to standard ops
