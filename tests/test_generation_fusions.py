@@ -229,3 +229,13 @@ def test_a_partial_rotation_outside_attention_runs_and_the_attention_is_located(
     ]
     location = warnings[0]["locations"][0]["physicalLocation"]["artifactLocation"]["uri"]
     assert location.endswith("test_generation_fusions.py")  # transformers' code is not the user's: their call
+
+
+def test_an_attention_whose_probabilities_are_reshaped_is_reported_unfused(tmp_path):
+    """BLOOM's batched heads (ALiBi, no GQA pattern): its softmax reaches the values' MatMul through a
+    Reshape; the layer is warned about, not counted fused."""
+    result = exporter.export_for_generation(tiny_model("bloom"), tmp_path)
+    assert result.parity.matched
+    *warnings, note = results(result, "FXE0024")
+    assert [w["properties"]["unfused"] for w in warnings] == [["attention"], ["attention"]]
+    assert (note["properties"]["layers"], note["properties"]["fusedLayers"]) == (2, 0)

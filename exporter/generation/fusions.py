@@ -435,12 +435,17 @@ def report(ctx: DiagnosticContext, fusion: Fusion, model: ir.Model) -> None:
 
 def _left_unfused(node: ir.Node) -> bool:
     """Whether `node` is what an unfused part computes: a softmax is attention's when its
-    probabilities weigh values (a MatMul, maybe after SDPA's NaN guard), not a router's (MoE)."""
+    probabilities weigh values (a MatMul, maybe after SDPA's NaN guard or reshapes: BLOOM's, XGLM's
+    batched heads), not a router's (MoE)."""
     if node.op_type != "Softmax":
         return True
-    users = [u for u, _ in node.outputs[0].uses()]
-    users += [w for u in users if u.op_type == "Where" for w, _ in u.outputs[0].uses()]
-    return any(u.op_type == "MatMul" for u in users)
+    frontier = [node]
+    for _ in range(3):
+        frontier = [u for n in frontier for u, _ in n.outputs[0].uses()]
+        if any(u.op_type == "MatMul" for u in frontier):
+            return True
+        frontier = [u for u in frontier if u.op_type in ("Where", "Reshape", "Cast")]
+    return False
 
 
 def _layers(model: ir.Model) -> list[str]:
