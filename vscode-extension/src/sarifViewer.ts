@@ -2,6 +2,7 @@
 // extension does not read the logs itself: the server parsed each one when its export finished (`Job.results`).
 import * as vscode from 'vscode';
 
+import { documentKey, locationKey } from './locations';
 import { Outcome, ResultItem } from './protocol';
 import { filesOf } from './results';
 import { ResultsView } from './resultsView';
@@ -31,7 +32,7 @@ export class SarifLogs {
     if (api) {
       await api.closeLogs([uri]); // the viewer does not de-duplicate logs opened twice
       await api.openLogs([uri]);
-      this.openInViewer.set(uri.fsPath, filesOf(results));
+      this.openInViewer.set(uri.fsPath, new Set([...filesOf(results)].map((file) => locationKey(file, vscode.Uri))));
       this.log.info(`Opened ${sarifPath} in the SARIF Viewer`);
       return;
     }
@@ -63,7 +64,7 @@ export class SarifLogs {
   /** Our diagnostics for a file the viewer already shows are dropped. */
   filter(uri: vscode.Uri, diagnostics: vscode.Diagnostic[]): vscode.Diagnostic[] {
     for (const files of this.openInViewer.values()) {
-      if (files.has(uri.fsPath)) {
+      if (files.has(documentKey(uri))) { // a cell's problems too (its URI is the key)
         return [];
       }
     }
