@@ -121,6 +121,7 @@ class Exporter:
                     self.model_kwargs,
                     dynamic.dim_names(program, self._dims),
                     self.ctx,
+                    self.options.verify_tolerances,
                 )
             if self.options.verify and self._verifier is not None and not self.ctx.errors():
                 self._stage(Stage.VERIFY, self._verifier.verify, self.model_args, self.model_kwargs, self.ctx)

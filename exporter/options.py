@@ -196,8 +196,8 @@ class ExportOptions:
         dimensions against eager PyTorch (`exporter.verify.second_size`); a mismatch fails the export.
     verify: run the final model in onnxruntime on the example inputs against eager PyTorch (FXE0021,
         `exporter.verify.accuracy`); a divergence fails the export at the first diverging source line.
-    verify_tolerances: per-dtype (atol, rtol) overrides of verify's tolerances, by dtype name
-        (``{"float32": (1e-3, 1e-2)}``; defaults in `exporter.verify.numerics.TOLERANCES`).
+    verify_tolerances: per-dtype (atol, rtol) overrides of the tolerances of verify and the second-size
+        check, by dtype name (``{"float32": (1e-3, 1e-2)}``; defaults in `exporter.verify.numerics.TOLERANCES`).
 
     The settings of a text-generation export (`export_for_generation`; `dynamo_export` and a plain
     target given them refuse the weight settings, `refuse_weight_settings`; neither fuses kernels):

@@ -7,10 +7,12 @@ through a derived dimension. Each model is small and torchvision-free; torchvisi
 from __future__ import annotations
 
 import numpy as np
+import onnxscript
 import pytest
 import torch
 import torch.nn.functional as F
 from helpers import run_onnx_feeds
+from onnxscript import opset18 as op
 from torch.export import Dim
 
 import exporter
@@ -163,3 +165,29 @@ def test_a_symbol_seen_only_through_a_derived_dimension_gets_another_size():
     other = torch.randn(12, 5)
     (actual,) = run_onnx_feeds(out.model_proto, {"x": other.numpy()})
     np.testing.assert_allclose(actual, other.reshape(6, 2, 5).sum(1).numpy(), rtol=1e-6, atol=1e-6)
+
+
+custom = onnxscript.values.Opset("onnxlens.test", 1)
+
+
+@onnxscript.script(custom)
+def _relu_off_by_2e_3(self):
+    """ReLU 0.002 too high: within a loose float32 tolerance, outside the default one."""
+    return op.Add(op.Relu(self), op.Constant(value_float=0.002))
+
+
+def test_the_check_takes_verifys_tolerances():
+    registry = exporter.OnnxRegistry()
+    registry.register_op(_relu_off_by_2e_3, "aten", "relu")
+    x = torch.randn(4, 3)
+
+    def export(**options):
+        return exporter.dynamo_export(
+            torch.nn.ReLU(),
+            x,
+            export_options=exporter.ExportOptions(dynamic_shapes=True, onnx_registry=registry, **options),
+        )
+
+    with pytest.raises(exporter.OnnxExporterError, match=r"max abs error 0\.002; atol 0\.0001"):
+        export()
+    export(verify_tolerances={"float32": (1e-2, 0.0)})  # the same graph, no FXE0020

@@ -418,3 +418,71 @@ def test_an_error_within_tolerance_that_a_later_op_amplifies_is_said_to_be_ampli
     assert error.properties["fxTarget"] == "aten.sub.Tensor"
     assert error.properties["isolatedNodeDiverges"] is False
     assert "amplifies differences of its inputs that are within tolerance" in error.message
+
+
+def test_rows_that_trade_places_among_tied_scores_match():
+    """Detections of equal scores may come out in either order; any other difference still fails."""
+    from exporter.verify.numerics import compare_outputs, tolerances
+
+    scores = np.array([0.9, 0.5 + 2e-7, 0.5 + 1e-7, 0.5, 0.1], np.float32)  # sorted; rows 1-3 tie within tolerance
+    boxes = np.arange(20, dtype=np.float32).reshape(5, 4)
+    labels = np.array([3, 1, 2, 4, 5])
+    swap = [0, 3, 1, 2, 4]  # the tied rows in another order
+    ok = compare_outputs([scores[swap], boxes[swap], labels[swap]], [scores, boxes, labels], tolerances())
+    assert [c.ok for c in ok] == [True, True, True]
+    across = [1, 0, 2, 3, 4]  # 0.9 and 0.5 are not tied
+    assert [
+        c.ok for c in compare_outputs([scores, boxes[across], labels[across]], [scores, boxes, labels], tolerances())
+    ] == [
+        True,
+        False,
+        False,
+    ]
+    moved = boxes[swap].copy()
+    moved[1, 0] += 0.5  # a tied row whose box is not PyTorch's
+    assert not all(
+        c.ok for c in compare_outputs([scores[swap], moved, labels[swap]], [scores, boxes, labels], tolerances())
+    )
+
+
+@onnxscript.script(onnxscript.values.Opset("onnxlens.test", 1))
+def _sort_ties_last_first(self, dim: int = -1, descending: bool = False, stable: bool = False):
+    """A 1-D descending sort whose ties come out highest index first (TopK of the reversed input)."""
+    size = op.Shape(self)
+    reversed_ = op.Slice(
+        self,
+        op.Constant(value_ints=[-1]),
+        op.Constant(value_ints=[-9223372036854775807]),
+        op.Constant(value_ints=[0]),
+        op.Constant(value_ints=[-1]),
+    )
+    values, indices = op.TopK(reversed_, size, axis=0, largest=1, sorted=1)
+    return values, op.Sub(op.Sub(size, op.Constant(value_ints=[1])), indices)
+
+
+class _SortedDetections(torch.nn.Module):
+    def forward(self, scores, boxes):
+        values, order = torch.sort(scores, descending=True)
+        return values, boxes[order]
+
+
+def test_a_sort_whose_ties_come_out_in_another_order_is_verified():
+    import onnxruntime as ort
+
+    registry = exporter.OnnxRegistry()
+    registry.register_op(_sort_ties_last_first, "aten", "sort")
+    scores = torch.tensor([0.5, 0.9, 0.5, 0.1, 0.9, 0.5])
+    boxes = torch.arange(24, dtype=torch.float32).reshape(6, 4)
+    options = exporter.ExportOptions(onnx_registry=registry, verify=True, dynamic_shapes=True)
+    result = exporter.dynamo_export(_SortedDetections(), scores, boxes, export_options=options)
+    session = ort.InferenceSession(result.model_proto.SerializeToString(), providers=["CPUExecutionProvider"])
+    onnx_values, onnx_boxes = session.run(
+        None, {i.name: x.numpy() for i, x in zip(session.get_inputs(), (scores, boxes))}
+    )
+    eager_values, order = torch.sort(scores, descending=True, stable=True)
+    np.testing.assert_array_equal(onnx_values, eager_values.numpy())
+    assert not np.array_equal(onnx_boxes, boxes[order].numpy())  # the ties' rows in the other order
+    assert sorted(map(tuple, onnx_boxes)) == sorted(map(tuple, boxes[order].numpy()))
+    diagnostics = result.diagnostic_context.diagnostics
+    assert not [d for d in diagnostics if d.level == Level.ERROR], [d.message for d in diagnostics]
+    assert any("Verified in onnxruntime" in d.message for d in diagnostics)

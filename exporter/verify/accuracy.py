@@ -92,9 +92,7 @@ class Verifier:
                 ort_runs=1,
                 diagnostic=ctx.report(rules.ACCURACY_DIVERGENCE, Level.ERROR, message),
             )
-        outputs = [
-            numerics.compare(a, e, _dtype_of(e), self.tolerances, histogram=True) for a, e in zip(actual, expected)
-        ]
+        outputs = numerics.compare_outputs(actual, expected, self.tolerances, histogram=True)
         del actual
         result = Verification(ok=all(c.ok for c in outputs), outputs=outputs, ort_sessions=1, ort_runs=1)
         if result.ok:
@@ -139,7 +137,7 @@ class Verifier:
                 result.ort_sessions += 1
                 result.ort_runs += 1
                 result.unoptimized_matches = all(
-                    numerics.compare(a, e, _dtype_of(e), self.tolerances).ok for a, e in zip(actual, expected)
+                    c.ok for c in numerics.compare_outputs(actual, expected, self.tolerances)
                 )
             except Exception as e:
                 properties["unoptimizedError"] = f"{type(e).__name__}: {_first_line(e)}"
@@ -221,7 +219,7 @@ class Verifier:
             [actual] = reproducer.run()
         except Exception:
             return None
-        return not numerics.compare(actual, found.expected, _dtype_of(found.expected), self.tolerances).ok
+        return not numerics.compare(actual, found.expected, numerics.dtype_of(found.expected), self.tolerances).ok
 
     def write_reproducer(self, model_path: str) -> str | None:
         """Write the last verification's reproducer to ``<stem>_repro/`` beside `model_path`; its path."""
@@ -289,10 +287,6 @@ def _run(model: ir.Model, inputs: list[np.ndarray]) -> tuple[dict[str, np.ndarra
     session = ort_session.session(model)
     feeds = {i.name: x for i, x in zip(session.get_inputs(), inputs)}
     return feeds, session.run(None, feeds)
-
-
-def _dtype_of(array: np.ndarray) -> str:
-    return "bfloat16" if array.dtype.name == "bfloat16" else array.dtype.name
 
 
 def _outputs_summary(outputs: list[numerics.Comparison]) -> str:

@@ -42,14 +42,6 @@ from exporter.capture import adapters, dynamic
 from exporter.diagnostics import DiagnosticContext, Level, rules
 from exporter.verify import numerics
 
-# (atol, rtol) of whole-model outputs by dtype: looser than op-level debug's, errors add up over ops.
-TOLERANCES = {
-    torch.float64: (1e-6, 1e-5),
-    torch.float32: (1e-4, 1e-3),
-    torch.float16: (1e-2, 1e-2),
-    torch.bfloat16: (5e-2, 5e-2),
-}
-
 
 def check(
     program: torch.export.ExportedProgram,
@@ -61,21 +53,22 @@ def check(
     kwargs: dict[str, Any],
     names: dict[str, str],
     ctx: DiagnosticContext,
+    tolerances: dict[str, tuple[float, float]] | None = None,
 ) -> None:
-    """Run `model` at other sizes of its dynamic dimensions against `torch_model`; an error at the first
-    sizes where they differ (or onnxruntime fails), naming the dimensions whose change alone makes the
-    graph wrong."""
+    """Run `model` at other sizes of its dynamic dimensions against `torch_model` (within `tolerances`,
+    overrides of `numerics.TOLERANCES` as verify takes them); an error at the first sizes where they differ
+    (or onnxruntime fails), naming the dimensions whose change alone makes the graph wrong."""
     examples = _example_sizes(program, args, kwargs)
     if not examples:
         return
-    session = _Session(model)
+    session, tols = _Session(model), numerics.tolerances(tolerances)
 
     def spell(sizes: dict[sympy.Symbol, int]) -> str:
         return ", ".join(f"{names.get(str(s), str(s))}={v}" for s, v in sizes.items())
 
     def attempt(sizes: dict[sympy.Symbol, int]) -> _Outcome:
         return _attempt(
-            program, session, input_adapter, output_adapter, torch_model, (args, kwargs), sizes, spell(sizes)
+            program, session, input_adapter, output_adapter, torch_model, (args, kwargs), sizes, spell(sizes), tols
         )
 
     passed: list[dict[sympy.Symbol, int]] = []
@@ -168,6 +161,7 @@ def _attempt(
     inputs: tuple[tuple, dict],
     sizes: dict[sympy.Symbol, int],
     spelled: str,
+    tols: dict[str, tuple[float, float]],
 ) -> _Outcome:
     """Run the ONNX model and `torch_model` on the inputs redrawn at `sizes` and compare their outputs."""
     args, kwargs = inputs
@@ -195,18 +189,13 @@ def _attempt(
     if len(actual) != len(expected):
         message = f"The exported graph has {len(actual)} outputs at {spelled}, eager PyTorch {len(expected)}."
         return _Outcome(False, message)
-    for i, (a, e) in enumerate(zip(actual, expected)):
-        e = e.detach().numpy() if isinstance(e, torch.Tensor) else np.asarray(e)
-        atol, rtol = TOLERANCES.get(_dtype(e), (0.0, 0.0))
-        if a.shape != e.shape or not np.allclose(
-            a.astype(np.float64), e.astype(np.float64), atol=atol, rtol=rtol, equal_nan=True
-        ):
-            error = (
-                f"max abs error {np.abs(a.astype(np.float64) - e.astype(np.float64)).max():.3g}"
-                if a.shape == e.shape
-                else f"shape {a.shape} vs {e.shape}"
+    expected = [numerics.to_numpy(e) for e in expected]
+    for i, comparison in enumerate(numerics.compare_outputs(actual, expected, tols)):
+        if not comparison.ok:
+            error = comparison.problem or (
+                f"max abs error {comparison.max_abs_error:.3g}; atol {comparison.atol:g}, rtol {comparison.rtol:g}"
             )
-            message = f"The exported graph is only right at the example's sizes: at {spelled}, output {i} differs from eager PyTorch ({error}; atol {atol:g}, rtol {rtol:g})."
+            message = f"The exported graph is only right at the example's sizes: at {spelled}, output {i} differs from eager PyTorch ({error})."
             return _Outcome(False, message, {"output": i})
     return _Outcome(True)
 
@@ -333,11 +322,3 @@ def _first_line(error: Exception) -> str:
     """The message's first line, without onnxruntime's status prefix (``[ONNXRuntimeError] : 2 : INVALID_ARGUMENT :``)."""
     lines = str(error).strip().splitlines()
     return re.sub(r"^\[ONNXRuntimeError\] : \d+ : \w+ : ", "", lines[0]) if lines else ""
-
-
-def _dtype(array: np.ndarray) -> torch.dtype:
-    return {
-        np.dtype("float64"): torch.float64,
-        np.dtype("float32"): torch.float32,
-        np.dtype("float16"): torch.float16,
-    }.get(array.dtype, torch.int64)
