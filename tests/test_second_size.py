@@ -160,8 +160,8 @@ def test_a_symbol_seen_only_through_a_derived_dimension_gets_another_size():
         Pairs(), x, export_options=exporter.ExportOptions(dynamic_shapes={"x": {0: 2 * half, 1: Dim("c")}})
     )
     (passed,) = [d for d in out.diagnostic_context.diagnostics if "secondSizeCheck" in d.properties]
-    # c 4 -> 4 + 3 (at least 3 more), or 5; half 3 -> 6 (3 more) or 4
-    assert passed.message == "Second-size check passed at c=7, half=6; c=7, half=4; c=5, half=6."
+    # c (axis 1) 4 -> 4 + 3 (at least 3 more), or 5; half (axis 0) 3 -> 6 (3 more) or 4: the axes' steps differ
+    assert passed.message == "Second-size check passed at c=7, half=6; c=5, half=6; c=7, half=4."
     other = torch.randn(12, 5)
     (actual,) = run_onnx_feeds(out.model_proto, {"x": other.numpy()})
     np.testing.assert_allclose(actual, other.reshape(6, 2, 5).sum(1).numpy(), rtol=1e-6, atol=1e-6)
@@ -191,3 +191,36 @@ def test_the_check_takes_verifys_tolerances():
     with pytest.raises(exporter.OnnxExporterError, match=r"max abs error 0\.002; atol 0\.0001"):
         export()
     export(verify_tolerances={"float32": (1e-2, 0.0)})  # the same graph, no FXE0020
+
+
+class CountsPositions(torch.nn.Module):
+    """Positions numbered from an attention mask, as GPT-2 numbers them, beside the tokens' values: nothing
+    ties the mask's length to the sequence's for torch.export, though no caller gives them different."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.table = torch.nn.Embedding(16, 4)
+
+    def forward(self, mask, x):  # the mask first: its length is the second symbol, the sequence's the third
+        positions = (mask.cumsum(1) - 1).clamp(min=0)
+        return x.mean(1) + self.table(positions).mean((1, 2))
+
+
+def test_the_same_axis_of_two_inputs_is_probed_at_one_size():
+    """The two lengths have a symbol each; the probes keep them equal (the same axis, equal at the example)
+    and still change the ratio of a tensor's own axes."""
+    torch.manual_seed(0)
+    model, mask, x = CountsPositions(), torch.ones(2, 5, dtype=torch.int64), torch.randn(2, 5)
+    mask[0, 3:] = 0
+    out = exporter.dynamo_export(model, mask, x, export_options=exporter.ExportOptions(dynamic_shapes=True))
+    (check,) = [d for d in out.diagnostic_context.diagnostics if "secondSizeCheck" in d.properties]
+    assert check.properties["secondSizeCheck"] == "passed", check.message
+    for probe in check.properties["sizes"].split("; "):
+        sizes = dict(part.split("=") for part in probe.split(", "))
+        assert sizes["mask_dim_1"] == sizes["x_dim_1"], probe
+    other_mask, other_x = torch.ones(3, 8, dtype=torch.int64), torch.randn(3, 8)
+    other_mask[1, 2:] = 0
+    (actual,) = run_onnx_feeds(out.model_proto, {"mask": other_mask.numpy(), "x": other_x.numpy()})
+    positions = torch.clamp(torch.cumsum(other_mask, 1) - 1, min=0)
+    expected = other_x.mean(1) + model.table.weight.detach()[positions].mean((1, 2))
+    np.testing.assert_allclose(actual, expected.numpy(), rtol=1e-5, atol=1e-6)

@@ -14,9 +14,11 @@ sizes, each changing every dimension, all compared where the model runs eagerly:
 - about 1.5 times the example's (3 more at least), by an odd step: a size through a stride or a patch (``H // 8``)
   changes too, and so does parity (one more pixel of a 32-pixel image would still make 4 patches
   of 8, and a graph fixed to 4 patches would pass);
-- the same step for the dimensions at even positions and one more for the others, then the reverse:
-  the ratios between neighbouring dimensions change both ways (height/width), and one more than a size
-  shares no divisor with it.
+- the same step for the dimensions on even axes and one more for those on odd axes, then the reverse:
+  the ratios between neighbouring dimensions of a tensor change both ways (height/width), and one more
+  than a size shares no divisor with it. The axis, not the symbol's rank among all, decides: the same
+  axis of two inputs (a sequence's length in ``input_ids`` and ``attention_mask``) is usually one size
+  that torch.export did not tie, and sizes that disagree there are inputs no caller gives.
 
 Where the model runs eagerly at none of them, the next family: twice the example's and the skews of
 twice and three times (models that need multiples of a stride), then one more than the example's
@@ -230,8 +232,8 @@ def _grow(n: int) -> int:
     return max((n // 2) | 1, 3)
 
 
-# The families of probes (see the module's docstring), each probe as the step added to the sizes at even
-# and at odd positions among the symbols.
+# The families of probes (see the module's docstring), each probe as the step added to the sizes on even
+# and on odd axes.
 _FAMILIES: tuple[tuple[tuple[Callable[[int], int], Callable[[int], int]], ...], ...] = (
     ((_grow, _grow), (_grow, lambda n: 1), (lambda n: 1, _grow)),
     ((lambda n: n, lambda n: n), (lambda n: n, lambda n: 2 * n), (lambda n: 2 * n, lambda n: n)),
@@ -244,20 +246,32 @@ def _families(
 ) -> list[list[dict[sympy.Symbol, int]]]:
     """The families of sizes to try, in order, each size given to every symbol within its range (sizes
     an earlier probe had are not tried again)."""
+    axes = _axes(program)
     seen: list[dict[sympy.Symbol, int]] = []
     families = []
     for steps in _FAMILIES:
         family = []
         for even, odd in steps:
             sizes = {
-                symbol: _within_range(program, symbol, n, (odd if i % 2 else even)(n))
-                for i, (symbol, n) in enumerate(examples.items())
+                symbol: _within_range(program, symbol, n, (odd if axes.get(symbol, 0) % 2 else even)(n))
+                for symbol, n in examples.items()
             }
             if sizes not in seen:
                 seen.append(sizes)
                 family.append(sizes)
         families.append(family)
     return families
+
+
+def _axes(program: torch.export.ExportedProgram) -> dict[sympy.Symbol, int]:
+    """The axis each symbol first sizes among the inputs' dimensions (alone or in an expression)."""
+    axes: dict[sympy.Symbol, int] = {}
+    for _, val in dynamic.user_inputs(program):
+        for axis, size in enumerate(val.shape):
+            if dynamic.is_symbolic(size):
+                for symbol in size.node.expr.free_symbols:
+                    axes.setdefault(symbol, axis)
+    return axes
 
 
 def _within_range(program: torch.export.ExportedProgram, symbol: sympy.Symbol, example: int, step: int) -> int:
