@@ -34,6 +34,9 @@ type FromView =
   | { type: 'highlighted'; path: string; line: number; nodes: number }
   | { type: 'tensor'; name: string };
 
+/** Reveals of a view's line under way: the selections the editor goes through meanwhile are not the user's. */
+let revealing = 0;
+
 /** Every open view, for the editor's cursor line. */
 const views = new Set<GraphView>();
 
@@ -172,7 +175,9 @@ export class GraphPanel implements vscode.Disposable {
       vscode.commands.registerCommand(SHOW_IN_GRAPH, (uri?: string, line?: number, targetUri?: string, target?: string) => this.showInGraph(uri, line, targetUri, target)),
       vscode.window.onDidChangeTextEditorSelection((e) => {
         this.cursor = e.textEditor;
-        this.sendCursor();
+        if (!revealing) {
+          this.sendCursor();
+        }
       }),
       vscode.window.registerCustomEditorProvider(ONNX_EDITOR, new OnnxEditor(this.server, this.extensionUri), {
         webviewOptions: { retainContextWhenHidden: true }, // laying out a large graph again each time is slower
@@ -411,7 +416,12 @@ async function revealLine(message: Extract<FromView, { type: 'reveal' }>, view: 
   }
   const text = document.lineAt(Math.min(line - 1, document.lineCount - 1));
   const selection = new vscode.Selection(text.lineNumber, text.firstNonWhitespaceCharacterIndex, text.lineNumber, text.range.end.character);
-  await vscode.window.showTextDocument(document, { viewColumn: column, selection, preserveFocus: preserveFocus ?? false });
+  revealing++; // an editor opening reports its old cursor line first: the view would open the groups of that line
+  try {
+    await vscode.window.showTextDocument(document, { viewColumn: column, selection, preserveFocus: preserveFocus ?? false });
+  } finally {
+    revealing--;
+  }
 }
 
 /** The export a problem came from: the server puts its target in the problem's data. */

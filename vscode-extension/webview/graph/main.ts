@@ -195,7 +195,9 @@ async function showLine(path: string, line: number): Promise<void> {
   // The line a click showed comes back as the cursor's: its ops light up where they show, no group opens (a
   // line of a layer's code has ops in every layer).
   const echo = revealed === lineKey(path, line);
-  revealed = undefined;
+  if (!echo) {
+    revealed = undefined; // the editor left the line the view showed (it may report that line more than once)
+  }
   const closed = echo ? [] : [...index.groupsAround(highlighted)].filter((g) => !expanded.has(g));
   if (!highlighted.length) {
     highlighted = index.groupsAt(path, line); // a line without ops of its own that calls modules: their boxes
