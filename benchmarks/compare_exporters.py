@@ -34,6 +34,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+import ort_latency  # beside this script
+
 ROOT = Path(__file__).resolve().parents[1]
 EXPORTERS = ("onnxlens", "onnxlens-ort", "onnxlens-base", "torch-dynamo", "torchscript")
 BASELINE = "torch-dynamo"  # export-time ratios are relative to this exporter
@@ -41,10 +43,6 @@ OURS = ("onnxlens", "onnxlens-ort", "onnxlens-base")
 OTHERS = ("torch-dynamo", "torchscript")  # ORT latency goals are relative to the faster of these
 LATENCY_GOAL_MODEL = 1.05  # no model slower than 1.05x the faster other exporter
 LATENCY_GOAL_GEOMEAN = 0.9
-ORT_WARMUP_RUNS = 5
-ORT_MIN_RUNS = 10
-ORT_TARGET_SECONDS = 0.75  # latency runs per model take ~0.5-1 s in total
-ORT_ROUNDS = 15  # interleaved latency: rounds of consecutive runs of each model in turn
 LOAD_WARNING = 0.2  # cores kept busy by other processes above which timings are flagged
 ANSI_ESCAPE = re.compile(r"\x1b\[[0-9;]*m")
 
@@ -301,19 +299,6 @@ def _opset(model: Any) -> int | None:
     return next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), None)
 
 
-def ort_session(model: Any, optimized_path: Path | None = None) -> Any:
-    """A single-threaded CPU onnxruntime session (writing the graph its optimizer made to `optimized_path`)."""
-    import onnxruntime as ort
-
-    options = ort.SessionOptions()
-    options.intra_op_num_threads = 1
-    options.inter_op_num_threads = 1
-    options.log_severity_level = 3
-    if optimized_path is not None:
-        options.optimized_model_filepath = str(optimized_path)
-    return ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
-
-
 def ort_feeds(session: Any, inputs: Sequence[Any]) -> dict[str, Any]:
     """Positional inputs as an onnxruntime feed; the count must match the graph's inputs."""
     from helpers import _to_numpy
@@ -340,48 +325,17 @@ def save_model(directory: Path, exporter: str, proto: Any, feeds: dict[str, Any]
     np.savez(directory / f"{exporter}.npz", *feeds.values())
 
 
-def interleaved_latency_ms(directory: Path) -> dict[str, float]:
-    """Median latency (ms) of each saved model, measured in turn: after warm-up, ORT_ROUNDS rounds
-    each run every model for ~ORT_TARGET_SECONDS / ORT_ROUNDS, so load changes hit all alike."""
+def interleaved_latency_ms(directory: Path) -> dict[str, list[float]]:
+    """Each saved model's milliseconds per run in each round of `ort_latency.measure` (all in this process)."""
     import numpy as np
-    import onnx
 
-    sessions = {}
+    models = {}
     for path in sorted(directory.glob("*.onnx")):
-        session = ort_session(onnx.load(path))
+        session = ort_latency.session(path.read_bytes())
         with np.load(path.with_suffix(".npz")) as data:
             feeds = {i.name: data[f"arr_{n}"] for n, i in enumerate(session.get_inputs())}
-        warm = []
-        for _ in range(ORT_WARMUP_RUNS):
-            start = time.perf_counter()
-            session.run(None, feeds)
-            warm.append(time.perf_counter() - start)
-        runs = max(1, int(ORT_TARGET_SECONDS / ORT_ROUNDS / max(statistics.median(warm[1:]), 1e-6)))
-        sessions[path.stem] = (session, feeds, runs, [])
-    for _ in range(ORT_ROUNDS):
-        for session, feeds, runs, times in sessions.values():
-            for _ in range(runs):
-                start = time.perf_counter()
-                session.run(None, feeds)
-                times.append(time.perf_counter() - start)
-    return {name: statistics.median(times) * 1e3 for name, (_, _, _, times) in sessions.items()}
-
-
-def ort_latency_ms(session: Any, feeds: dict[str, Any]) -> tuple[float, int]:
-    """Median latency (ms) of ``session.run`` after warm-up, over enough runs to take ~0.75 s."""
-    warm = []
-    for _ in range(ORT_WARMUP_RUNS):
-        start = time.perf_counter()
-        session.run(None, feeds)
-        warm.append(time.perf_counter() - start)
-    estimate = max(statistics.median(warm[1:]), 1e-6)
-    runs = max(ORT_MIN_RUNS, min(100_000, int(ORT_TARGET_SECONDS / estimate)))
-    times = []
-    for _ in range(runs):
-        start = time.perf_counter()
-        session.run(None, feeds)
-        times.append(time.perf_counter() - start)
-    return statistics.median(times) * 1e3, runs
+        models[path.stem] = (session, feeds)
+    return ort_latency.measure(models)
 
 
 def compare_outputs(actual: Sequence[Any], expected: Sequence[Any], atol: float, rtol: float) -> tuple[float, bool]:
@@ -473,19 +427,15 @@ def run_pair(case_name: str, exporter_name: str, opset: int, save_dir: Path | No
     ref_model, ref_args, ref_kwargs = runner.prepare(case)  # fresh state for mutating models
     try:
         with tempfile.TemporaryDirectory() as scratch:
-            session = ort_session(proto, Path(scratch) / "optimized.onnx")
+            session = ort_latency.session(proto.SerializeToString(), Path(scratch) / "optimized.onnx")
             result["ort_ops"] = ort_ops(Path(scratch) / "optimized.onnx")
         feeds = ort_feeds(session, runner.onnx_inputs(handle, ref_args, ref_kwargs))
         actual = session.run(None, feeds)
     except Exception as e:  # noqa: BLE001
         return fail("ort", e)
     result["ort_ok"] = True
-    try:
-        result["ort_ms"], result["ort_runs"] = ort_latency_ms(session, feeds)
-        if save_dir is not None:
-            save_model(save_dir, exporter_name, proto, feeds)
-    except Exception as e:  # noqa: BLE001
-        return fail("ort latency", e)
+    if save_dir is not None:
+        save_model(save_dir, exporter_name, proto, feeds)
 
     try:
         with torch.no_grad():
@@ -601,14 +551,16 @@ def run_pair_in_worker(
 
 
 def measure_interleaved(case_results: list[Result], save_dir: Path, timeout: float) -> None:
-    """Replace each saved model's ``ort_ms`` by its interleaved latency (the worker's own figure stays
-    as ``ort_ms_alone``); a failed latency worker leaves the workers' figures."""
+    """Time the case's saved models interleaved in one worker: each result gets ``ort_round_ms`` (ms per
+    run in each round), ``ort_ms`` (their median) and ``ort_p25_ms``, or ``latency_error``."""
     latencies, error, _ = call_worker(["--worker-latency", str(save_dir)], timeout)
     for r in case_results:
-        if latencies and r["exporter"] in latencies:
-            r["ort_ms_alone"], r["ort_ms"] = r.get("ort_ms"), latencies[r["exporter"]]
-        elif error:
-            r["interleaved_error"] = error
+        rounds = (latencies or {}).get(r["exporter"])
+        if rounds:
+            r["ort_round_ms"], r["ort_ms"] = rounds, statistics.median(rounds)
+            r["ort_p25_ms"] = ort_latency.percentile(rounds, 25)
+        elif r["ort_ok"]:
+            r["latency_error"] = error or "not measured"
 
 
 def _fmt(value: float | None, spec: str) -> str:
@@ -639,7 +591,18 @@ def export_ratio(r: Result, by_key: dict[tuple[str, str], Result]) -> float | No
 def print_table(results: list[Result]) -> None:
     """One row per (case, exporter)."""
     by_key = {(r["case"], r["exporter"]): r for r in results}
-    header = ("case", "exporter", "success", "opset", "export s", f"/ {BASELINE}", "max abs err", "nodes", "ORT ms")
+    header = (
+        "case",
+        "exporter",
+        "success",
+        "opset",
+        "export s",
+        f"/ {BASELINE}",
+        "max abs err",
+        "nodes",
+        "ORT ms",
+        "p25",
+    )
     rows = [
         (
             r["case"],
@@ -651,6 +614,7 @@ def print_table(results: list[Result]) -> None:
             _fmt(r.get("max_abs_err"), ".2e"),
             str(r.get("nodes", "-")),
             _fmt(r.get("ort_ms"), ".4f"),
+            _fmt(r.get("ort_p25_ms"), ".4f"),
         )
         for r in results
     ]
@@ -675,6 +639,14 @@ def paired(results: list[Result], a: str, b: str, key: str) -> dict[str, float]:
         if exporter == a and rb and ra["success"] and rb["success"] and rb[key] > 0:
             ratios[case] = ra[key] / rb[key]
     return ratios
+
+
+def latency_ratio(by_key: dict[tuple[str, str], Result], case: str, ours: str, other: str) -> dict[str, Any] | None:
+    """``ours`` over ``other`` round by round (`ort_latency.ratio_summary`), if both succeed and were timed."""
+    a, b = by_key.get((case, ours)), by_key.get((case, other))
+    if not (a and b and a["success"] and b["success"] and a.get("ort_round_ms") and b.get("ort_round_ms")):
+        return None
+    return ort_latency.ratio_summary(a["ort_round_ms"], b["ort_round_ms"])
 
 
 def print_summary(results: list[Result], cases: list[str], exporters: list[str]) -> None:
@@ -706,60 +678,79 @@ def print_summary(results: list[Result], cases: list[str], exporters: list[str])
               f"max {max(loads):.2f} cores{'  << WARNING: machine not idle, timings are unreliable' if busy else ''}")  # fmt: skip
     for other in ("torchscript", BASELINE):
         if {"onnxlens", other} <= set(exporters):
-            ratios = paired(results, "onnxlens", other, "ort_ms")
-            gm = geomean(list(ratios.values()))
-            print(
-                f"  ORT latency onnxlens / {other}: geometric mean {_fmt(gm, '.3f')} over {len(ratios)} cases both succeed"
-            )
+            ratios = [latency_ratio(by_key, c, "onnxlens", other) for c in cases]
+            gm = geomean([r["median"] for r in ratios if r])
+            print(f"  ORT latency onnxlens / {other}: geometric mean {_fmt(gm, '.3f')} of the per-case median "
+                  f"per-round ratios over {sum(1 for r in ratios if r)} cases both succeed")  # fmt: skip
 
 
-def best_other_ms(by_key: dict[tuple[str, str], Result], case: str) -> tuple[float, str] | None:
-    """The lower ORT latency of the other exporters that succeed on `case`, and which one it is."""
-    timed = [(by_key[(case, o)]["ort_ms"], o) for o in OTHERS if (case, o) in by_key and by_key[(case, o)]["success"]]
-    return min(timed) if timed else None
+def best_other(by_key: dict[tuple[str, str], Result], case: str) -> str | None:
+    """The other exporter with the lowest median ORT latency among those that succeed on `case`."""
+    timed = [(by_key[(case, o)]["ort_ms"], o) for o in OTHERS if by_key.get((case, o), {}).get("success")]
+    timed = [(ms, o) for ms, o in timed if ms is not None]
+    return min(timed)[1] if timed else None
 
 
-def latency_vs_best_other(results: list[Result], ours: str) -> dict[str, float]:
-    """Per case: ``ours`` ORT latency over the faster of the other exporters (cases both sides succeed on)."""
+def add_latency_vs_best_other(results: list[Result]) -> None:
+    """Give each onnxlens variant's result ``ort_vs_best_other``: its round-by-round ratio to the other
+    exporter of lowest median latency (`latency_ratio`, plus ``other``)."""
     by_key = {(r["case"], r["exporter"]): r for r in results}
-    ratios = {}
-    for (case, exporter), r in by_key.items():
-        best = best_other_ms(by_key, case)
-        if exporter == ours and r["success"] and best:
-            ratios[case] = r["ort_ms"] / best[0]
-    return ratios
+    for r in results:
+        other = best_other(by_key, r["case"]) if r["exporter"] in OURS else None
+        summary = other and latency_ratio(by_key, r["case"], r["exporter"], other)
+        if summary:
+            r["ort_vs_best_other"] = {
+                **summary,
+                "other": other,
+                "verdict": ort_latency.verdict(summary, LATENCY_GOAL_MODEL),
+            }
+
+
+def _ratio_cell(summary: dict[str, Any] | None) -> str:
+    """``median [95 % CI] p25-p75`` of a round-by-round ratio, marked ``!`` over the goal, ``?`` unsure."""
+    if summary is None:
+        return "-"
+    mark = {"over": "!", "unsure": "?", "ok": " "}[summary["verdict"]]
+    low, high = summary["ci95"]
+    return f"{summary['median']:.3f}{mark} [{low:.3f}-{high:.3f}] {summary['p25']:.2f}-{summary['p75']:.2f}"
 
 
 def print_latency_goals(results: list[Result], exporters: list[str]) -> None:
-    """ORT latency of each onnxlens variant over the faster other exporter, per case and as a geomean,
-    against the goals (no case above LATENCY_GOAL_MODEL, geomean <= LATENCY_GOAL_GEOMEAN). ``=`` marks
-    a case where onnxruntime's optimizer leaves the same ops of each type in ours as in another
-    exporter's model, whatever each exporter wrote."""
+    """ORT latency of each onnxlens variant over the faster other exporter, per case (median of the
+    per-round ratios, its 95 % CI, the ratios' p25-p75) and as a geomean of the medians, against the
+    goals: no case above LATENCY_GOAL_MODEL (``!`` when the whole CI is above it, ``?`` when the CI
+    straddles it), geomean <= LATENCY_GOAL_GEOMEAN. ``=`` marks a case where onnxruntime's optimizer
+    leaves the same ops of each type in ours as in another exporter's model, whatever each exporter wrote."""
     ours = [e for e in OURS if e in exporters]
     if not ours or not set(OTHERS) & set(exporters):
         return
-    ratios = {e: latency_vs_best_other(results, e) for e in ours}
     by_key = {(r["case"], r["exporter"]): r for r in results}
-    cases = sorted(set().union(*ratios.values()))
+    summaries = {e: {r["case"]: r["ort_vs_best_other"] for r in results if r["exporter"] == e and r.get("ort_vs_best_other")} for e in ours}  # fmt: skip
+    cases = sorted(set().union(*summaries.values()))
+    rounds = [s["rounds"] for e in ours for s in summaries[e].values()]
     print(
-        f"\nORT latency / the faster of {' and '.join(o for o in OTHERS if o in exporters)} (goal: each <= {LATENCY_GOAL_MODEL}, geomean <= {LATENCY_GOAL_GEOMEAN})"
+        f"\nORT latency / the faster of {' and '.join(o for o in OTHERS if o in exporters)}, round by round "
+        f"({_fmt(min(rounds, default=None), 'd')}-{_fmt(max(rounds, default=None), 'd')} rounds): median ratio, "
+        f"[95 % CI of the median], p25-p75 of the ratios (goal: each <= {LATENCY_GOAL_MODEL}, geomean <= {LATENCY_GOAL_GEOMEAN})"
     )
-    print(f"  {'case':<26} {'best other':<24} " + " ".join(f"{e:>13}" for e in ours))
+    print(f"  {'case':<26} {'best other (median, p25)':<38} " + " ".join(f"{e:<38}" for e in ours))
     for case in cases:
-        ms, other = best_other_ms(by_key, case)
+        other = best_other(by_key, case)
+        r = by_key[(case, other)]
+        best = f"{r['ort_ms'] * 1e3:.1f} us, {r['ort_p25_ms'] * 1e3:.1f} us ({other})"
         cells = " ".join(
-            f"{_fmt(ratios[e].get(case), '.3f'):>11}{'!' if ratios[e].get(case, 0) > LATENCY_GOAL_MODEL else ' '}"
-            f"{'=' if _same_ort_ops(by_key, case, e) else ' '}"
-            for e in ours
+            f"{_ratio_cell(summaries[e].get(case)) + ('=' if _same_ort_ops(by_key, case, e) else ''):<38}" for e in ours
         )
-        print(f"  {case:<26} {f'{ms * 1e3:.1f} us ({other})':<24} {cells}")
+        print(f"  {case:<26} {best:<38} {cells}")
     for e in ours:
-        values = ratios[e]
-        over = sorted(c for c, v in values.items() if v > LATENCY_GOAL_MODEL)
+        values = summaries[e]
+        over = sorted(c for c, v in values.items() if v["verdict"] == "over")
+        unsure = sorted(c for c, v in values.items() if v["verdict"] == "unsure")
         same = [c for c in values if _same_ort_ops(by_key, c, e)]
-        gm = geomean(list(values.values()))
+        gm = geomean([v["median"] for v in values.values()])
         print(
-            f"  {e}: geomean {_fmt(gm, '.3f')} over {len(values)} cases; above {LATENCY_GOAL_MODEL}: {len(over)} ({', '.join(over) or 'none'}); "
+            f"  {e}: geomean {_fmt(gm, '.3f')} over {len(values)} cases; above {LATENCY_GOAL_MODEL}: {len(over)} "
+            f"({', '.join(over) or 'none'}); CI straddles it: {len(unsure)} ({', '.join(unsure) or 'none'}); "
             f"the same ops in onnxruntime as another exporter's: {len(same)} ({', '.join(sorted(same)) or 'none'})"
         )
 
@@ -874,6 +865,7 @@ def main(argv: list[str] | None = None) -> int:
             measure_interleaved(case_results, Path(save_dir), args.timeout)
         results += case_results
 
+    add_latency_vs_best_other(results)
     print_table(results)
     print_summary(results, cases, exporters)
     print_stage_medians(results)
