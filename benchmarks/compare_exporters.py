@@ -1,14 +1,16 @@
 """Side-by-side benchmark: onnxlens vs torch.onnx.export (dynamo and TorchScript) on the corpus, plus
-larger models (`BENCH_CASES`: HF GPT-2 and SigLIP vision, random weights from configs).
+larger models (`bench_cases`: HF GPT-2 and SigLIP vision, random weights from configs).
 
 Every exporter exports at the same opset (``--opset``, default onnxlens's default).
 
 For every corpus case and every exporter, a fresh worker process (``--worker CASE EXPORTER``)
 builds the case, exports it once to warm up (on a separate model instance), times a second
 export, then checks the ONNX model in onnxruntime against eager PyTorch and saves it. One more
-worker per case then measures the onnxruntime latency of all the case's models interleaved
-(round-robin). The parent process only schedules workers (sequentially, so timings do not compete
-for cores), collects their JSON lines and prints the table and summary. ``--base TREE`` adds
+worker per case then times all the case's models in onnxruntime (1 thread) interleaved: many short
+rounds, each running every model for ~1 ms (at least once) in a random order (`ort_latency.measure`);
+each onnxlens variant is compared with the faster of the two torch exporters round by round (median
+ratio, its 95 % CI, p25-p75). The parent process only schedules workers (sequentially, so timings do not
+compete for cores), collects their JSON lines and prints the table and summary. ``--base TREE`` adds
 ``onnxlens-base``: onnxlens (and the corpus) of another source tree, e.g. an export of main.
 
     python benchmarks/compare_exporters.py [--cases mlp,hf_bert] [--exporters onnxlens,torch-dynamo] [--opset 20]
