@@ -69,16 +69,23 @@ def test_every_layer_is_fused_and_generates_like_generate(fused):
     model, result = fused
     found = ops(result.model_path)
     assert found[("com.microsoft", "GroupQueryAttention")] == 2
-    assert found[("com.microsoft", "RotaryEmbedding")] == 4  # q and k of 2 layers
+    # the rotary embedding inside GQA (do_rotary, the model's cos/sin caches), on q/k/v packed in one input
+    assert not found[("com.microsoft", "RotaryEmbedding")]
+    graph = onnx.load(result.model_path, load_external_data=False).graph
+    for node in (n for n in graph.node if n.op_type == "GroupQueryAttention"):
+        assert {a.name: a.i for a in node.attribute if a.name in ("do_rotary", "rotary_interleaved")} == {
+            "do_rotary": 1,
+            "rotary_interleaved": 0,
+        }
+        assert node.input[1:3] == ["", ""] and node.input[7:9] == ["rotary_cos_cache_0", "rotary_sin_cache_0"]
     # 5 norms: the first alone, the others with the residual add before them
     assert (
         found[("com.microsoft", "SkipSimplifiedLayerNormalization")],
         found[("ai.onnx", "SimplifiedLayerNormalization")],
     ) == (4, 1)
     assert not {"Softmax", "ReduceMean", "Neg"} & {op for _, op in found}
-    # one MatMul per layer for q/k/v and one for gate/up (each then split), o, down; and the head
-    assert (found[("ai.onnx", "MatMul")], found[("ai.onnx", "Split")]) == (2 * 4 + 1, 2 * 2)
-    graph = onnx.load(result.model_path, load_external_data=False).graph
+    # one MatMul per layer for q/k/v (packed into GQA) and one for gate/up (split), o, down; and the head
+    assert (found[("ai.onnx", "MatMul")], found[("ai.onnx", "Split")]) == (2 * 4 + 1, 2)
     used = {name for node in graph.node for name in node.input}
     assert [i.name for i in graph.initializer if i.name not in used] == []  # no weight left behind by the merge
     assert result.parity.matched and result.parity.steps == NEW_TOKENS  # the left-padded batch, 16/16
@@ -170,10 +177,11 @@ def phi() -> torch.nn.Module:
 @pytest.mark.parametrize(
     "build, norms, rotary",
     [
-        # q and k normed per head (4 SimplifiedLayerNormalization kept before GQA), the first norm, 4 with residual
-        (qwen3, {"SimplifiedLayerNormalization": 5, "SkipSimplifiedLayerNormalization": 4}, [None] * 4),
+        # q and k normed per head (4 SimplifiedLayerNormalization kept before GQA, which rotates them), the first
+        # norm, 4 with residual
+        (qwen3, {"SimplifiedLayerNormalization": 5, "SkipSimplifiedLayerNormalization": 4}, []),
         # q and k normed after moving heads; 4 norms per layer (2 around attention, 2 around the MLP), the final one
-        (gemma3, {"SimplifiedLayerNormalization": 9, "SkipSimplifiedLayerNormalization": 4}, [None] * 4),
+        (gemma3, {"SimplifiedLayerNormalization": 9, "SkipSimplifiedLayerNormalization": 4}, []),
         # half of each head of 16 rotated; one LayerNorm per layer (parallel residual) and the final one
         (phi, {"LayerNormalization": 1, "SkipLayerNormalization": 2}, [8] * 4),
         # LayerNorms, each after a residual add (the first after token + position embeddings); no rotary
@@ -189,7 +197,7 @@ def test_more_decoder_patterns_fuse_and_generate_like_generate(build, norms, rot
     assert found["GroupQueryAttention"] == 2 and not {"Softmax", "Neg", "ReduceMean"} & set(found)
     kinds = ("SimplifiedLayerNormalization", "SkipSimplifiedLayerNormalization", "LayerNormalization")
     assert {op: found[op] for op in (*kinds, "SkipLayerNormalization") if found[op]} == norms
-    # the rotated size of each head, as RotaryEmbedding's rotary_embedding_dim (None: all of it)
+    # the rotated size of each head, as RotaryEmbedding's rotary_embedding_dim (a whole head: inside GQA)
     dims = [
         next((a.i for a in n.attribute if a.name == "rotary_embedding_dim"), None)
         for n in graph.node

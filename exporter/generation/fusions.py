@@ -244,23 +244,48 @@ class _GroupQueryAttention(pattern.RewriteRuleClassBase):
                 _norm_like(op, x, shape, normed)
                 for x, shape, normed in ((q_lin, q_shape, q_normed), (k_lin, k_shape, k_normed))
             )
+        in_kernel = {}  # GQA's own rotary (do_rotary): positions with the caches, no RotaryEmbedding nodes
         if self._rotary:
             rotary = dict(interleaved=0, _domain="com.microsoft")
             part = q_rotary.producer().attributes.get_int("rotary_embedding_dim", 0)
             if part:  # a partial rotation (Phi's, StableLM's): the first `part` of each head
                 rotary["rotary_embedding_dim"] = part
-            query = op.RotaryEmbedding(query, position_ids, cos, sin, num_heads=heads, **rotary)
-            key = op.RotaryEmbedding(key, position_ids, cos, sin, num_heads=kv_heads, **rotary)
+            if not part and _is_cache(cos, size) and _is_cache(sin, size):
+                in_kernel = dict(do_rotary=1, rotary_interleaved=0)
+                position_ids = _slot_positions(op, position_ids)
+            else:
+                query = op.RotaryEmbedding(query, position_ids, cos, sin, num_heads=heads, **rotary)
+                key = op.RotaryEmbedding(key, position_ids, cos, sin, num_heads=kv_heads, **rotary)
+        if not in_kernel:
+            cos = sin = position_ids = None
         total = op.Shape(bias, start=3, end=4)
         rows = op.Shape(q_lin, start=0, end=1)
         seqlens_k = op.Cast(op.Expand(op.Sub(total, op.Constant(value_ints=[1])), rows), to=ir.DataType.INT32)
         total = op.Cast(op.Squeeze(total), to=ir.DataType.INT32)
         scale = _scale(**scales)
         out, present_key, present_value = op.GroupQueryAttention(
-            query, key, v_lin, past_key, past_value, seqlens_k, total, None, None, None, bias,
-            num_heads=heads, kv_num_heads=kv_heads, scale=scale, _domain="com.microsoft", _outputs=3,
+            query, key, v_lin, past_key, past_value, seqlens_k, total, cos, sin, position_ids, bias,
+            num_heads=heads, kv_num_heads=kv_heads, scale=scale, **in_kernel, _domain="com.microsoft", _outputs=3,
         )  # fmt: skip
         return op.Reshape(out, out_shape), present_key, present_value  # the layout the output projection takes
+
+
+def _is_cache(value: ir.Value, size: int) -> bool:
+    """Whether `value` is a constant (positions, head size / 2) cos or sin cache, as GQA's do_rotary takes."""
+    return value.const_value is not None and len(value.shape or ()) == 2 and value.shape[1] * 2 == size
+
+
+def _slot_positions(op, position_ids: ir.Value) -> ir.Value:
+    """The positions of GQA's own rotary: a first prompt is rotated at its cache slots (onnxruntime
+    ignores `position_ids` then), later tokens at the positions given. A left-padded row's real
+    positions (the model's ``position_ids`` input, ``cumsum(attention_mask) - 1``) are its slots minus
+    its padding: they get the padding back (``argmax(attention_mask)``, its first 1), so the prompt
+    and the later tokens are rotated alike. Right padding (onnxruntime-genai's) keeps the positions."""
+    graph = position_ids.graph
+    mask = next((v for v in graph.inputs if v.name == "attention_mask"), None) if graph is not None else None
+    if not position_ids.is_graph_input() or mask is None:  # computed in the graph: from the cache slots
+        return position_ids
+    return op.Add(position_ids, op.ArgMax(mask, axis=-1, keepdims=1))
 
 
 def _norm_like(op, x: ir.Value, shape: ir.Value, normed: ir.Value) -> ir.Value:
@@ -274,8 +299,10 @@ def _norm_like(op, x: ir.Value, shape: ir.Value, normed: ir.Value) -> ir.Value:
 
 def merge_parallel_matmuls(model: ir.Model) -> int:
     """Merge the MatMuls that multiply one input by constant weights (a layer's q/k/v projections, its
-    gate and up projections) into one MatMul (and one bias Add when each has one) and a Split: one
-    kernel instead of several small ones per decode step. Returns how many MatMuls were merged."""
+    gate and up projections) into one MatMul (and one bias Add when each has one, none when the biases
+    are all zero) and a Split: one kernel instead of several small ones per decode step. The merged
+    weight is concatenated when it is read (quantized, written), not here. Returns how many MatMuls
+    were merged."""
     graph = model.graph
     by_input: dict[ir.Value, list[ir.Node]] = {}
     for node in graph:
@@ -292,13 +319,14 @@ def merge_parallel_matmuls(model: ir.Model) -> int:
         if any(old.is_graph_output() for old in olds):
             continue
         name = nodes[0].name
-        weight = _initializer(graph, f"{name}_merged_weight", np.concatenate(weights, axis=1))
+        weight = _concatenated(graph, f"{name}_merged_weight", weights, axis=1)
         new = [ir.node("MatMul", [source, weight], name=f"{name}_merged")]
-        if with_bias:
-            bias = _initializer(graph, f"{name}_merged_bias", np.concatenate([b[1] for b in biases]))
+        if with_bias and any(b[1].numpy().any() for b in biases):
+            bias = _concatenated(graph, f"{name}_merged_bias", [b[1] for b in biases], axis=0)
             new.append(ir.node("Add", [new[-1].outputs[0], bias], name=f"{name}_merged_bias_add"))
-        sizes = _initializer(graph, f"{name}_merged_sizes", np.array([w.shape[1] for w in weights], dtype=np.int64))
-        new.append(ir.node("Split", [new[-1].outputs[0], sizes], attributes={"axis": -1}, num_outputs=len(nodes)))
+        sizes = ir.tensor(np.array([w.shape[1] for w in weights], dtype=np.int64), name=f"{name}_merged_sizes")
+        new.append(ir.node("Split", [new[-1].outputs[0], _initializer(graph, sizes)], attributes={"axis": -1},
+                           num_outputs=len(nodes)))  # fmt: skip
         for node in new:
             node.metadata_props.update(nodes[0].metadata_props)  # the layer, for the quantizer's groups
         graph.insert_before(nodes[0], new)
@@ -311,21 +339,63 @@ def merge_parallel_matmuls(model: ir.Model) -> int:
     return merged
 
 
-def _initializer(graph: ir.Graph, name: str, array: np.ndarray) -> ir.Value:
-    tensor = ir.tensor(array, name=name)
-    value = ir.Value(name=name, shape=ir.Shape(array.shape), type=ir.TensorType(tensor.dtype), const_value=tensor)
+def pack_qkv(model: ir.Model) -> int:
+    """Feed GroupQueryAttention the merged q/k/v projection whole (its packed QKV input) where the
+    three parts of its Split are its query, key and value, used elsewhere only for their batch and
+    sequence sizes (``Shape``). Returns how many."""
+    packed = 0
+    for node in model.graph:
+        if node.op_type != "GroupQueryAttention" or node.inputs[1] is None:
+            continue
+        split = node.inputs[0].producer()
+        if split is None or split.op_type != "Split" or list(split.outputs) != list(node.inputs[:3]):
+            continue
+        others = [use for value in split.outputs for use, _ in value.uses() if use is not node]
+        if not all(_reads_leading_dims(use) for use in others):
+            continue
+        for use in others:
+            use.replace_input_with(0, split.inputs[0])
+        for index, value in enumerate((split.inputs[0], None, None)):
+            node.replace_input_with(index, value)
+        packed += 1
+    return packed
+
+
+def _reads_leading_dims(node: ir.Node) -> bool:
+    """Whether `node` reads only the batch and sequence sizes of its input (a ``Shape`` ending by axis 2)."""
+    start, end = node.attributes.get_int("start", 0), node.attributes.get_int("end", None)
+    return node.op_type == "Shape" and end is not None and 0 <= start < end <= 2
+
+
+def _concatenated(graph: ir.Graph, name: str, parts: list[ir.TensorProtocol], axis: int) -> ir.Value:
+    """An initializer of `parts` concatenated along `axis`, computed when read (not kept in memory)."""
+    shape = list(parts[0].shape)
+    shape[axis] = sum(p.shape[axis] for p in parts)
+    tensor = ir.LazyTensor(
+        lambda: ir.tensor(np.concatenate([p.numpy() for p in parts], axis=axis)),
+        dtype=parts[0].dtype,
+        shape=ir.Shape(shape),
+        name=name,
+    )
+    return _initializer(graph, tensor)
+
+
+def _initializer(graph: ir.Graph, tensor: ir.TensorProtocol) -> ir.Value:
+    value = ir.Value(
+        name=tensor.name, shape=ir.Shape(tensor.shape), type=ir.TensorType(tensor.dtype), const_value=tensor
+    )
     graph.register_initializer(value)
     return value
 
 
-def _weight(node: ir.Node) -> np.ndarray | None:
+def _weight(node: ir.Node) -> ir.TensorProtocol | None:
     weight = node.inputs[1]
     if weight is None or weight.const_value is None or len(weight.shape or ()) != 2:
         return None
-    return weight.const_value.numpy()
+    return weight.const_value
 
 
-def _bias(node: ir.Node) -> tuple[ir.Node, np.ndarray] | None:
+def _bias(node: ir.Node) -> tuple[ir.Node, ir.TensorProtocol] | None:
     """The Add of a constant 1-D bias that is the only use of `node`'s output, with the bias."""
     uses = list(node.outputs[0].uses())
     if len(uses) != 1 or uses[0][0].op_type != "Add":
@@ -334,7 +404,7 @@ def _bias(node: ir.Node) -> tuple[ir.Node, np.ndarray] | None:
     bias = add.inputs[1 - uses[0][1]]
     if bias is None or bias.const_value is None or len(bias.shape or ()) != 1:
         return None
-    return add, bias.const_value.numpy()
+    return add, bias.const_value
 
 
 def _scale(
@@ -385,6 +455,7 @@ def fuse(model: ir.Model, positions: int) -> Fusion:
     RemoveUnusedFunctionsPass()(model)
     RemoveUnusedNodesPass()(model)
     merge_parallel_matmuls(model)
+    pack_qkv(model)
     RemoveUnusedNodesPass()(model)  # and the weights merged
     counts: dict[str, int] = {}
     for node in model.graph:
