@@ -247,3 +247,42 @@ def test_an_attention_whose_probabilities_are_reshaped_is_reported_unfused(tmp_p
     *warnings, note = results(result, "FXE0024")
     assert [w["properties"]["unfused"] for w in warnings] == [["attention"], ["attention"]]
     assert (note["properties"]["layers"], note["properties"]["fusedLayers"]) == (2, 0)
+
+
+def test_quantized_projections_merge_like_fp32_ones():
+    """q/k/v and gate/up quantized one by one (MatMulNBits) and then merged compute what their merged
+    fp32 weights quantized compute: int4 blocks run along the input, each output row on its own."""
+    import onnx_ir as ir
+    import onnxruntime as ort
+
+    from exporter.generation import fusions, quantize
+    from exporter.generation.export import export_graph
+
+    model = qwen2()
+    with torch.no_grad():
+        for layer in model.model.layers:  # biases that are not zero: merged into one Add
+            for projection in (layer.self_attn.q_proj, layer.self_attn.k_proj, layer.self_attn.v_proj):
+                projection.bias.normal_()
+
+    def lowered(merge_first: bool) -> ir.Model:
+        graph = export_graph(model).model
+        fusions.fuse(graph, 256, merge=merge_first)
+        fp32 = ir.serde.serialize_model(graph)
+        lowered = ir.serde.deserialize_model(
+            quantize.quantize(fp32, ExportOptions(precision="int4"), quantize.weight_groups(graph))
+        )
+        if not merge_first:
+            assert fusions.merge_projections(lowered) == 2 * (3 + 2)
+        return lowered
+
+    before, after = lowered(True), lowered(False)
+    counts = [collections.Counter(n.op_type for n in m.graph) for m in (before, after)]
+    assert counts[0] == counts[1] and counts[0]["MatMulNBits"] == 2 * 4 + 1 and counts[0]["Split"] == 2
+    assert counts[0]["Add"] >= 2  # the biases
+    sessions = [ort.InferenceSession(ir.serde.serialize_model(m).SerializeToString()) for m in (before, after)]
+    ids = np.array(PROMPT, dtype=np.int64)
+    feeds = {"input_ids": ids, "attention_mask": np.ones_like(ids), "position_ids": np.tile(np.arange(7), (2, 1))}
+    for value in sessions[0].get_inputs()[3:]:  # empty caches: (batch, kv heads, 0, head size)
+        feeds[value.name] = np.zeros((2, value.shape[1], 0, value.shape[3]), dtype=np.float32)
+    for want, got in zip(*(s.run(None, feeds) for s in sessions)):
+        np.testing.assert_allclose(got, want, rtol=0, atol=1e-5)

@@ -297,39 +297,61 @@ def _norm_like(op, x: ir.Value, shape: ir.Value, normed: ir.Value) -> ir.Value:
     return op.Reshape(out, op.Constant(value_ints=[0, 0, -1]))
 
 
+def merge_projections(model: ir.Model) -> int:
+    """`merge_parallel_matmuls`, then `pack_qkv`; the weights merged are dropped. Returns how many merged."""
+    merged = merge_parallel_matmuls(model)
+    pack_qkv(model)
+    RemoveUnusedNodesPass()(model)
+    return merged
+
+
 def merge_parallel_matmuls(model: ir.Model) -> int:
     """Merge the MatMuls that multiply one input by constant weights (a layer's q/k/v projections, its
     gate and up projections) into one MatMul (and one bias Add when each has one, none when the biases
-    are all zero) and a Split: one kernel instead of several small ones per decode step. The merged
-    weight is concatenated when it is read (quantized, written), not here. Returns how many MatMuls
-    were merged."""
+    are all zero) and a Split: one kernel instead of several small ones per decode step. Quantized
+    ``MatMulNBits`` of the same kind merge too (their blocks, scales and zero points stacked). The
+    merged weights are concatenated when read (quantized, written), not here. Returns how many were merged."""
     graph = model.graph
-    by_input: dict[ir.Value, list[ir.Node]] = {}
+    groups: dict[tuple, list[ir.Node]] = {}
     for node in graph:
-        if node.op_type == "MatMul" and node.domain == "" and _weight(node) is not None:
-            by_input.setdefault(node.inputs[0], []).append(node)
+        kind = _matmul_kind(node)
+        if kind is not None:
+            groups.setdefault((node.inputs[0], kind), []).append(node)
     merged = 0
-    for source, nodes in by_input.items():
-        weights = [_weight(n) for n in nodes]
-        if len(nodes) < 2 or len({(w.shape[0], w.dtype) for w in weights}) != 1:
-            continue
+    for (source, _), nodes in groups.items():
         biases = [_bias(n) for n in nodes]
         with_bias = all(b is not None for b in biases)
         olds = [b[0].outputs[0] if with_bias else n.outputs[0] for n, b in zip(nodes, biases)]
-        if any(old.is_graph_output() for old in olds):
+        if len(nodes) < 2 or any(old.is_graph_output() for old in olds):
             continue
-        name = nodes[0].name
-        weight = _concatenated(graph, f"{name}_merged_weight", weights, axis=1)
-        new = [ir.node("MatMul", [source, weight], name=f"{name}_merged")]
+        first = nodes[0]
+        if first.op_type == "MatMul":
+            weight = _concatenated(graph, f"{first.name}_merged_weight", [n.inputs[1].const_value for n in nodes], 1)
+            new, sizes = (
+                [ir.node("MatMul", [source, weight], name=f"{first.name}_merged")],
+                [n.inputs[1].shape[1] for n in nodes],
+            )
+        else:  # MatMulNBits: weights (N, blocks, bytes), scales and zero points by output row N
+            sizes = [n.attributes.get_int("N") for n in nodes]
+            inputs = [
+                None if v is None else _concatenated(graph, f"{first.name}_merged_{i}", [n.inputs[i].const_value for n in nodes], 0)
+                for i, v in enumerate(first.inputs[1:], 1)
+            ]  # fmt: skip
+            attributes = {k: a.value for k, a in first.attributes.items()} | {"N": sum(sizes)}
+            new = [
+                ir.node(
+                    "MatMulNBits", [source, *inputs], attributes, domain="com.microsoft", name=f"{first.name}_merged"
+                )
+            ]
         if with_bias and any(b[1].numpy().any() for b in biases):
-            bias = _concatenated(graph, f"{name}_merged_bias", [b[1] for b in biases], axis=0)
-            new.append(ir.node("Add", [new[-1].outputs[0], bias], name=f"{name}_merged_bias_add"))
-        sizes = ir.tensor(np.array([w.shape[1] for w in weights], dtype=np.int64), name=f"{name}_merged_sizes")
-        new.append(ir.node("Split", [new[-1].outputs[0], _initializer(graph, sizes)], attributes={"axis": -1},
+            bias = _concatenated(graph, f"{first.name}_merged_bias", [b[1] for b in biases], axis=0)
+            new.append(ir.node("Add", [new[-1].outputs[0], bias], name=f"{first.name}_merged_bias_add"))
+        split_sizes = ir.tensor(np.array(sizes, dtype=np.int64), name=f"{first.name}_merged_sizes")
+        new.append(ir.node("Split", [new[-1].outputs[0], _initializer(graph, split_sizes)], attributes={"axis": -1},
                            num_outputs=len(nodes)))  # fmt: skip
         for node in new:
-            node.metadata_props.update(nodes[0].metadata_props)  # the layer, for the quantizer's groups
-        graph.insert_before(nodes[0], new)
+            node.metadata_props.update(first.metadata_props)  # the layer, for the quantizer's groups
+        graph.insert_before(first, new)
         for old, output in zip(olds, new[-1].outputs):
             output.shape, output.dtype = old.shape, old.dtype
             ir.convenience.replace_all_uses_with(old, output)
@@ -337,6 +359,20 @@ def merge_parallel_matmuls(model: ir.Model) -> int:
             graph.remove([bias[0], node] if with_bias else [node], safe=True)
         merged += len(nodes)
     return merged
+
+
+def _matmul_kind(node: ir.Node) -> tuple | None:
+    """What a MatMul of `node`'s input by constant weights must share with another to merge with it
+    (None: not such a MatMul): the weight's rows and type, or MatMulNBits' attributes but N and its inputs."""
+    weights = node.inputs[1:]
+    if any(v is not None and v.const_value is None for v in weights) or not weights or weights[0] is None:
+        return None
+    if node.op_type == "MatMul" and node.domain == "" and len(weights[0].shape or ()) == 2:
+        return ("MatMul", weights[0].shape[0], weights[0].dtype)
+    if node.op_type == "MatMulNBits" and node.domain == "com.microsoft" and "g_idx" not in node.attributes:
+        attributes = tuple(sorted((k, a.value) for k, a in node.attributes.items() if k != "N"))
+        return ("MatMulNBits", attributes, tuple(v is not None for v in weights))
+    return None
 
 
 def pack_qkv(model: ir.Model) -> int:
@@ -388,13 +424,6 @@ def _initializer(graph: ir.Graph, tensor: ir.TensorProtocol) -> ir.Value:
     return value
 
 
-def _weight(node: ir.Node) -> ir.TensorProtocol | None:
-    weight = node.inputs[1]
-    if weight is None or weight.const_value is None or len(weight.shape or ()) != 2:
-        return None
-    return weight.const_value
-
-
 def _bias(node: ir.Node) -> tuple[ir.Node, ir.TensorProtocol] | None:
     """The Add of a constant 1-D bias that is the only use of `node`'s output, with the bias."""
     uses = list(node.outputs[0].uses())
@@ -429,9 +458,10 @@ class Fusion:
         return f"{fused}/{len(self.layers)} layers fused ({ops or 'no fused ops'})"
 
 
-def fuse(model: ir.Model, positions: int) -> Fusion:
+def fuse(model: ir.Model, positions: int, merge: bool = True) -> Fusion:
     """Rewrite `model` (in place; its local functions inlined) to onnxruntime's fused kernels; the
-    rotary caches get `positions` rows (the context length)."""
+    rotary caches get `positions` rows (the context length). With `merge`, `merge_projections` too
+    (else call it after quantizing: the quantized weights are 1/8 of what is concatenated)."""
     from onnxscript.rewriter.ort_fusions import rotary_embedding, skip_normalization
 
     InlinePass()(model)
@@ -442,21 +472,14 @@ def fuse(model: ir.Model, positions: int) -> Fusion:
     rotary_embedding.fuse_rotary_embedding(model)
     rewriter.rewrite(model, [_RotaryCache.rule(positions)])
     rotary_embedding.fuse_partial_rotary_embedding(model)
-    rules = [
-        _GroupQueryAttention.rule(repeated=r, sdpa=s, rotary=p, qk_norm=n)
-        for r in (1, 0)
-        for s in (1, 0)
-        for p in (1, 0)
-        for n in ("norm_then_transpose", "transpose_then_norm", "")
-    ]
+    rules = _attention_rules(model)
     rewriter.rewrite(model, rules)
     InlinePass()(model)  # an intermediate rotary op that did not become onnxruntime's: back to standard ops
     CommonSubexpressionEliminationPass()(model)  # the layers' GroupQueryAttention lengths are computed once
     RemoveUnusedFunctionsPass()(model)
     RemoveUnusedNodesPass()(model)
-    merge_parallel_matmuls(model)
-    pack_qkv(model)
-    RemoveUnusedNodesPass()(model)  # and the weights merged
+    if merge:
+        merge_projections(model)
     counts: dict[str, int] = {}
     for node in model.graph:
         if node.op_type in (
@@ -474,6 +497,27 @@ def fuse(model: ir.Model, positions: int) -> Fusion:
         if part is not None and layer in layers_before and part[0] not in unfused.setdefault(layer, []):
             unfused[layer].append(part[0])
     return Fusion(layers_before, {k: v for k, v in unfused.items() if v}, counts)
+
+
+def _attention_rules(model: ir.Model) -> list[pattern.RewriteRule]:
+    """The GroupQueryAttention rules whose variant can match `model`: each variant needs an op of its
+    own in the graph (SDPA's NaN guard, the repeated keys' Expand, the rotary kernel, a per-head norm
+    after a Reshape or a Transpose); the others are not tried at every node."""
+    found = {node.op_type for node in model.graph}
+    after = {
+        node.inputs[0].producer().op_type
+        for node in model.graph
+        if node.op_type == "SimplifiedLayerNormalization" and node.inputs[0].producer() is not None
+    }
+    norms = [n for n, op in (("norm_then_transpose", "Reshape"), ("transpose_then_norm", "Transpose")) if op in after]
+    return [
+        _GroupQueryAttention.rule(repeated=r, sdpa=s, rotary=p, qk_norm=n)
+        for r in (1, 0)
+        for s in (1, 0)
+        for p in (1, 0)
+        for n in (*norms, "")
+        if (not r or "Expand" in found) and (not s or "IsNaN" in found) and (not p or "RotaryEmbedding" in found)
+    ]
 
 
 def report(ctx: DiagnosticContext, fusion: Fusion, model: ir.Model) -> None:
