@@ -252,14 +252,15 @@ class _GroupQueryAttention(pattern.RewriteRuleClassBase):
                 rotary["rotary_embedding_dim"] = part
             if not part and _is_cache(cos, size) and _is_cache(sin, size):
                 in_kernel = dict(do_rotary=1, rotary_interleaved=0)
-                position_ids = _slot_positions(op, position_ids)
+                position_ids = _slot_positions(op, position_ids, _mask_input(past_key))
             else:
                 query = op.RotaryEmbedding(query, position_ids, cos, sin, num_heads=heads, **rotary)
                 key = op.RotaryEmbedding(key, position_ids, cos, sin, num_heads=kv_heads, **rotary)
         if not in_kernel:
             cos = sin = position_ids = None
         total = op.Shape(bias, start=3, end=4)
-        rows = op.Shape(q_lin, start=0, end=1)
+        mask = _mask_input(past_key)  # the batch size from one tensor for every layer: computed once (CSE)
+        rows = op.Shape(mask if mask is not None else q_lin, start=0, end=1)
         seqlens_k = op.Cast(op.Expand(op.Sub(total, op.Constant(value_ints=[1])), rows), to=ir.DataType.INT32)
         total = op.Cast(op.Squeeze(total), to=ir.DataType.INT32)
         scale = _scale(**scales)
@@ -275,14 +276,18 @@ def _is_cache(value: ir.Value, size: int) -> bool:
     return value.const_value is not None and len(value.shape or ()) == 2 and value.shape[1] * 2 == size
 
 
-def _slot_positions(op, position_ids: ir.Value) -> ir.Value:
+def _mask_input(past_key: ir.Value) -> ir.Value | None:
+    """The graph's ``attention_mask`` input (batch, total length), found from a past key (a graph input)."""
+    graph = past_key.graph
+    return next((v for v in graph.inputs if v.name == "attention_mask"), None) if graph is not None else None
+
+
+def _slot_positions(op, position_ids: ir.Value, mask: ir.Value | None) -> ir.Value:
     """The positions of GQA's own rotary: a first prompt is rotated at its cache slots (onnxruntime
     ignores `position_ids` then), later tokens at the positions given. A left-padded row's real
     positions (the model's ``position_ids`` input, ``cumsum(attention_mask) - 1``) are its slots minus
     its padding: they get the padding back (``argmax(attention_mask)``, its first 1), so the prompt
     and the later tokens are rotated alike. Right padding (onnxruntime-genai's) keeps the positions."""
-    graph = position_ids.graph
-    mask = next((v for v in graph.inputs if v.name == "attention_mask"), None) if graph is not None else None
     if not position_ids.is_graph_input() or mask is None:  # computed in the graph: from the cache slots
         return position_ids
     return op.Add(position_ids, op.ArgMax(mask, axis=-1, keepdims=1))
