@@ -13,7 +13,17 @@ Capture cannot follow a Python branch or loop on a size that depends on the data
 - ``roi_heads.heatmaps_to_keypoints`` (Keypoint R-CNN) resizes each heatmap to its box's size:
   ``onnxlens::heatmaps_to_keypoints``.
 
-Their CPU kernels compute what torchvision does (with its own ``nms`` and ``roi_align``); their ONNX
+And three compute sizes in Python, which capture specializes silently for a dynamic image size:
+
+- ``transform._resize_image_and_masks`` computes the resized size in Python from the shorter and longer
+  side, in double precision; capture would fix the orientation and compute in float32 (a pixel off):
+  `resized_size` computes it with tensor operations, a size the model knows at run time, as eager does.
+- ``GeneralizedRCNNTransform.batch_images`` pads to a multiple of 32 with ``math.ceil`` (captured as the
+  example's size): integer arithmetic on the sizes.
+- ``poolers._setup_scales`` (run once, its scales kept by the module) computes each level's scale from
+  the sizes: from the example's values.
+
+The operators' CPU kernels compute what torchvision does (with its own ``nms`` and ``roi_align``); their ONNX
 translations are in `exporter.translate.ops.vision`. The functions are swapped by code, so the names a
 model imported keep working; nothing changes when torchvision is not imported.
 """
@@ -21,9 +31,11 @@ model imported keep working; nothing changes when torchvision is not imported.
 from __future__ import annotations
 
 import contextlib
+import math
 import sys
 from collections.abc import Iterator
 
+import sympy
 import torch
 import torch.nn.functional as F
 
@@ -146,8 +158,38 @@ def _(maps, rois):
     return maps.new_empty((*maps.shape[:2], 3)), maps.new_empty(maps.shape[:2])
 
 
+_EXAMPLES: dict[sympy.Symbol, int] = {}  # while capturing: the example's values of sizes known at run time only
+
+
+def resized_size(image: torch.Tensor, min_size: int, max_size: int) -> list:
+    """The size GeneralizedRCNNTransform resizes `image` to, as eager PyTorch computes it in double precision:
+    ``floor(side * min(min_size / shorter side, max_size / longer side))``. For symbolic sides, by tensor
+    operations (the model computes it at run time; its example's values are noted for `example_value`)."""
+    sides = image.shape[-2:]
+    examples = [example_value(s) for s in sides]
+    scale = min(min_size / min(examples), max_size / max(examples))
+    if not any(isinstance(s, torch.SymInt) for s in sides):
+        return [math.floor(s * scale) for s in sides]
+    lengths = torch.stack([torch.full((), s, dtype=torch.float64, device=image.device) for s in sides])
+    limits = torch.tensor([min_size, max_size], dtype=torch.float64, device=image.device)
+    size = torch.floor(lengths * torch.min(limits / torch.stack((lengths.min(), lengths.max())))).long().tolist()
+    for side, example in zip(size, examples):
+        torch._check(side >= 1)
+        torch._check(side <= max(min_size, max_size))
+        _EXAMPLES[side.node.expr] = math.floor(example * scale)
+    return size
+
+
+def example_value(size: int | torch.SymInt) -> int:
+    """A size's value at the example: its hint, or from the values `resized_size` noted."""
+    if not isinstance(size, torch.SymInt):
+        return size
+    node = size.node
+    return int(node.expr.xreplace({**node.shape_env.var_to_val, **_EXAMPLES}))
+
+
 # The bodies swapped in while capturing. They run in torchvision's modules (their globals are
-# torchvision's), so they use nothing but ``torch`` and their arguments.
+# torchvision's), so they use nothing but ``torch``, their arguments and what they import.
 
 
 def _batched_nms(boxes, scores, idxs, iou_threshold):
@@ -194,6 +236,58 @@ def _resize_keypoints(keypoints, original_size, new_size):
     return torch.stack((x * ratio_width, y * ratio_height, visibility), dim=2)
 
 
+def _resize_image_and_masks(image, self_min_size, self_max_size, target=None, fixed_size=None):
+    """``transform._resize_image_and_masks`` with the resized size computed as eager PyTorch does (in double
+    precision: ``floor(side * min(min_size / shorter, max_size / longer))``) by tensor operations, so that
+    the ONNX model computes it at run time: capture fixed which side is shorter, and float32 arithmetic on
+    the symbolic sizes was a pixel off (160 * 1.1 gave 175)."""
+    if fixed_size is not None:
+        size = [fixed_size[1], fixed_size[0]]
+    else:
+        from exporter.capture import vision
+
+        size = vision.resized_size(image, self_min_size, self_max_size)
+    image = torch.nn.functional.interpolate(image[None], size=size, mode="bilinear", align_corners=False)[0]
+    if target is not None and "masks" in target:
+        masks = torch.nn.functional.interpolate(target["masks"][:, None].float(), size=size)
+        target["masks"] = masks[:, 0].byte()
+    return image, target
+
+
+def _setup_scales(features, image_shapes, canonical_scale, canonical_level):
+    """``poolers._setup_scales`` on the example's sizes: torchvision computes each level's scale in Python
+    on its first call and keeps them, so the graph keeps the example's (the resized image size is only
+    known at run time)."""
+    import math
+
+    from torchvision.ops.poolers import _infer_scale, initLevelMapper
+
+    from exporter.capture import vision
+
+    height = max(vision.example_value(shape[0]) for shape in image_shapes)
+    width = max(vision.example_value(shape[1]) for shape in image_shapes)
+    scales = []
+    for feature in features:
+        sizes = [vision.example_value(s) for s in feature.shape[-2:]]
+        scales.append(_infer_scale(torch.empty(sizes, device="meta"), [height, width]))
+    k_min, k_max = (round(-math.log2(scale)) for scale in (scales[0], scales[-1]))  # scales are powers of 2
+    return scales, initLevelMapper(k_min, k_max, canonical_scale, canonical_level)
+
+
+def _batch_images(self, images, size_divisible=32):
+    """``GeneralizedRCNNTransform.batch_images`` in integer arithmetic on the sizes (its float
+    ``math.ceil`` was captured as the example's padded size) and with ``pad`` (no in-place copy)."""
+    height, width = images[0].shape[-2:]
+    for image in images[1:]:
+        height, width = torch.sym_max(height, image.shape[-2]), torch.sym_max(width, image.shape[-1])
+    height = (height + size_divisible - 1) // size_divisible * size_divisible
+    width = (width + size_divisible - 1) // size_divisible * size_divisible
+    padded = [
+        torch.nn.functional.pad(image, (0, width - image.shape[-1], 0, height - image.shape[-2])) for image in images
+    ]
+    return torch.stack(padded)
+
+
 def _paste_masks_in_image(masks, boxes, img_shape, padding=1):
     return torch.ops.onnxlens.paste_masks_in_image(masks, boxes, img_shape[0], img_shape[1], padding)
 
@@ -206,6 +300,9 @@ _SWAPS = (  # module, attribute path in it, replacement
     ("torchvision.ops.boxes", ("batched_nms",), _batched_nms),
     ("torchvision.models.detection._utils", ("BoxCoder", "decode"), _decode),
     ("torchvision.ops.poolers", ("_multiscale_roi_align",), _multiscale_roi_align),
+    ("torchvision.models.detection.transform", ("_resize_image_and_masks",), _resize_image_and_masks),
+    ("torchvision.models.detection.transform", ("GeneralizedRCNNTransform", "batch_images"), _batch_images),
+    ("torchvision.ops.poolers", ("_setup_scales",), _setup_scales),
     ("torchvision.models.detection.transform", ("resize_boxes",), _resize_boxes),
     ("torchvision.models.detection.transform", ("resize_keypoints",), _resize_keypoints),
     ("torchvision.models.detection.roi_heads", ("paste_masks_in_image",), _paste_masks_in_image),
@@ -217,6 +314,7 @@ _SWAPS = (  # module, attribute path in it, replacement
 def capturing() -> Iterator[None]:
     """torchvision's data-dependent steps as this module's operators while a model is captured."""
     swapped = []
+    _EXAMPLES.clear()
     try:
         for module_name, path, replacement in _SWAPS:
             function = sys.modules.get(module_name)
