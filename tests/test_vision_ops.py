@@ -2,7 +2,8 @@
 captured as ``onnxlens::batched_nms``) exported and run in onnxruntime, without torchvision: the ops are
 declared here with torchvision's schemas and plain-torch kernels written from torchvision's algorithms,
 and the ONNX results are compared with those kernels over edge cases (no boxes, all suppressed, ties,
-classes, aligned True/False, sampling ratios, boxes outside the image)."""
+classes, aligned True/False, sampling ratios, boxes outside the image); and the capture-time bodies of
+GeneralizedRCNNTransform's resize and batching with a dynamic image size, against its eager code."""
 
 from __future__ import annotations
 
@@ -12,10 +13,11 @@ import math
 import numpy as np
 import pytest
 import torch
+import torch.nn.functional as F
 from helpers import run_onnx_feeds
 
 import exporter
-from exporter.capture import vision  # noqa: F401  (defines onnxlens::batched_nms)
+from exporter.capture import vision  # defines onnxlens::batched_nms & co
 
 
 def nms_reference(boxes: torch.Tensor, scores: torch.Tensor, iou_threshold: float) -> torch.Tensor:
@@ -484,3 +486,51 @@ def test_heatmaps_to_keypoints_matches_reference(count):
     np.testing.assert_allclose(actual_scores, scores, atol=1e-5)
     if count:  # peaks in the last pixel: the last pixel's centre, half a pixel (of the box) inside its corner
         np.testing.assert_allclose(actual_xy[-1, :, :2], [[9.5 - 6.5 / 7 / 2, 12.0 - 0.5]] * 4, atol=1e-5)
+
+
+def transform_reference(image: torch.Tensor, min_size: int = 160, max_size: int = 176) -> torch.Tensor:
+    """torchvision's GeneralizedRCNNTransform resize and batching (eval, one image), as its eager code does
+    them: interpolate by a scale factor (recomputed from the size it gives), pad to a multiple of 32."""
+    height, width = image.shape[-2:]
+    scale = min(min_size / min(height, width), max_size / max(height, width))
+    resized = F.interpolate(image[None], scale_factor=scale, mode="bilinear", recompute_scale_factor=True)
+    padded = [int(math.ceil(float(s) / 32.0) * 32) for s in resized.shape[-2:]]
+    return F.pad(resized, (0, padded[1] - resized.shape[-1], 0, padded[0] - resized.shape[-2]))
+
+
+class _Transform(torch.nn.Module):
+    """The capture-time bodies of torchvision's resize (min 160, max 176) and batching."""
+
+    def forward(self, image: torch.Tensor) -> torch.Tensor:
+        resized, _ = vision._resize_image_and_masks(image, 160, 176)
+        return vision._batch_images(self, [resized], 32)
+
+
+@pytest.fixture(scope="module")
+def dynamic_transform():
+    image = torch.rand(3, 160, 144, generator=torch.Generator().manual_seed(3))
+    return _export(_Transform(), image, dynamic={"image": {1: "height", 2: "width"}})
+
+
+# (input size, resized size): the shorter side to 160 (either orientation), the longer to 176 where the
+# shorter would make it longer. In double precision (eager) 69 x 138 gives 87 x 175 and 75 x 120 gives
+# 109 x 176, a pixel less than exact arithmetic (69 * 176 / 138 = 88).
+_TRANSFORM_SIZES = [((160, 144), (176, 158)), ((128, 176), (128, 176)), ((69, 138), (87, 175)), ((75, 120), (109, 176))]
+
+
+@pytest.mark.parametrize(("size", "resized"), _TRANSFORM_SIZES, ids=lambda s: "x".join(map(str, s)))
+def test_transform_resize_and_padding_follow_the_image_size(dynamic_transform, size, resized):
+    """The transform exported at 160 x 144 with a dynamic image size resizes and pads each size as eager."""
+    image = torch.rand(3, *size, generator=torch.Generator().manual_seed(4))
+    expected = transform_reference(image).numpy()
+    assert (expected[0, 0, resized[0] - 1, resized[1] - 1] != 0) and (expected[0, 0, resized[0] :] == 0).all()
+    assert expected.shape[-2:] == tuple(-(-s // 32) * 32 for s in resized)
+    (actual,) = _run(dynamic_transform, image)
+    assert actual.shape == expected.shape
+    np.testing.assert_allclose(actual, expected, atol=1e-4)  # onnxruntime's Resize: float32 noise to 2e-5
+
+
+def test_transform_static_export():
+    image = torch.rand(3, 69, 138, generator=torch.Generator().manual_seed(5))
+    (actual,) = _run(_export(_Transform(), image, dynamic=False), image)
+    np.testing.assert_allclose(actual, transform_reference(image).numpy(), atol=1e-4)
