@@ -8,7 +8,8 @@ onnxruntime against ``generate()``), then, from the ONNX graph, how much of the 
 kernel covers, counted against the eager model independently of the fusion code:
 
 - attention: ``GroupQueryAttention`` nodes / decoder layers;
-- rotary: ``RotaryEmbedding`` nodes / 2 per layer with rotary positions (``-`` when the model has none);
+- rotary: ``RotaryEmbedding`` nodes (and 2 per ``GroupQueryAttention`` that rotates q and k itself, ``do_rotary``)
+  / 2 per layer with rotary positions (``-`` when the model has none);
 - norms: one-kernel norm nodes (``SimplifiedLayerNormalization``, ``LayerNormalization`` and their
   ``Skip…`` forms) / the normalization modules one forward pass of the eager model calls (hooks on
   modules whose class name has ``Norm``), and how many of them also add the residual (skip).
@@ -147,7 +148,9 @@ def sweep_one(name: str) -> dict:
             row["error"] = f"{type(error).__name__}: {str(error).splitlines()[0][:160]}"
             row["trace"] = traceback.format_exc(limit=3)
             return row
-        ops = collections.Counter(n.op_type for n in onnx.load(result.model_path, load_external_data=False).graph.node)
+        nodes = onnx.load(result.model_path, load_external_data=False).graph.node
+        ops = collections.Counter(n.op_type for n in nodes)
+        in_attention = sum(any(a.name == "do_rotary" and a.i for a in n.attribute) for n in nodes)  # q and k in GQA
         with open(os.path.join(out, "model.sarif")) as f:
             results = json.load(f)["runs"][0]["results"]
         unfused = [r["message"]["text"] for r in results if r["ruleId"] == "FXE0024" and r["level"] == "warning"]
@@ -155,7 +158,7 @@ def sweep_one(name: str) -> dict:
         seconds=round(time.perf_counter() - start, 1),
         generate=f"{result.parity.steps}/{result.parity.steps}" if result.parity.matched else "DIFFER",
         attention=ops["GroupQueryAttention"],
-        rotary_fused=ops["RotaryEmbedding"],
+        rotary_fused=ops["RotaryEmbedding"] + 2 * in_attention,
         norms_fused=sum(ops[op] for op in NORM_KERNELS),
         skip=ops["SkipSimplifiedLayerNormalization"] + ops["SkipLayerNormalization"],
         softmax_left=ops["Softmax"],
