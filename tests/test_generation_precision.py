@@ -261,3 +261,70 @@ def test_int4_gpt2_quantizes_its_conv1d_gemms(tmp_path):
     assert len(nbits) == 2 * 4 + 1  # c_attn, attention c_proj, c_fc, MLP c_proj per layer; the output head
     assert result.quality.agreement == pytest.approx(agreement(model, result.model_path))
     assert result.quality.agreement >= 0.9 and abs(result.quality.perplexity_change) < 0.1
+
+
+@pytest.fixture(scope="module")
+def tied():
+    """A trained Llama whose output head is its input embedding (Llama 3.2's, Qwen2.5's, Gemma's tie),
+    with a vocabulary large enough that the graph's head reads ``Transpose(embedding)`` (not folded)."""
+    torch.manual_seed(0)
+    config = LlamaConfig(
+        vocab_size=256,
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=256,
+        bos_token_id=1,
+        eos_token_id=2,
+        pad_token_id=0,
+        tie_word_embeddings=True,
+    )
+    return train(AutoModelForCausalLM.from_config(config))
+
+
+@pytest.mark.parametrize(
+    "precision, symmetric, steps", [("int4", True, 8), ("int4", False, 15), ("int8", True, 128)]
+)  # fmt: skip
+def test_a_tied_head_is_quantized_and_the_embedding_reads_its_weights(tied, tmp_path, precision, symmetric, steps):
+    """The head is MatMulNBits and the embedding a GatherBlockQuantized of the same weights: the folder
+    holds no fp32 copy of the (vocabulary x hidden) matrix; looked-up rows are the embedding's within
+    a quantization step; the trained model keeps its answers."""
+    ids, mask = prompt_tensors()
+    result = exporter.export_for_generation(
+        tied,
+        tmp_path,
+        prompt=ids,
+        attention_mask=mask,
+        max_new_tokens=NEW_TOKENS,
+        export_options=ExportOptions(precision=precision, symmetric=symmetric),
+    )
+    model = onnx.load(result.model_path)
+    graph = model.graph
+    embedding = tied.get_input_embeddings().weight.detach().numpy()
+    assert (
+        max(int(np.prod(i.dims)) for i in graph.initializer if i.data_type == onnx.TensorProto.FLOAT) < embedding.size
+    )
+    (lookup,) = [n for n in graph.node if n.op_type == "GatherBlockQuantized"]
+    (head,) = [n for n in graph.node if n.op_type == "MatMulNBits" and n.output[0] == "logits"]
+    (reshape,) = [n for n in graph.node if lookup.input[0] in n.output]
+    assert reshape.input[0] == head.input[1] and lookup.input[2:] == head.input[2:]
+
+    tokens = np.arange(embedding.shape[0], dtype=np.int64)[None]  # every row
+    rows = onnx.helper.make_graph(
+        [reshape, lookup],
+        "rows",
+        [onnx.helper.make_tensor_value_info(lookup.input[1], onnx.TensorProto.INT64, None)],
+        [onnx.helper.make_tensor_value_info(lookup.output[0], onnx.TensorProto.FLOAT, None)],
+        [i for i in graph.initializer if i.name in {*reshape.input, *lookup.input}],
+    )
+    session = ort.InferenceSession(
+        onnx.helper.make_model(rows, opset_imports=model.opset_import).SerializeToString(),
+        providers=["CPUExecutionProvider"],
+    )
+    looked_up = session.run(None, {lookup.input[1]: tokens})[0][0]
+    step = np.abs(embedding).max(-1, keepdims=True) / (steps / 2)  # one quantization step of each row at most
+    assert np.all(np.abs(looked_up - embedding) <= step / 2 + 1e-6)
+    assert result.quality.agreement == pytest.approx(agreement(tied, result.model_path))
+    assert result.quality.agreement >= 0.9

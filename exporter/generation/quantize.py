@@ -5,6 +5,11 @@ MatMulNBits (onnxruntime's own ``MatMulNBitsQuantizer``), or fp16 (onnxruntime's
 ``lm_head``), so that the quality report can keep the most sensitive groups at a higher precision.
 A ``Gemm`` with a constant weight (GPT-2's ``Conv1D``, ``x @ W + b``, exports as one) is one of them:
 the quantizer takes MatMuls only, so it becomes ``MatMul`` + ``Add`` (`_gemms_as_matmuls`) first.
+
+An output head tied to the input embedding (Llama 3.2's, Qwen2.5's, GPT-2's: the graph's head reads
+``Transpose(E)`` of the embedding's ``E``) is quantized like the others, and the embedding then reads
+the same quantized weights (``GatherBlockQuantized``), as the genai builder writes such models
+(`_untie_heads`, `_share_with_embeddings`): the folder keeps one copy of ``E``, at the lower precision.
 """
 
 from __future__ import annotations
@@ -37,7 +42,7 @@ def weight_groups(model: ir.Model) -> dict[str, list[str]]:
         if node.domain != "" or not (node.op_type == "MatMul" and len(node.inputs) == 2 or _as_matmul(node)):
             continue
         weight = node.inputs[1]
-        if weight is None or weight.const_value is None or len(weight.shape or ()) != 2:
+        if weight is None or (weight.const_value is None and _tied(weight) is None) or len(weight.shape or ()) != 2:
             continue
         group = _HEAD if _feeds(node, logits) else _module_group(node)
         groups.setdefault(group, []).append(node.name)
@@ -53,6 +58,18 @@ def _as_matmul(node: ir.Node) -> bool:
     weight = node.inputs[1]
     plain = attrs.get("alpha", 1.0) == 1.0 and attrs.get("beta", 1.0) == 1.0 and not attrs.get("transA", 0)
     return plain and weight is not None and weight.const_value is not None and len(weight.uses()) == 1
+
+
+def _tied(weight: ir.Value) -> ir.Value | None:
+    """The 2-D initializer whose transpose `weight` is (a head tied to the embedding), or None."""
+    producer = weight.producer()
+    if producer is None or (producer.op_type, producer.domain) != ("Transpose", ""):
+        return None
+    source = producer.inputs[0]
+    perm = producer.attributes.get_ints("perm", [1, 0])
+    if source is None or source.const_value is None or len(source.shape or ()) != 2 or list(perm) != [1, 0]:
+        return None
+    return source
 
 
 def _feeds(node: ir.Node, output: ir.Value) -> bool:
@@ -102,10 +119,76 @@ def quantize(
     higher = set(keep) | ({_HEAD} if options.int8_head and bits == 4 else set())
     _gemms_as_matmuls(model, {n for nodes in groups.values() for n in nodes})
     at_bits = [n for g, nodes in groups.items() if g not in higher for n in nodes]
+    at_8_bits = [n for g in higher & set(groups) for n in groups[g]] if bits == 4 else []
+    untied = _untie_heads(model, {*at_bits, *at_8_bits})
     model = _matmul_nbits(model, options, bits, at_bits)
-    if bits == 4:
-        model = _matmul_nbits(model, options, 8, [n for g in higher & set(groups) for n in groups[g]])
+    model = _matmul_nbits(model, options, 8, at_8_bits)
+    _share_with_embeddings(model, untied, options.block_size)
     return model
+
+
+def _untie_heads(model: onnx.ModelProto, names: Collection[str]) -> dict[str, str]:
+    """Give each MatMul named in `names` that reads ``Transpose(E)`` of an initializer its own weight
+    ``E.T`` (the quantizer takes constant weights only); {that weight's name: E's name}."""
+    initializers = {i.name: i for i in model.graph.initializer}
+    transposes = {n.output[0]: n for n in model.graph.node if n.op_type == "Transpose" and n.domain == ""}
+    untied = {}
+    for node in list(model.graph.node):  # a copy: an untied Transpose leaves the graph
+        transpose = transposes.get(node.input[1]) if node.op_type == "MatMul" and node.name in names else None
+        source = initializers.get(transpose.input[0]) if transpose is not None else None
+        if source is None or len(source.dims) != 2:
+            continue
+        weight = f"{source.name}.transposed"
+        array = np.ascontiguousarray(onnx.numpy_helper.to_array(source).T)
+        model.graph.initializer.append(onnx.numpy_helper.from_array(array, weight))
+        node.input[1] = weight
+        untied[weight] = source.name
+        if not any(transpose.output[0] in other.input for other in model.graph.node):
+            model.graph.node.remove(transpose)
+    return untied
+
+
+def _share_with_embeddings(model: onnx.ModelProto, untied: dict[str, str], block_size: int) -> None:
+    """Each embedding lookup (``Gather`` on axis 0) of a tied ``E`` (`untied`) reads its head's quantized
+    weights instead: ``GatherBlockQuantized`` of the MatMulNBits weights seen as one row per token; then
+    ``E`` goes. A head left in fp32, or a hidden size the blocks do not divide (MatMulNBits pads it),
+    keeps ``E``."""
+    heads = {n.input[1]: n for n in model.graph.node if n.op_type == "MatMulNBits"}
+    for weight, source in untied.items():
+        head = next((node for name, node in heads.items() if name.startswith(f"{weight}_Q")), None)
+        if head is None:
+            continue
+        attributes = {a.name: onnx.helper.get_attribute_value(a) for a in head.attribute}
+        lookups = [
+            node
+            for node in model.graph.node
+            if node.op_type == "Gather" and node.domain == "" and node.input[0] == source
+            and all(a.i == 0 for a in node.attribute if a.name == "axis")
+        ]  # fmt: skip
+        if not lookups or attributes["K"] % block_size:
+            continue
+        rows = f"{head.input[1]}.rows"
+        shape = [attributes["N"], attributes["K"] * attributes["bits"] // 8]
+        model.graph.initializer.append(onnx.helper.make_tensor(f"{rows}.shape", onnx.TensorProto.INT64, [2], shape))
+        first = list(model.graph.node).index(lookups[0])
+        for node in lookups:
+            node.CopyFrom(
+                onnx.helper.make_node(
+                    "GatherBlockQuantized",
+                    [rows, node.input[1], *head.input[2:]],
+                    list(node.output),
+                    name=f"{node.name}_Q{attributes['bits']}",
+                    domain="com.microsoft",
+                    gather_axis=0,
+                    quantize_axis=1,
+                    block_size=block_size,
+                    bits=attributes["bits"],
+                )
+            )
+        model.graph.node.insert(first, onnx.helper.make_node("Reshape", [head.input[1], f"{rows}.shape"], [rows]))
+        if not any(source in node.input for node in model.graph.node):
+            (initializer,) = [i for i in model.graph.initializer if i.name == source]
+            model.graph.initializer.remove(initializer)
 
 
 def _gemms_as_matmuls(model: onnx.ModelProto, names: Collection[str]) -> None:
