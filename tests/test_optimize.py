@@ -316,3 +316,20 @@ def test_merged_reshapes_leave_every_shape_a_node_reads():
     data = torch.arange(12.0).reshape(2, 6)
     y, z = session.run(None, {"x": data.numpy()})
     assert (y == data.reshape(4, 3).numpy()).all() and (z == data.reshape(6, 2).numpy()).all()
+
+
+class TinyConstants(nn.Module):
+    """An RMS norm with Helium's epsilon (1e-8), and a scale a hair above 1: no-ops to onnxscript's
+    rewrite rules (their constants match within 1e-8 absolutely, 1e-5 relatively), not to PyTorch."""
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        normed = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-8)
+        return normed, (x + 1e-9) * 1.000001
+
+
+def test_tiny_constants_are_not_dropped_as_no_ops():
+    """A zero row (a padding token's embedding) stays 0 through the norm, not 0/0 = NaN."""
+    x = torch.cat([torch.zeros(1, 8), torch.full((1, 8), 3e4)])
+    export_output = exporter.dynamo_export(TinyConstants(), x)
+    assert _op_types(export_output.model_proto).count("Add") == 2 and "Mul" in _op_types(export_output.model_proto)
+    assert_matches_eager(export_output, TinyConstants(), (x,), atol=0, rtol=1e-6)

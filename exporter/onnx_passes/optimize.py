@@ -31,7 +31,8 @@ import onnx_ir as ir
 import onnx_ir.passes.common as common_passes
 from onnx_ir.passes.common import _c_api_utils
 from onnxscript import optimizer, rewriter
-from onnxscript.rewriter import _ir_utils, _matcher, pattern
+from onnxscript.rewriter import _ir_utils, _matcher, _pattern_ir, pattern
+from onnxscript.rewriter.rules.common import _no_op
 
 from exporter.constants import METADATA_PREFIX as _METADATA_PREFIX
 from exporter.options import OPTIMIZE_ONNXRUNTIME
@@ -144,6 +145,31 @@ def _value_infos(graph: onnx.GraphProto) -> Iterator[onnx.ValueInfoProto]:
                 yield from _value_infos(subgraph)
 
 
+def _exactly(value: float) -> _pattern_ir.Constant:
+    """A pattern's scalar constant matching `value` only (onnxscript's literals match within 1e-8
+    absolutely and 1e-5 relatively: ``x + 1e-8``, an RMS norm's epsilon, became ``x``)."""
+    return _pattern_ir.Constant(value, 0.0, 0.0)
+
+
+def _identity(op, x, **_):
+    return op.Identity(x)
+
+
+_EXACT_NO_OPS = [
+    *pattern.RewriteRule(lambda op, x: op.Add(x, _exactly(0)), _identity).commute(),
+    *pattern.RewriteRule(lambda op, x: op.Mul(x, _exactly(1)), _identity).commute(),
+    pattern.RewriteRule(lambda op, x: op.Sub(x, _exactly(0)), _identity),
+    pattern.RewriteRule(lambda op, x: op.Div(x, _exactly(1)), _identity),
+]
+_INEXACT_NO_OPS = [
+    r
+    for r in _no_op.rules.rules
+    if any(r._target_pattern.output_nodes[0].op.matches(t) for t in ("Add", "Mul", "Sub", "Div"))
+]
+# onnxscript's default rules, with its arithmetic no-op rules (x + 0, x * 1, x - 0, x / 1) matched exactly
+_REWRITE_RULES = [*(r for r in rewriter._DEFAULT_REWRITE_RULES if r not in _INEXACT_NO_OPS), *_EXACT_NO_OPS]
+
+
 class OptimizePass(ir.passes.InPlacePass):
     """onnxscript's optimizer (`optimize_ir`, functions already inlined) with root-filtered rewrite rules."""
 
@@ -151,7 +177,7 @@ class OptimizePass(ir.passes.InPlacePass):
         loop = ir.passes.PassManager(
             [
                 FoldConstantsPass(),
-                rewriter.RewritePass(rule_set(rewriter._DEFAULT_REWRITE_RULES)),
+                rewriter.RewritePass(rule_set(_REWRITE_RULES)),
                 common_passes.RemoveUnusedNodesPass(),
                 common_passes.RemoveUnusedFunctionsPass(),
                 common_passes.RemoveUnusedOpsetsPass(),
