@@ -328,3 +328,40 @@ def test_a_tied_head_is_quantized_and_the_embedding_reads_its_weights(tied, tmp_
     assert np.all(np.abs(looked_up - embedding) <= step / 2 + 1e-6)
     assert result.quality.agreement == pytest.approx(agreement(tied, result.model_path))
     assert result.quality.agreement >= 0.9
+
+
+def test_a_weight_shared_by_two_layers_stays_shared():
+    """Two MatMuls reading ``Transpose(W)`` of one weight (layers sharing it, ALBERT-style) are left as
+    they are, the tied head next to them is quantized and shared with its lookup, and the model runs."""
+    from exporter.generation import quantize
+
+    rng = np.random.default_rng(0)
+    shared, embedding = rng.standard_normal((64, 64), np.float32), rng.standard_normal((256, 64), np.float32)
+    nodes = [
+        onnx.helper.make_node("Gather", ["E", "ids"], ["h0"]),
+        onnx.helper.make_node("Transpose", ["W"], ["Wt"], perm=[1, 0]),
+        onnx.helper.make_node("MatMul", ["h0", "Wt"], ["h1"], name="layer0"),
+        onnx.helper.make_node("MatMul", ["h1", "Wt"], ["h2"], name="layer1"),
+        onnx.helper.make_node("Transpose", ["E"], ["Et"], perm=[1, 0]),
+        onnx.helper.make_node("MatMul", ["h2", "Et"], ["logits"], name="head"),
+    ]
+    graph = onnx.helper.make_graph(
+        nodes,
+        "shared",
+        [onnx.helper.make_tensor_value_info("ids", onnx.TensorProto.INT64, [1, 3])],
+        [onnx.helper.make_tensor_value_info("logits", onnx.TensorProto.FLOAT, [1, 3, 256])],
+        [onnx.numpy_helper.from_array(shared, "W"), onnx.numpy_helper.from_array(embedding, "E")],
+    )
+    model = onnx.helper.make_model(graph, opset_imports=[onnx.helper.make_opsetid("", 20)])
+    groups = {"layers": ["layer0", "layer1"], "lm_head": ["head"]}
+    lowered = quantize.quantize(model, ExportOptions(precision="int4"), groups)
+    onnx.checker.check_model(lowered)
+    ops = [n.op_type for n in lowered.graph.node]
+    assert ops.count("MatMul") == 2 and ops.count("MatMulNBits") == 1 and "GatherBlockQuantized" in ops
+    assert {i.name for i in lowered.graph.initializer} >= {"W"} and "E" not in {
+        i.name for i in lowered.graph.initializer
+    }
+    ids = np.array([[3, 200, 17]])
+    session = ort.InferenceSession(lowered.SerializeToString(), providers=["CPUExecutionProvider"])
+    expected = embedding[ids] @ shared.T @ shared.T @ embedding.T
+    assert np.abs(session.run(None, {"ids": ids})[0] - expected).max() < 0.2 * np.abs(expected).max()

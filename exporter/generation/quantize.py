@@ -14,6 +14,7 @@ the same quantized weights (``GatherBlockQuantized``), as the genai builder writ
 
 from __future__ import annotations
 
+import collections
 import json
 import logging
 import re
@@ -129,14 +130,18 @@ def quantize(
 
 def _untie_heads(model: onnx.ModelProto, names: Collection[str]) -> dict[str, str]:
     """Give each MatMul named in `names` that reads ``Transpose(E)`` of an initializer its own weight
-    ``E.T`` (the quantizer takes constant weights only); {that weight's name: E's name}."""
+    ``E.T`` (the quantizer takes constant weights only), where it is the only MatMul reading ``E`` so
+    (weights shared by several layers stay as they are); {that weight's name: E's name}."""
     initializers = {i.name: i for i in model.graph.initializer}
     transposes = {n.output[0]: n for n in model.graph.node if n.op_type == "Transpose" and n.domain == ""}
+    readers = collections.Counter(
+        transposes[n.input[1]].input[0] for n in model.graph.node if n.op_type == "MatMul" and n.input[1] in transposes
+    )
     untied = {}
     for node in list(model.graph.node):  # a copy: an untied Transpose leaves the graph
         transpose = transposes.get(node.input[1]) if node.op_type == "MatMul" and node.name in names else None
         source = initializers.get(transpose.input[0]) if transpose is not None else None
-        if source is None or len(source.dims) != 2:
+        if source is None or len(source.dims) != 2 or readers[source.name] != 1:
             continue
         weight = f"{source.name}.transposed"
         array = np.ascontiguousarray(onnx.numpy_helper.to_array(source).T)
