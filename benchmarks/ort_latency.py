@@ -2,8 +2,8 @@
 
 `measure` loads every model in one process (CPU provider, 1 intra-op and 1 inter-op thread) and,
 after a warm-up, runs rounds in which each model runs one short block (~``BLOCK_SECONDS``, at least one
-run) in a random order, recording each block's time per run. Load that comes and goes then hits the
-models alike, and `ratio_summary` compares two models round by round: the median of the per-round
+run) in a random order, recording the median time of the block's runs. Load that comes and goes then
+hits the models alike, and `ratio_summary` compares two models round by round: the median of the per-round
 ratios, with a 95 % confidence interval of that median (order statistics) and the ratios' p25-p75.
 Two sessions of the same model differ by up to ~2 % this way on a loaded 2-core machine (a slower
 one used to be 1.11x in one run, 1.005x in the next).
@@ -23,7 +23,7 @@ WARMUP_RUNS = 5
 WARMUP_SECONDS = 0.05  # per model, at least WARMUP_RUNS runs
 BLOCK_SECONDS = 0.001  # one model's runs in a round
 BUDGET_SECONDS = 3.0  # rounds of all models together, bounded by MIN_ROUNDS and MAX_ROUNDS
-MIN_ROUNDS = 40
+MIN_ROUNDS = 200
 MAX_ROUNDS = 600
 Z95 = 1.96
 
@@ -42,20 +42,24 @@ def session(model_bytes: bytes, optimized_path: Path | None = None) -> Any:
     return ort.InferenceSession(model_bytes, options, providers=["CPUExecutionProvider"])
 
 
-def _seconds_per_run(sess: Any, feeds: dict[str, Any], runs: int) -> float:
-    start = time.perf_counter()
+def _run_seconds(sess: Any, feeds: dict[str, Any], runs: int) -> list[float]:
+    """The seconds of each of `runs` consecutive runs."""
+    times = []
     for _ in range(runs):
+        start = time.perf_counter()
         sess.run(None, feeds)
-    return (time.perf_counter() - start) / runs
+        times.append(time.perf_counter() - start)
+    return times
 
 
 def measure(models: dict[str, tuple[Any, dict[str, Any]]], seed: int = 0) -> dict[str, list[float]]:
-    """Per model (name -> (session, feeds)), its milliseconds per run in each round (rounds aligned)."""
+    """Per model (name -> (session, feeds)), the median milliseconds of its runs in each round (rounds
+    aligned): a run another process preempted changes a block's median only when it has one run."""
     blocks, round_seconds = {}, 0.0
     for name, (sess, feeds) in models.items():
         warm: list[float] = []
         while len(warm) < WARMUP_RUNS or sum(warm) < WARMUP_SECONDS:
-            warm.append(_seconds_per_run(sess, feeds, 1))
+            warm += _run_seconds(sess, feeds, 1)
         blocks[name] = max(1, round(BLOCK_SECONDS / max(min(warm), 1e-7)))
         round_seconds += blocks[name] * statistics.median(warm)
     rounds = min(MAX_ROUNDS, max(MIN_ROUNDS, int(BUDGET_SECONDS / round_seconds)))
@@ -66,7 +70,7 @@ def measure(models: dict[str, tuple[Any, dict[str, Any]]], seed: int = 0) -> dic
         rng.shuffle(order)
         for name in order:
             sess, feeds = models[name]
-            times[name].append(_seconds_per_run(sess, feeds, blocks[name]) * 1e3)
+            times[name].append(statistics.median(_run_seconds(sess, feeds, blocks[name])) * 1e3)
     return times
 
 
