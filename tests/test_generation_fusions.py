@@ -112,6 +112,31 @@ def test_onnxruntime_genai_generates_the_fused_model_like_generate(fused):
     assert [list(generator.get_sequence(i))[7:] for i in range(2)] == expected
 
 
+def test_onnxruntime_genai_right_padded_batch_generates_each_prompt_like_generate(fused):
+    """onnxruntime-genai pads a batch of unequal prompts on the right (the pad id, masked out) and keeps
+    the padding's cache slots: GroupQueryAttention's own rotary must rotate the later tokens at their
+    positions, not at their slots. Each row generates what ``generate()`` does for its prompt alone."""
+    import onnxruntime_genai as og
+
+    model, result = fused
+    prompts = [PROMPT[0], PROMPT[1][:4]]
+    with torch.no_grad():
+        expected = [
+            model.generate(torch.tensor([p]), max_new_tokens=NEW_TOKENS, do_sample=False, pad_token_id=0)[
+                0, len(p) :
+            ].tolist()
+            for p in prompts
+        ]
+    genai_model = og.Model(result.output_dir)
+    params = og.GeneratorParams(genai_model)
+    params.set_search_options(max_length=7 + NEW_TOKENS, do_sample=False, batch_size=2)
+    generator = og.Generator(genai_model, params)
+    generator.append_tokens(np.array([prompts[0], prompts[1] + [0] * 3], dtype=np.int32))
+    while not generator.is_done():
+        generator.generate_next_token()
+    assert [list(generator.get_sequence(i))[7:] for i in range(2)] == expected
+
+
 def test_a_layer_that_does_not_fuse_is_located_at_its_module(tmp_path):
     model = tiny_model("llama")
     model.model.layers[1].post_attention_layernorm = AbsMeanNorm(64)
