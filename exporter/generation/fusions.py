@@ -7,6 +7,10 @@ in the ONNX domain) and onnxscript's skip fusion folds the residual ``Add`` befo
 sin``; `_RotaryCache` turns its intermediate op into ``com.microsoft.RotaryEmbedding`` with constant
 cos/sin caches up to the context length when cos and sin come from ``position_ids`` times constant
 inverse frequencies (transformers' default rotary embedding, folded by the optimizer into a ``Mul``).
+`_GroupQueryAttention` makes a layer's attention ``GroupQueryAttention``, which rotates q and k itself
+with those caches when they span the head (``do_rotary``, as onnxruntime-genai's model builder does);
+`merge_projections` then merges the projections of one input (q/k/v, gate/up) into one MatMul and feeds
+the q/k/v one to GroupQueryAttention whole (packed).
 
 Which layers fused is read from what is left: a layer whose nodes still compute ``Pow`` → ``ReduceMean``
 (a norm) or ``Neg`` (rotate half) did not fuse that part; ``Softmax`` is attention in standard ops.
@@ -126,7 +130,8 @@ class _RotaryCache(pattern.RewriteRuleClassBase):
 class _GroupQueryAttention(pattern.RewriteRuleClassBase):
     """A decoder layer's attention as exported (rotary on BHSD heads, the cache concatenated, keys
     repeated per group, softmax over ``q·kᵀ`` plus the model's additive mask) → onnxruntime's
-    ``GroupQueryAttention``, with the rotary embeddings on the 3-D projections and the mask as its
+    ``GroupQueryAttention``, rotating q and k itself (``do_rotary``: a whole head, constant caches) or
+    with RotaryEmbedding on the 3-D projections (a partial rotation), and the mask as its
     ``attention_bias`` (left padding stays masked; ``seqlens_k`` is every row's full length)."""
 
     def __init__(self, repeated: bool, sdpa: bool, rotary: bool, qk_norm: str) -> None:
