@@ -5,8 +5,8 @@ after a warm-up, runs rounds in which each model runs one short block (~``BLOCK_
 run) in a random order, recording the median time of the block's runs. Load that comes and goes then
 hits the models alike, and `ratio_summary` compares two models round by round: the median of the per-round
 ratios, with a 95 % confidence interval of that median (order statistics) and the ratios' p25-p75.
-Two sessions of the same model differ by up to ~2 % this way on a loaded 2-core machine (a slower
-one used to be 1.11x in one run, 1.005x in the next).
+Two sessions of the same model differ by up to 3 % this way on a loaded 2-core machine, beyond that
+interval (timed in long blocks, SigLIP with identical graphs was 1.11x in one run, 1.005x in the next).
 """
 
 from __future__ import annotations
