@@ -21,7 +21,6 @@ import json
 import linecache
 import os
 import pathlib
-import subprocess
 from collections import Counter
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
@@ -67,15 +66,17 @@ def target_definition(fn: Any) -> Frame | None:
 
 
 def repository_root(cwd: str | None = None) -> str:
-    """The git repository's top-level directory holding `cwd` (default: the working directory), else `cwd`."""
+    """The git repository's top-level directory holding `cwd` (default: the working directory): the
+    nearest directory with a ``.git`` entry (a worktree's or submodule's is a file), else `cwd`. Found
+    on disk, as git finds it, without running git for every log written."""
     cwd = os.path.realpath(cwd or os.getcwd())
-    try:
-        out = subprocess.run(
-            ["git", "rev-parse", "--show-toplevel"], cwd=cwd, capture_output=True, text=True, timeout=30, check=True
-        )
-    except (OSError, subprocess.SubprocessError):
-        return cwd
-    return os.path.realpath(out.stdout.strip()) or cwd
+    directory = cwd
+    while not os.path.exists(os.path.join(directory, ".git")):
+        parent = os.path.dirname(directory)
+        if parent == directory:
+            return cwd
+        directory = parent
+    return directory
 
 
 def relative_path(path: str, root: str) -> str:
