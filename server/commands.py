@@ -10,6 +10,7 @@ per text, and the quick fixes' analyses, in the parser process (`targets.Discove
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import importlib
 import logging
 import os
@@ -336,9 +337,16 @@ def _graph_diff() -> Any:
 
 
 def _keep_previous(onnx_path: str | None) -> None:
-    """A copy of the model an export is about to replace (`graph_diff.previous_path`), for Compare with Previous."""
+    """The model an export is about to replace, kept as `graph_diff.previous_path` for Compare with Previous:
+    a hard link (an export replaces its file by a new one, never writes into it), a copy where links fail."""
     if onnx_path and os.path.isfile(onnx_path):
-        shutil.copyfile(onnx_path, _graph_diff().previous_path(onnx_path))
+        previous = _graph_diff().previous_path(onnx_path)
+        with contextlib.suppress(FileNotFoundError):
+            os.remove(previous)
+        try:
+            os.link(onnx_path, previous)
+        except OSError:
+            shutil.copyfile(onnx_path, previous)
 
 
 def _select_targets(args: ExportArgs, found: Discovery, path: str) -> list[Target]:
