@@ -8,6 +8,7 @@ from __future__ import annotations
 import inspect
 import math
 
+import onnx.inliner
 import pytest
 import torch
 from helpers import assert_matches_eager
@@ -197,6 +198,45 @@ def test_kept_whole(name):
     fn, args, _, _ = CASES[name]
     program = FXGraphExtractor().generate_fx(fn, args, {}, dynamic_shapes=True, ctx=DiagnosticContext())
     assert decompose.untranslatable_targets(program, default_registry()) == set()
+
+
+def _nan_planes(shape, plane_axes: int) -> torch.Tensor:
+    """`_ragged` values (ties) whose first planes (the last `plane_axes` axes) hold a NaN first, inner
+    and last (onnxruntime's max reductions keep or drop a NaN by its position) and +inf beside -inf."""
+    x = _ragged(shape)
+    planes = x.view(-1, math.prod(shape[-plane_axes:]))
+    planes[0, 0] = planes[1, planes.shape[1] // 2] = planes[2, -1] = NAN
+    planes[3, :2] = torch.tensor([INF, -INF])
+    return x
+
+
+VALUES_ONLY = {
+    "divisible": (torch.nn.AdaptiveMaxPool2d((2, 3)), (2, 3, 8, 9), (2, 3, 7, 10)),
+    "global": (torch.nn.AdaptiveMaxPool2d(1), (2, 3, 5, 6), (3, 3, 4, 9)),
+    "global_rows": (torch.nn.AdaptiveMaxPool2d((1, 3)), (2, 3, 5, 9), (2, 3, 6, 7)),
+    "uneven": (torch.nn.AdaptiveMaxPool2d((3, 2)), (2, 2, 7, 5), (2, 2, 9, 4)),
+    "unbatched": (torch.nn.AdaptiveMaxPool2d((2, 2)), (4, 6, 4), (4, 5, 7)),
+    "1d_divisible": (torch.nn.AdaptiveMaxPool1d(4), (2, 3, 12), (2, 3, 10)),
+}
+INDEX_OPS = {"GatherElements", "GatherND", "ArgMax", "ArgMin", "Equal"}  # picking the maximum's position
+
+
+@pytest.mark.parametrize("dynamic", [False, True], ids=["static", "dynamic"])
+@pytest.mark.parametrize("name", list(VALUES_ONLY))
+def test_adaptive_max_pool_values_alone_leave_no_index_computation(name, dynamic):
+    """Pooled values without their indices (``nn.AdaptiveMaxPool2d(1)(h)``) are PyTorch's, NaN, ±inf and
+    ties included, and the exported graph holds none of the indices' ops."""
+    pool, shape, other = VALUES_ONLY[name]
+    torch.manual_seed(1)
+    planes = 1 if isinstance(pool, torch.nn.AdaptiveMaxPool1d) else 2
+    args = (_nan_planes(shape, planes),)
+    export_output = exporter.dynamo_export(pool, *args, export_options=exporter.ExportOptions(dynamic_shapes=dynamic))
+    assert torch.isnan(pool(*args)).any() and not torch.isnan(pool(*args)).all()
+    assert_matches_eager(export_output, pool, args, atol=0)
+    if dynamic:
+        assert_matches_eager(export_output, pool, args, atol=0, run_args=(_nan_planes(other, planes),))
+    model = onnx.inliner.inline_local_functions(export_output.model_proto)
+    assert {node.op_type for node in model.graph.node} & INDEX_OPS == set()
 
 
 def test_empty_tensors():

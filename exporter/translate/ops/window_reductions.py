@@ -4,7 +4,8 @@ max pooling (window i is ``[floor(i*n/o), ceil((i+1)*n/o))``).
 
 Each is one masked reduction: the input is broadcast against a ``[windows, n]`` mask built from its size
 at run time (so dynamic sizes stay right) and reduced along ``n``. That costs ``windows × n`` elements per
-row, exact on zeros, negatives and infinities (no log/exp), where ONNX offers no scan of its own.
+row, exact on zeros, negatives and infinities (no log/exp), where ONNX offers no scan of its own. Adaptive
+max pooling's values are reduced apart from its indices (a global or tiling pool without a mask), NaN kept.
 """
 
 from __future__ import annotations
@@ -70,7 +71,8 @@ def _cumulative_extreme(self, dim: int, largest: bool):
 def adaptive_max_pool2d(self, output_size: Sequence[int]):
     """The maximum of each adaptive window over the last two axes and its index in the flattened
     ``H × W`` plane (ties: the first in row-major order; NaN: the last NaN), as PyTorch. Separable:
-    each row's window maxima along the width, then the maxima of those along the height."""
+    each row's window maxima along the width, then the maxima of those along the height. The values
+    are reduced on their own (`_pooled_max`), so unused indices leave nothing in the graph."""
     rank = len(self.shape)
     height, width, floating = rank - 2, rank - 1, _floating(self)
     columns = _window_arg_extreme(
@@ -81,7 +83,7 @@ def adaptive_max_pool2d(self, output_size: Sequence[int]):
         row_maxima, height, rank, adaptive_windows(_size(self, height), output_size[0]), True, False, floating
     )
     flat = op.Add(op.Mul(rows, _size(self, width)), op.GatherElements(columns, rows, axis=height))
-    return op.GatherElements(row_maxima, rows, axis=height), flat
+    return _pooled_max(self, list(output_size[:2])), flat
 
 
 @_traced
@@ -91,7 +93,40 @@ def adaptive_max_pool1d(self, output_size: Sequence[int]):
     indices = _window_arg_extreme(
         self, axis, axis + 1, adaptive_windows(_size(self, axis), output_size[0]), True, False, _floating(self)
     )
-    return op.GatherElements(self, indices, axis=axis), indices
+    return _pooled_max(self, [output_size[0]]), indices
+
+
+def _pooled_max(x, outs: list[int]):
+    """The maxima of adaptive pooling's windows over the last ``len(outs)`` axes of `x`, NaN for a window
+    with a NaN (as PyTorch; onnxruntime's reductions drop a NaN depending on its position). Output size 1
+    everywhere: one reduction over the axes (any size); static sizes that `outs` divide: windows of
+    equal size that tile each axis, reduced after a reshape; otherwise a masked reduction per axis."""
+    rank, floating = len(x.shape), _floating(x)
+    axes = list(range(rank - len(outs), rank))
+    sizes = [x.shape[axis] for axis in axes]
+    if all(out == 1 for out in outs):
+        return _nan_kept_max(x, axes, True, floating)
+    if all(isinstance(n, int) and n % out == 0 for n, out in zip(sizes, outs)):
+        tiles = [d for n, out in zip(sizes, outs) for d in (out, n // out)]
+        tiled = op.Reshape(x, op.Constant(value_ints=[0] * axes[0] + tiles))
+        return _nan_kept_max(tiled, [axes[0] + 2 * i + 1 for i in range(len(outs))], False, floating)
+    for axis, out in zip(reversed(axes), reversed(outs)):
+        if out == 1:
+            x = _nan_kept_max(x, [axis], True, floating)
+            continue
+        spread, inside = _spread(x, adaptive_windows(_size(x, axis), out), axis, rank)
+        x = _nan_kept_max(op.Where(inside, spread, _fill(x, axis, True, floating)), [axis + 1], False, floating)
+    return x
+
+
+def _nan_kept_max(x, axes: list[int], keepdims: bool, floating: bool):
+    """``ReduceMax`` of `x` over `axes`, NaN where they hold a NaN (for `floating` values)."""
+    reduced = op.Constant(value_ints=axes)
+    largest = op.ReduceMax(x, reduced, keepdims=int(keepdims))
+    if not floating:
+        return largest
+    nans = op.ReduceMax(op.Cast(op.IsNaN(x), to=ir.DataType.FLOAT), reduced, keepdims=int(keepdims))
+    return op.Where(op.Cast(nans, to=ir.DataType.BOOL), op.CastLike(float("nan"), largest), largest)
 
 
 def adaptive_windows(size, out: int):
@@ -138,13 +173,8 @@ def _window_arg_extreme(x, axis: int, rank: int, inside, largest: bool, last: bo
     windows along `axis`."""
     spread, inside = _spread(x, inside, axis, rank)
     reduced = op.Constant(value_ints=[axis + 1])
-    if floating:
-        fill = op.CastLike(float("-inf") if largest else float("inf"), x)
-    else:  # any value not above (below) every element: the row's own minimum (maximum)
-        bound = (op.ReduceMin if largest else op.ReduceMax)(x, op.Constant(value_ints=[axis]), keepdims=1)
-        fill = op.Unsqueeze(bound, op.Constant(value_ints=[axis]))
     reduce = op.ReduceMax if largest else op.ReduceMin
-    extreme = reduce(op.Where(inside, spread, fill), reduced, keepdims=1)
+    extreme = reduce(op.Where(inside, spread, _fill(x, axis, largest, floating)), reduced, keepdims=1)
     positions = op.Range(op.Constant(value_int=0), op.Squeeze(_size(x, axis)), op.Constant(value_int=1))
     positions = op.Unsqueeze(positions, op.Constant(value_ints=[0, *range(2, rank - axis + 1)]))
     hits = op.And(inside, op.Equal(spread, extreme))
@@ -157,6 +187,15 @@ def _window_arg_extreme(x, axis: int, rank: int, inside, largest: bool, last: bo
         last_nan = op.ReduceMax(op.Where(nans, positions, op.Constant(value_int=-1)), reduced, keepdims=0)
         index = op.Where(op.GreaterOrEqual(last_nan, op.Constant(value_int=0)), last_nan, index)
     return index
+
+
+def _fill(x, axis: int, largest: bool, floating: bool):
+    """What a masked reduction of `x` along `axis` puts outside a window: below (above) every element,
+    ``-inf`` (``inf``) for floats; otherwise the row's own minimum (maximum), spread as `_spread`'s `x`."""
+    if floating:
+        return op.CastLike(float("-inf") if largest else float("inf"), x)
+    bound = (op.ReduceMin if largest else op.ReduceMax)(x, op.Constant(value_ints=[axis]), keepdims=1)
+    return op.Unsqueeze(bound, op.Constant(value_ints=[axis]))
 
 
 FUNCTIONS = {
