@@ -9,8 +9,8 @@ cos/sin caches up to the context length when cos and sin come from ``position_id
 inverse frequencies (transformers' default rotary embedding, folded by the optimizer into a ``Mul``).
 `_GroupQueryAttention` makes a layer's attention ``GroupQueryAttention``, which rotates q and k itself
 with those caches when they span the head (``do_rotary``, as onnxruntime-genai's model builder does);
-`merge_projections` then merges the projections of one input (q/k/v, gate/up) into one MatMul and feeds
-the q/k/v one to GroupQueryAttention whole (packed).
+`merge_projections` then merges a layer's q/k/v projections into one MatMul and feeds it to
+GroupQueryAttention whole (packed).
 
 Which layers fused is read from what is left: a layer whose nodes still compute ``Pow`` → ``ReduceMean``
 (a norm) or ``Neg`` (rotate half) did not fuse that part; ``Softmax`` is attention in standard ops.
@@ -320,9 +320,8 @@ def merge_parallel_matmuls(model: ir.Model) -> int:
     layer's q/k/v projections) into one MatMul (and one bias Add when each has one, none when the biases
     are all zero) and a Split: one kernel instead of three per decode step. Not the gate and up
     projections: one fp32 MatMul of both was slower per token than two (Qwen2/Llama, hidden 1024:
-    37.4 vs 35.3 ms of CPU, one thread; the builder keeps them apart too). Quantized
-    ``MatMulNBits`` of the same kind merge too (their blocks, scales and zero points stacked). The
-    merged weights are concatenated when read (quantized, written), not here. Returns how many were merged."""
+    37.4 vs 35.3 ms of CPU, one thread; the builder keeps them apart too). The merged weights are
+    concatenated when read (quantized, written), not here. Returns how many were merged."""
     graph = model.graph
     groups: dict[tuple, list[ir.Node]] = {}
     for node in graph:
@@ -337,24 +336,9 @@ def merge_parallel_matmuls(model: ir.Model) -> int:
         if len(nodes) < 2 or any(old.is_graph_output() for old in olds) or _attention_of(olds) is None:
             continue
         first = nodes[0]
-        if first.op_type == "MatMul":
-            weight = _concatenated(graph, f"{first.name}_merged_weight", [n.inputs[1].const_value for n in nodes], 1)
-            new, sizes = (
-                [ir.node("MatMul", [source, weight], name=f"{first.name}_merged")],
-                [n.inputs[1].shape[1] for n in nodes],
-            )
-        else:  # MatMulNBits: weights (N, blocks, bytes), scales and zero points by output row N
-            sizes = [n.attributes.get_int("N") for n in nodes]
-            inputs = [
-                None if v is None else _concatenated(graph, f"{first.name}_merged_{i}", [n.inputs[i].const_value for n in nodes], 0)
-                for i, v in enumerate(first.inputs[1:], 1)
-            ]  # fmt: skip
-            attributes = {k: a.value for k, a in first.attributes.items()} | {"N": sum(sizes)}
-            new = [
-                ir.node(
-                    "MatMulNBits", [source, *inputs], attributes, domain="com.microsoft", name=f"{first.name}_merged"
-                )
-            ]
+        weight = _concatenated(graph, f"{first.name}_merged_weight", [n.inputs[1].const_value for n in nodes], 1)
+        new = [ir.node("MatMul", [source, weight], name=f"{first.name}_merged")]
+        sizes = [n.inputs[1].shape[1] for n in nodes]
         if with_bias and any(b[1].numpy().any() for b in biases):
             bias = _concatenated(graph, f"{first.name}_merged_bias", [b[1] for b in biases], axis=0)
             new.append(ir.node("Add", [new[-1].outputs[0], bias], name=f"{first.name}_merged_bias_add"))
@@ -389,17 +373,12 @@ def _attention_of(values: list[ir.Value]) -> ir.Node | None:
 
 
 def _matmul_kind(node: ir.Node) -> tuple | None:
-    """What a MatMul of `node`'s input by constant weights must share with another to merge with it
-    (None: not such a MatMul): the weight's rows and type, or MatMulNBits' attributes but N and its inputs."""
-    weights = node.inputs[1:]
-    if any(v is not None and v.const_value is None for v in weights) or not weights or weights[0] is None:
+    """What a MatMul of `node`'s input by a constant weight must share with another to merge with it
+    (the weight's rows and type), or None: not such a MatMul."""
+    weight = node.inputs[1] if node.op_type == "MatMul" and node.domain == "" else None
+    if weight is None or weight.const_value is None or len(weight.shape or ()) != 2:
         return None
-    if node.op_type == "MatMul" and node.domain == "" and len(weights[0].shape or ()) == 2:
-        return ("MatMul", weights[0].shape[0], weights[0].dtype)
-    if node.op_type == "MatMulNBits" and node.domain == "com.microsoft" and "g_idx" not in node.attributes:
-        attributes = tuple(sorted((k, a.value) for k, a in node.attributes.items() if k != "N"))
-        return ("MatMulNBits", attributes, tuple(v is not None for v in weights))
-    return None
+    return (weight.shape[0], weight.dtype)
 
 
 def pack_qkv(model: ir.Model) -> int:
@@ -485,10 +464,9 @@ class Fusion:
         return f"{fused}/{len(self.layers)} layers fused ({ops or 'no fused ops'})"
 
 
-def fuse(model: ir.Model, positions: int, merge: bool = True) -> Fusion:
-    """Rewrite `model` (in place; its local functions inlined) to onnxruntime's fused kernels; the
-    rotary caches get `positions` rows (the context length). With `merge`, `merge_projections` too
-    (else call it after quantizing: the quantized weights are 1/8 of what is concatenated)."""
+def fuse(model: ir.Model, positions: int) -> Fusion:
+    """Rewrite `model` (in place; its local functions inlined) to onnxruntime's fused kernels, q/k/v
+    projections merged (`merge_projections`); the rotary caches get `positions` rows (the context length)."""
     from onnxscript.rewriter.ort_fusions import rotary_embedding, skip_normalization
 
     InlinePass()(model)
@@ -505,8 +483,7 @@ def fuse(model: ir.Model, positions: int, merge: bool = True) -> Fusion:
     CommonSubexpressionEliminationPass()(model)  # the layers' GroupQueryAttention lengths are computed once
     RemoveUnusedFunctionsPass()(model)
     RemoveUnusedNodesPass()(model)
-    if merge:
-        merge_projections(model)
+    merge_projections(model)
     counts: dict[str, int] = {}
     for node in model.graph:
         if node.op_type in (
