@@ -3,6 +3,7 @@ translated without a decomposition trace and compared with eager PyTorch in onnx
 
 from __future__ import annotations
 
+import onnx.inliner
 import pytest
 import torch
 from helpers import assert_matches_eager
@@ -281,3 +282,14 @@ def test_grouped_query_attention_with_head_counts_known_only_at_run_time(dynamic
     if dynamic:  # 6 query heads on 3 key/value heads
         other = torch.randn(3, 6, 7, 16), torch.randn(3, 3, 7, 16), torch.randn(3, 3, 7, 16)
         assert_matches_eager(export_output, GroupedQueryAttention(), (q, k, v), run_args=other)
+
+
+def test_adaptive_average_pooling_of_equal_windows_is_one_average_pool():
+    """A static 12x12 map pooled to 3x3 or 4x6 is an AveragePool (as torch.onnx writes it), the same numbers."""
+    for output_size in ((3, 3), (4, 6)):
+        model = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3, padding=1), torch.nn.AdaptiveAvgPool2d(output_size))
+        x = torch.randn(2, 3, 12, 12)
+        export_output = exporter.dynamo_export(model, x)
+        graph = onnx.inliner.inline_local_functions(export_output.model_proto).graph
+        assert [n.op_type for n in graph.node if "Pool" in n.op_type or n.op_type == "MatMul"] == ["AveragePool"]
+        assert_matches_eager(export_output, model, (x,))

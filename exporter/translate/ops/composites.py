@@ -45,11 +45,16 @@ def batch_norm(
 @_traced
 def adaptive_avg_pool2d(self, output_size: Sequence[int]):
     """Each output cell averages its window, ``[floor(i*n/o), ceil((i+1)*n/o))`` along each axis: one
-    reduction for a global pool, otherwise averaging matrices on each side (``W_h @ x @ W_w^T``) built
-    from the input's size at run time, so the pooling stays right for dynamic heights and widths
-    (PyTorch's decomposition fixes the export's kernel)."""
+    reduction for a global pool; equal windows that tile a static batched input, an ``AveragePool``;
+    otherwise averaging matrices on each side (``W_h @ x @ W_w^T``) built from the input's size at run
+    time, so the pooling stays right for dynamic heights and widths (PyTorch's decomposition fixes the
+    export's kernel)."""
     if all(size == 1 for size in output_size):
         return core.aten_mean_dim(self, [-2, -1], True)
+    sizes = list(self.shape[-2:]) if self.shape is not None and len(self.shape) == 4 else []
+    if sizes and all(isinstance(n, int) and n % out == 0 for n, out in zip(sizes, output_size)):
+        kernel = [n // out for n, out in zip(sizes, output_size)]
+        return op.AveragePool(self, kernel_shape=kernel, strides=kernel)
     height = _window_weights(op.Shape(self, start=-2, end=-1), output_size[0], self)
     width = _window_weights(op.Shape(self, start=-1), output_size[1], self)
     return op.MatMul(op.MatMul(height, self), op.Transpose(width, perm=[1, 0]))
