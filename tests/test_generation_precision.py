@@ -31,12 +31,11 @@ def encode(text: str) -> list[int]:
     return list(text.encode())
 
 
-@pytest.fixture(scope="module")
-def trained():
+def trained_llama(vocab_size: int = 128, **config) -> torch.nn.Module:
     """A 2-layer Llama (hidden 64) trained until it continues the sentence (a few seconds)."""
     torch.manual_seed(0)
     config = LlamaConfig(
-        vocab_size=128,
+        vocab_size=vocab_size,
         hidden_size=64,
         intermediate_size=128,
         num_hidden_layers=2,
@@ -46,8 +45,14 @@ def trained():
         bos_token_id=1,
         eos_token_id=2,
         pad_token_id=0,
+        **config,
     )
     return train(AutoModelForCausalLM.from_config(config))
+
+
+@pytest.fixture(scope="module")
+def trained():
+    return trained_llama()
 
 
 def train(model: torch.nn.Module) -> torch.nn.Module:
@@ -267,21 +272,7 @@ def test_int4_gpt2_quantizes_its_conv1d_gemms(tmp_path):
 def tied():
     """A trained Llama whose output head is its input embedding (Llama 3.2's, Qwen2.5's, Gemma's tie),
     with a vocabulary large enough that the graph's head reads ``Transpose(embedding)`` (not folded)."""
-    torch.manual_seed(0)
-    config = LlamaConfig(
-        vocab_size=256,
-        hidden_size=64,
-        intermediate_size=128,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=256,
-        bos_token_id=1,
-        eos_token_id=2,
-        pad_token_id=0,
-        tie_word_embeddings=True,
-    )
-    return train(AutoModelForCausalLM.from_config(config))
+    return trained_llama(vocab_size=256, tie_word_embeddings=True)
 
 
 @pytest.mark.parametrize(
