@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Callable
 from typing import Any
@@ -122,6 +123,7 @@ class Exporter:
                     dynamic.dim_names(program, self._dims),
                     self.ctx,
                     self.options.verify_tolerances,
+                    self._static_export,
                 )
             if self.options.verify and self._verifier is not None and not self.ctx.errors():
                 self._stage(Stage.VERIFY, self._verifier.verify, self.model_args, self.model_kwargs, self.ctx)
@@ -144,6 +146,20 @@ class Exporter:
             fake_context=self.options.fake_context,
             verifier=self._verifier,
         )
+
+    def _static_export(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Callable[..., list[Any]] | None:
+        """The model exported with static shapes at `args`/`kwargs`' sizes, as a function running it in
+        onnxruntime (the second-size check's measure of the model's own numerics there), or None."""
+        from exporter.verify.second_size import run_static
+
+        options = dataclasses.replace(
+            self.options, dynamic_shapes=None, second_size_check=False, verify=False, op_level_debug=False
+        )
+        try:
+            output = Exporter(options, self.model, args, kwargs).export()
+        except Exception:  # noqa: BLE001 - no static graph: the check keeps its finding
+            return None
+        return lambda a, k: run_static(output, a, k)
 
     # -- stages -----------------------------------------------------------------------------
 
