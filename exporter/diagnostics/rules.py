@@ -215,7 +215,11 @@ DIMENSION_SPECIALIZED = Rule(
     "torch's suggested fix in the message and the properties. Where only torch.export's guards "
     "fail (a size of 1 a reshape inside PyTorch rules out) and they hold at the example's sizes, the graph "
     "is captured with them as assumptions instead, a note for each (`sequence_length != 1`): onnxruntime "
-    "does not check them. A note lists the graph's symbolic input and output dimensions.",
+    "does not check them. A note lists the graph's symbolic input and output dimensions. The second-size "
+    "check (on by default for dynamic exports) runs the final model at other sizes of its dynamic dimensions "
+    "against eager PyTorch: an error where it differs or onnxruntime fails, naming the dimensions whose "
+    "change breaks the graph; a warning (property secondSizeCheck: numerics) where a graph exported "
+    "statically at those sizes differs from eager as much: the model's numerics there, not the dynamic shapes.",
     "If the size really varies, make that line work for any size (compare sizes with torch._check, "
     "use -1 in view/reshape, derive sizes from the input's shape). If it is always that size, mark the "
     "dimension Dim.STATIC (or give no Dim for it) to say so. A size of 1 (or 0) in the example that the "
