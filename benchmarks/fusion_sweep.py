@@ -87,7 +87,7 @@ ARCHS: dict[str, Callable[[], transformers.PretrainedConfig]] = {
         max_position_embeddings=256,
         word_embed_proj_dim=64,
     ),  # learned positions, LayerNorm
-    # multipliers; the attention's not 1 (as in Granite's checkpoints: 1 is folded away, SDPA's unscaled form)
+    # multipliers; the attention's as in Granite's checkpoints (not 1)
     "granite": _config("GraniteConfig", **DECODER, attention_multiplier=0.125),
     "granitemoe": _config(
         "GraniteMoeConfig", **DECODER, attention_multiplier=0.125, num_local_experts=4, num_experts_per_tok=2

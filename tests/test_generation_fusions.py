@@ -15,7 +15,15 @@ import onnx
 import pytest
 import torch
 from tiny_lms import CONFIGS, DECODER, TOKENS, tiny_model
-from transformers import AutoModelForCausalLM, Gemma3TextConfig, GPTNeoXConfig, PhiConfig, Qwen2Config, Qwen3Config
+from transformers import (
+    AutoModelForCausalLM,
+    Gemma3TextConfig,
+    GPTNeoXConfig,
+    OPTConfig,
+    PhiConfig,
+    Qwen2Config,
+    Qwen3Config,
+)
 
 import exporter
 from exporter.options import ExportOptions
@@ -199,6 +207,20 @@ def phi() -> torch.nn.Module:
     return AutoModelForCausalLM.from_config(config).eval()
 
 
+def opt() -> torch.nn.Module:
+    torch.manual_seed(0)
+    config = OPTConfig(
+        hidden_size=64,
+        ffn_dim=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        max_position_embeddings=256,
+        word_embed_proj_dim=64,
+        **TOKENS,
+    )
+    return AutoModelForCausalLM.from_config(config).eval()
+
+
 @pytest.mark.parametrize(
     "build, norms, rotary",
     [
@@ -211,8 +233,18 @@ def phi() -> torch.nn.Module:
         (phi, {"LayerNormalization": 1, "SkipLayerNormalization": 2}, [8] * 4),
         # LayerNorms, each after a residual add (the first after token + position embeddings); no rotary
         (lambda: tiny_model("gpt2"), {"SkipLayerNormalization": 5}, []),
+        # the query projection scaled, SDPA unscaled (a product by 1, dropped); 5 LayerNorms, the MLP's on rows
+        # flattened to 2-D (a Reshape between the residual add and the norm), only the first adds a residual
+        # (token + position embeddings)
+        (opt, {"LayerNormalization": 4, "SkipLayerNormalization": 1}, []),
     ],
-    ids=["qwen3-qk-norm", "gemma3-qk-norm-after-transpose", "phi-partial-rotary", "gpt2-layer-norm"],
+    ids=[
+        "qwen3-qk-norm",
+        "gemma3-qk-norm-after-transpose",
+        "phi-partial-rotary",
+        "gpt2-layer-norm",
+        "opt-scaled-query",
+    ],
 )
 def test_more_decoder_patterns_fuse_and_generate_like_generate(build, norms, rotary, tmp_path):
     result = exporter.export_for_generation(build(), tmp_path)

@@ -201,11 +201,15 @@ class _GroupQueryAttention(pattern.RewriteRuleClassBase):
             rotary(heads(q_lin, q_shape, q_weight, "q_normed"), "q_rotary"),
             op.Transpose(key, perm=[0, 1, 3, 2]),
         )
+        # the scale: SDPA's split over q and k, eager's on the scores; none where it is 1 (OPT and XGLM scale
+        # the query projection, GPT-Neo does not scale), as the optimizer drops a product by 1
         if self._sdpa:
-            probs = op.Softmax(op.Add(op.MatMul(op.Mul(query, q_scale), op.Mul(key, k_scale)), bias), axis=-1)
+            query, key = (pattern.OrValue([op.Mul(x, s), x]) for x, s in ((query, q_scale), (key, k_scale)))
+            probs = op.Softmax(op.Add(op.MatMul(query, key), bias), axis=-1)
             probs = op.Where(op.IsNaN(probs), zero, probs)
         else:
-            probs = op.Softmax(op.Add(op.Mul(op.MatMul(query, key), scale), bias), axis=-1)
+            scores = op.MatMul(query, key)
+            probs = op.Softmax(op.Add(pattern.OrValue([op.Mul(scores, scale), scores]), bias), axis=-1)
         out = op.Transpose(op.MatMul(probs, value), perm=[0, 2, 1, 3])
         return op.Reshape(out, out_shape, _allow_other_attributes=True), present_key, present_value
 
@@ -445,9 +449,9 @@ def _bias(node: ir.Node) -> tuple[ir.Node, ir.TensorProtocol] | None:
 def _scale(
     q_scale: ir.Value | None = None, k_scale: ir.Value | None = None, scale: ir.Value | None = None, **_
 ) -> float | None:
-    """The attention's scale: of the scores, or split over q and k (SDPA's); None if not constant."""
+    """The attention's scale: of the scores, split over q and k (SDPA's), or 1 (none); None if not constant."""
     factors = [_ir_utils.get_singleton_value(v) for v in (q_scale, k_scale, scale) if v is not None]
-    return float(np.prod(factors)) if factors and all(isinstance(f, float) for f in factors) else None
+    return float(np.prod(factors)) if all(isinstance(f, float) for f in factors) else None
 
 
 @dataclasses.dataclass(frozen=True)
