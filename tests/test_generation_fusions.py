@@ -265,10 +265,10 @@ def test_more_decoder_patterns_fuse_and_generate_like_generate(build, norms, rot
     assert (note["properties"]["layers"], note["properties"]["fusedLayers"]) == (2, 2)
 
 
-def test_a_partial_rotation_outside_attention_runs_and_the_attention_is_located(tmp_path):
-    """GPT-NeoX rotates a quarter of each head; its attention (one q/k/v projection split per head)
-    does not match GQA's pattern: the RotaryEmbedding kernels stand alone (onnxruntime needs their
-    num_heads with rotary_embedding_dim) and the attention gets its FXE0024 warning."""
+def test_a_projection_packed_per_head_is_split_and_fuses_with_a_partial_rotation(tmp_path):
+    """GPT-NeoX projects q, k and v in one MatMul whose heads each hold their three parts, and rotates
+    a quarter of each head: the projection is split per head (and merged again as GQA's packed input),
+    each quarter rotated by RotaryEmbedding (onnxruntime needs its num_heads with rotary_embedding_dim)."""
     torch.manual_seed(0)
     config = GPTNeoXConfig(
         hidden_size=64,
@@ -288,12 +288,10 @@ def test_a_partial_rotation_outside_attention_runs_and_the_attention_is_located(
         if n.op_type == "RotaryEmbedding"
     ]
     assert rotary == [{"num_heads": 4, "rotary_embedding_dim": 4}] * 4  # 16 × partial_rotary_factor 0.25
-    warnings = [r for r in results(result, "FXE0024") if r["level"] == "warning"]
-    assert [w["properties"] for w in warnings] == [
-        {"layer": f"gpt_neox.layers.{i}", "unfused": ["attention"]} for i in range(2)
-    ]
-    location = warnings[0]["locations"][0]["physicalLocation"]["artifactLocation"]["uri"]
-    assert location.endswith("test_generation_fusions.py")  # transformers' code is not the user's: their call
+    found = collections.Counter(n.op_type for n in graph.node)
+    assert found["GroupQueryAttention"] == 2 and "Softmax" not in found
+    [note] = results(result, "FXE0024")
+    assert (note["properties"]["layers"], note["properties"]["fusedLayers"]) == (2, 2)
 
 
 def test_an_attention_whose_probabilities_are_reshaped_is_reported_unfused(tmp_path):
@@ -302,5 +300,9 @@ def test_an_attention_whose_probabilities_are_reshaped_is_reported_unfused(tmp_p
     result = exporter.export_for_generation(tiny_model("bloom"), tmp_path)
     assert result.parity.matched
     *warnings, note = results(result, "FXE0024")
-    assert [w["properties"]["unfused"] for w in warnings] == [["attention"], ["attention"]]
+    assert [w["properties"] for w in warnings] == [
+        {"layer": f"transformer.h.{i}", "unfused": ["attention"]} for i in range(2)
+    ]
     assert (note["properties"]["layers"], note["properties"]["fusedLayers"]) == (2, 0)
+    location = warnings[0]["locations"][0]["physicalLocation"]["artifactLocation"]["uri"]
+    assert location.endswith("test_generation_fusions.py")  # transformers' code is not the user's: their call

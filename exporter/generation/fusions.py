@@ -127,6 +127,61 @@ class _RotaryCache(pattern.RewriteRuleClassBase):
         )
 
 
+class _SplitHeads(pattern.RewriteRuleClassBase):
+    """One projection whose heads each hold their query, key and value (GPT-NeoX's ``query_key_value``:
+    ``(batch, sequence, heads, 3 x size)``, split after moving heads) → three projections, each split into
+    heads as Llama's are (their weights' columns taken per head): the layout the attention fusion takes."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._parts: dict[tuple[str, int], ir.Value] = {}  # a packed constant's part, once (layers may share one)
+
+    def pattern(self, op, x, weight, bias, shape):
+        projected = op.Add(op.MatMul(x, weight), bias)
+        packed = op.Transpose(op.Reshape(projected, shape, _outputs=["reshaped"]), perm=[0, 2, 1, 3])
+        return op.Split(packed, axis=-1, _allow_other_attributes=True, _outputs=3)
+
+    def check(self, context, x, weight, bias, reshaped, **_) -> pattern.MatchResult:
+        result = pattern.MatchResult()
+        split = context.root
+        if len(split.inputs) > 1 or split.attributes.get_int("num_outputs", 0) != 3:
+            return result.fail("not three equal parts of each head", split)
+        if weight.const_value is None or len(weight.shape) != 2 or bias.const_value is None or len(bias.shape) != 1:
+            return result.fail("not a projection by constant weights and bias", weight)
+        heads = reshaped.shape[2] if reshaped.shape is not None and len(reshaped.shape) == 4 else None
+        if not isinstance(heads, int) or weight.shape[1] % (3 * heads) or x.shape is None or len(x.shape) != 3:
+            return result.fail("not (batch, sequence, heads x 3 x size)", x)
+        return result
+
+    def rewrite(self, op, x, weight, bias, reshaped, **_):
+        heads = reshaped.shape[2]
+        size = weight.shape[1] // (3 * heads)
+        parts = []
+        for part in range(3):
+            w, b = (self._part(op, weight, part, heads, size), self._part(op, bias, part, heads, size))
+            projected = op.Add(op.MatMul(x, w), b)
+            projected.shape, projected.dtype = ir.Shape([*x.shape[:2], heads * size]), x.dtype
+            parts.append(
+                op.Transpose(op.Reshape(projected, op.Constant(value_ints=[0, 0, heads, size])), perm=[0, 2, 1, 3])
+            )
+        return tuple(parts)
+
+    def _part(self, op, value: ir.Value, part: int, heads: int, size: int) -> ir.Value:
+        """Part `part` of each head of a packed weight or bias (its last axis ``heads x 3 x size``), read lazily."""
+        key = (value.name, part)
+        if key not in self._parts:
+            tensor = value.const_value
+            shape = [*tensor.shape[:-1], heads * size]
+
+            def read() -> ir.Tensor:
+                packed = tensor.numpy().reshape(*shape[:-1], heads, 3, size)
+                return ir.tensor(np.ascontiguousarray(packed[..., part, :].reshape(shape)))
+
+            lazy = ir.LazyTensor(read, dtype=tensor.dtype, shape=ir.Shape(shape), name=f"{value.name}_part{part}")
+            self._parts[key] = op.initializer(lazy)
+        return self._parts[key]
+
+
 class _GroupQueryAttention(pattern.RewriteRuleClassBase):
     """A decoder layer's attention as exported (rotary on BHSD heads, the cache concatenated, keys
     repeated per group, softmax over ``q·kᵀ`` plus the model's additive mask) → onnxruntime's
@@ -327,17 +382,21 @@ def merge_parallel_matmuls(model: ir.Model) -> int:
     37.4 vs 35.3 ms of CPU, one thread; the builder keeps them apart too). The merged weights are
     concatenated when read (quantized, written), not here. Returns how many were merged."""
     graph = model.graph
-    groups: dict[tuple, list[ir.Node]] = {}
+    groups: dict[tuple, list[ir.Node]] = {}  # by input, weight rows and type, and the attention reached
     for node in graph:
         kind = _matmul_kind(node)
-        if kind is not None:
-            groups.setdefault((node.inputs[0], kind), []).append(node)
+        if kind is None:
+            continue
+        bias = _bias(node)
+        attention = _attention_of(bias[0].outputs[0] if bias is not None else node.outputs[0])
+        if attention is not None:  # not another MatMul of that input (an MLP's, where its norm is the same)
+            groups.setdefault((node.inputs[0], kind, attention, bias is not None), []).append(node)
     merged = 0
-    for (source, _), nodes in groups.items():
+    for (source, *_), nodes in groups.items():
         biases = [_bias(n) for n in nodes]
         with_bias = all(b is not None for b in biases)
         olds = [b[0].outputs[0] if with_bias else n.outputs[0] for n, b in zip(nodes, biases)]
-        if len(nodes) < 2 or any(old.is_graph_output() for old in olds) or _attention_of(olds) is None:
+        if len(nodes) < 2 or any(old.is_graph_output() for old in olds):
             continue
         first = nodes[0]
         weight = _concatenated(graph, f"{first.name}_merged_weight", [n.inputs[1].const_value for n in nodes], 1)
@@ -361,19 +420,15 @@ def merge_parallel_matmuls(model: ir.Model) -> int:
     return merged
 
 
-def _attention_of(values: list[ir.Value]) -> ir.Node | None:
-    """The GroupQueryAttention every one of `values` reaches within a few nodes (a per-head norm's
+def _attention_of(value: ir.Value) -> ir.Node | None:
+    """The one GroupQueryAttention `value` reaches within a few nodes (a rotary kernel, a per-head norm's
     Reshape → SimplifiedLayerNormalization → Reshape), or None."""
-    reached = []
-    for value in values:
-        found, frontier = set(), [value]
-        for _ in range(4):
-            users = [user for v in frontier for user, _ in v.uses()]
-            found |= {user for user in users if user.op_type == "GroupQueryAttention"}
-            frontier = [out for user in users if user.op_type != "GroupQueryAttention" for out in user.outputs]
-        reached.append(found)
-    common = set.intersection(*reached) if reached else set()
-    return next(iter(common)) if len(common) == 1 else None
+    found, frontier = set(), [value]
+    for _ in range(4):
+        users = [user for v in frontier for user, _ in v.uses()]
+        found |= {user for user in users if user.op_type == "GroupQueryAttention"}
+        frontier = [out for user in users if user.op_type != "GroupQueryAttention" for out in user.outputs]
+    return next(iter(found)) if len(found) == 1 else None
 
 
 def _matmul_kind(node: ir.Node) -> tuple | None:
@@ -481,6 +536,7 @@ def fuse(model: ir.Model, positions: int) -> Fusion:
     rotary_embedding.fuse_rotary_embedding(model)
     rewriter.rewrite(model, [_RotaryCache.rule(positions)])
     rotary_embedding.fuse_partial_rotary_embedding(model)
+    rewriter.rewrite(model, [_SplitHeads.rule()])
     rules = _attention_rules(model)
     rewriter.rewrite(model, rules)
     InlinePass()(model)  # an intermediate rotary op that did not become onnxruntime's: back to standard ops
