@@ -85,6 +85,7 @@ class Prop:
     DIM_NAME = "dimName"
     SUGGESTED_FIXES = "suggestedFixes"
     DYNAMIC_SHAPES = "dynamicShapes"
+    SECOND_SIZE_CHECK = "secondSizeCheck"  # the second-size check's verdict: passed, failed, numerics
     # FXE0013 / FXE0021 per-line summaries: aggregate == SOURCE_LINE, one entry of `ops` per checked op.
     AGGREGATE = "aggregate"
     OPS = "ops"

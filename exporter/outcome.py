@@ -5,7 +5,8 @@
   which keeps the model and its reproducer), or an op that computes other numbers than PyTorch (an FXE0013
   warning: op-level debug, or a function the user registered, such as the quick fix's stub).
 - **degraded**: asked dynamic, came out static (an FXE0020 warning), or options that fix a dimension to a
-  number (a spec such as ``{"x": {0: 2}}``): the graph accepts only those sizes.
+  number (a spec such as ``{"x": {0: 2}}``): the graph accepts only those sizes. Not the second-size
+  check's numerics warning (a static graph is as far from eager at those sizes): the headline says it.
 - **verified**: verify ran and every output matched, or a generation export's greedy tokens are those of
   ``generate()`` (FXE0022's note).
 - **exported**: none of the above.
@@ -32,6 +33,7 @@ from exporter.diagnostics.rules import (
 )
 
 ASKED_DYNAMIC = "askedDynamic"  # FXE0020's note (a warning when all came out static): the dims asked dynamic
+NUMERICS = "numerics"  # FXE0020's second-size verdict where a static graph differs from eager as much
 
 
 class Kind(str, enum.Enum):
@@ -125,22 +127,25 @@ def decide(
         more = f" (and {len(wrong) - 1} more)" if len(wrong) > 1 else ""
         return Outcome(Kind.WRONG, f"{owner} is wrong: {_what_is_wrong(wrong[0])}{more}")
     dynamic = [d for d in diagnostics if _is(d, DIMENSION_SPECIALIZED)]
+    numerics = [d for d in dynamic if d.properties.get(Prop.SECOND_SIZE_CHECK) == NUMERICS]
+    dynamic = [d for d in dynamic if d not in numerics]
     if any(d.level == Level.WARNING for d in dynamic) or fixed_by_options:
         fixed = tuple(dict.fromkeys([*fixed_by_options, *_fixed_dims(dynamic)]))
         return Outcome(Kind.DEGRADED, _degraded(subject, dynamic, fixed), fixed)
+    caveat = " (at other sizes as far from eager PyTorch as a static export there: FXE0020)" if numerics else ""
     verified = next((d for d in diagnostics if _is(d, ACCURACY_DIVERGENCE) and _verified(d)), None)
     if verified is not None:
         outputs = verified.properties["outputs"]
         worst = max((o.get(Prop.MAX_ABS_ERROR, 0.0) for o in outputs), default=0.0)
         count = f"{len(outputs)} output matches" if len(outputs) == 1 else f"{len(outputs)} outputs match"
-        headline = f"Exported {subject}, verified in onnxruntime: {count} (max abs error {worst:.3g})"
+        headline = f"Exported {subject}, verified in onnxruntime: {count} (max abs error {worst:.3g}){caveat}"
         return Outcome(Kind.VERIFIED, headline)
     generated = next((d for d in diagnostics if _is(d, GENERATION_DIVERGENCE) and _generation_passed(d)), None)
     if generated is not None:
         steps, batch = generated.properties["steps"], generated.properties["batch"]
         headline = f"Exported {subject} for generation, verified in onnxruntime: {steps} greedy tokens for {batch} prompts as generate()"
         return Outcome(Kind.VERIFIED, headline)
-    return Outcome(Kind.EXPORTED, f"Exported {subject}")
+    return Outcome(Kind.EXPORTED, f"Exported {subject}{caveat}")
 
 
 def failed(message: str, name: str | None = None) -> Outcome:

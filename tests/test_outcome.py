@@ -94,6 +94,16 @@ def dyn():
     return FixesEveryDim(), (torch.randn(2, 8),)
 
 
+class Noisy(torch.nn.Module):
+    def forward(self, x):
+        return x + torch.rand_like(x)  # differs from eager at every size, in any graph, static or dynamic
+
+
+@exporter.export_target(dynamic_shapes=True)
+def noisy():
+    return Noisy(), (torch.randn(2, 8),)
+
+
 @exporter.export_target
 def branchy():
     return Branchy(), (torch.randn(2, 4),)
@@ -189,6 +199,18 @@ def test_a_spec_that_fixes_a_dim_to_a_number_is_degraded_and_says_which(tmp_path
     assert result.outcome.headline == "Exported mlp, but the graph accepts only these sizes: x dim 0 = 2"
     assert result.to_message()["outcome"]["fixedDims"] == [{"input": "x", "dim": 0, "size": 2}]
     assert logged_outcome(result)["fixedDims"] == [{"input": "x", "dim": 0, "size": 2}]
+
+
+def test_numerics_a_static_graph_shares_at_a_second_size_are_not_degraded(tmp_path):
+    """The second-size check's numerics warning (FXE0020): the dimensions are dynamic, so not degraded; the
+    headline says that other sizes are as far from eager as a static export."""
+    result = export(noisy, tmp_path)
+    assert (result.outcome.kind, result.outcome.severity) == ("exported", "info")
+    assert result.outcome.headline == (
+        "Exported noisy (at other sizes as far from eager PyTorch as a static export there: FXE0020)"
+    )
+    [warning] = [r for r in validate_sarif(result.sarif)["runs"][0]["results"] if r["level"] == "warning"]
+    assert warning["ruleId"] == "FXE0020" and warning["properties"]["secondSizeCheck"] == "numerics"
 
 
 def test_a_model_that_fails_to_capture_failed(tmp_path):

@@ -47,7 +47,9 @@ import torch
 import torch.utils._pytree as pytree
 
 from exporter.capture import adapters, dynamic
+from exporter.constants import Prop
 from exporter.diagnostics import DiagnosticContext, Level, rules
+from exporter.outcome import NUMERICS
 from exporter.verify import numerics
 
 
@@ -122,7 +124,7 @@ def check(
             Level.NOTE,
             f"Second-size check passed at {spelled}.",
             sizes=spelled,
-            secondSizeCheck="passed",
+            **{Prop.SECOND_SIZE_CHECK: "passed"},
         )
         return
     sizes, outcome = failed
@@ -155,7 +157,7 @@ def check(
         Level.ERROR,
         message,
         sizes=spell(sizes),
-        secondSizeCheck="failed",
+        **{Prop.SECOND_SIZE_CHECK: "failed"},
         **outcome.details,
         **details,
     )
@@ -255,7 +257,7 @@ def _against_static(
         " not the dynamic shapes, but numerics there (outputs that round or threshold float differences, or a"
         " translation's)."
     )
-    return _Outcome(True, message, {"output": i, "secondSizeCheck": "numerics"})
+    return _Outcome(True, message, {"output": i, Prop.SECOND_SIZE_CHECK: NUMERICS})
 
 
 def _example_sizes(program: torch.export.ExportedProgram, args: tuple, kwargs: dict) -> dict[sympy.Symbol, int]:
