@@ -12,13 +12,16 @@ import os
 
 import numpy as np
 import onnx
+import onnx.numpy_helper
 import pytest
 import torch
 from tiny_lms import CONFIGS, DECODER, TOKENS, tiny_model
 from transformers import (
     AutoModelForCausalLM,
     Gemma3TextConfig,
+    GlmConfig,
     GPTNeoXConfig,
+    HeliumConfig,
     OPTConfig,
     PhiConfig,
     Qwen2Config,
@@ -221,6 +224,11 @@ def opt() -> torch.nn.Module:
     return AutoModelForCausalLM.from_config(config).eval()
 
 
+def glm() -> torch.nn.Module:
+    torch.manual_seed(0)
+    return AutoModelForCausalLM.from_config(GlmConfig(**DECODER, head_dim=16, **TOKENS)).eval()
+
+
 @pytest.mark.parametrize(
     "build, norms, rotary",
     [
@@ -237,6 +245,8 @@ def opt() -> torch.nn.Module:
         # flattened to 2-D (a Reshape between the residual add and the norm), only the first adds a residual
         # (token + position embeddings)
         (opt, {"LayerNormalization": 4, "SkipLayerNormalization": 1}, []),
+        # pairs of adjacent channels rotated in the first half of each head (interleaved, partial)
+        (glm, {"SimplifiedLayerNormalization": 1, "SkipSimplifiedLayerNormalization": 4}, [8] * 4),
     ],
     ids=[
         "qwen3-qk-norm",
@@ -244,6 +254,7 @@ def opt() -> torch.nn.Module:
         "phi-partial-rotary",
         "gpt2-layer-norm",
         "opt-scaled-query",
+        "glm-partial-interleaved-rotary",
     ],
 )
 def test_more_decoder_patterns_fuse_and_generate_like_generate(build, norms, rotary, tmp_path):
@@ -292,6 +303,26 @@ def test_a_projection_packed_per_head_is_split_and_fuses_with_a_partial_rotation
     assert found["GroupQueryAttention"] == 2 and "Softmax" not in found
     [note] = results(result, "FXE0024")
     assert (note["properties"]["layers"], note["properties"]["fusedLayers"]) == (2, 2)
+
+
+def test_an_interleaved_rotation_is_rotated_by_group_query_attention(tmp_path):
+    """Helium rotates pairs of adjacent channels (GPT-J's rotate_every_two, its cos/sin each repeated per
+    pair): GQA rotates q and k itself, interleaved, with cos/sin caches evaluated from the graph for every
+    position, which are the model's own inverse frequencies times the positions."""
+    torch.manual_seed(0)
+    model = AutoModelForCausalLM.from_config(HeliumConfig(**DECODER, head_dim=16, **TOKENS)).eval()
+    result = exporter.export_for_generation(model, tmp_path)
+    assert result.parity.matched and result.parity.steps == NEW_TOKENS
+    graph = onnx.load(result.model_path).graph
+    attentions = [n for n in graph.node if n.op_type == "GroupQueryAttention"]
+    assert len(attentions) == 2 and not {"Neg", "Softmax", "RotaryEmbedding"} & {n.op_type for n in graph.node}
+    attributes = {a.name: a.i for a in attentions[0].attribute if a.name in ("do_rotary", "rotary_interleaved")}
+    assert attributes == {"do_rotary": 1, "rotary_interleaved": 1}
+    tables = {t.name: onnx.numpy_helper.to_array(t) for t in graph.initializer}
+    cos, sin = (tables[name] for name in attentions[0].input[7:9])
+    angles = np.arange(256)[:, None] * model.model.rotary_emb.inv_freq.double().numpy()[None]  # context 256
+    np.testing.assert_allclose(cos, np.cos(angles), atol=1e-4)
+    np.testing.assert_allclose(sin, np.sin(angles), atol=1e-4)
 
 
 def test_an_attention_whose_probabilities_are_reshaped_is_reported_unfused(tmp_path):

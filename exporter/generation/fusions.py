@@ -6,7 +6,9 @@ in the ONNX domain) and onnxscript's skip fusion folds the residual ``Add`` befo
 ``SkipSimplifiedLayerNormalization``. onnxscript's rotary fusion finds ``x * cos + rotate_half(x) *
 sin``; `_RotaryCache` turns its intermediate op into ``com.microsoft.RotaryEmbedding`` with constant
 cos/sin caches up to the context length when cos and sin come from ``position_ids`` times constant
-inverse frequencies (transformers' default rotary embedding, folded by the optimizer into a ``Mul``).
+inverse frequencies (transformers' default rotary embedding, folded by the optimizer into a ``Mul``);
+`interleaved_rotary` does the same for pairs of adjacent channels (GPT-J's ``rotate_every_two``), and
+`_SplitHeads` splits a q/k/v projection packed per head (GPT-NeoX's) into Llama's layout.
 `_GroupQueryAttention` makes a layer's attention ``GroupQueryAttention``, which rotates q and k itself
 with those caches when they span the head (``do_rotary``, as onnxruntime-genai's model builder does);
 `merge_projections` then merges a layer's q/k/v projections into one MatMul and feeds it to
@@ -36,6 +38,7 @@ from onnxscript.rewriter import _ir_utils, pattern
 from exporter.constants import METADATA_MODULE_STACK, METADATA_STACK
 from exporter.diagnostics import DiagnosticContext, Level, rules
 from exporter.diagnostics.locations import parse_stack_trace
+from exporter.generation.interleaved_rotary import InterleavedRotary, PartialInterleavedRotary
 
 _LAYER = re.compile(r"\.\d+$")  # a ModuleList child: a decoder layer
 # what a layer computes in standard ops when a part did not fuse: (the op left, what it is, the fused op)
@@ -310,12 +313,13 @@ class _GroupQueryAttention(pattern.RewriteRuleClassBase):
             )
         in_kernel = {}  # GQA's own rotary (do_rotary): positions with the caches, no RotaryEmbedding nodes
         if self._rotary:
-            rotary = dict(interleaved=0, _domain="com.microsoft")
+            interleaved = q_rotary.producer().attributes.get_int("interleaved", 0)  # GPT-J's pairs of channels
+            rotary = dict(interleaved=interleaved, _domain="com.microsoft")
             part = q_rotary.producer().attributes.get_int("rotary_embedding_dim", 0)
             if part:  # a partial rotation (Phi's, StableLM's): the first `part` of each head
                 rotary["rotary_embedding_dim"] = part
             if not part and _is_cache(cos, size) and _is_cache(sin, size):
-                in_kernel = dict(do_rotary=1, rotary_interleaved=0)
+                in_kernel = dict(do_rotary=1, rotary_interleaved=interleaved)
                 position_ids = _slot_positions(op, position_ids, _mask_input(past_key))
             else:
                 query = op.RotaryEmbedding(query, position_ids, cos, sin, num_heads=heads, **rotary)
@@ -536,7 +540,8 @@ def fuse(model: ir.Model, positions: int) -> Fusion:
     rotary_embedding.fuse_rotary_embedding(model)
     rewriter.rewrite(model, [_RotaryCache.rule(positions)])
     rotary_embedding.fuse_partial_rotary_embedding(model)
-    rewriter.rewrite(model, [_SplitHeads.rule()])
+    rewriter.rewrite(model, [*InterleavedRotary.rule(positions).commute(), _SplitHeads.rule()])
+    rewriter.rewrite(model, [PartialInterleavedRotary.rule()])
     rules = _attention_rules(model)
     rewriter.rewrite(model, rules)
     InlinePass()(model)  # an intermediate rotary op that did not become onnxruntime's: back to standard ops
