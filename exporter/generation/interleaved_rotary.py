@@ -19,7 +19,7 @@ import onnx_ir as ir
 from onnxscript.rewriter import _ir_utils, pattern
 from onnxscript.rewriter.ort_fusions.rotary_embedding import PartialRotaryEmbeddingFusion
 
-_MAX_END = 2**31  # a slice to the end of an axis (its end as large as any size)
+_MAX_NODES = 200  # the most nodes a cos/sin table is computed by
 
 
 class InterleavedRotary(pattern.RewriteRuleClassBase):
@@ -112,6 +112,8 @@ def _table(graph: ir.Graph, value: ir.Value, rows: int, size: int) -> np.ndarray
             return False
         if node in visiting:
             return True
+        if len(visiting) == _MAX_NODES:  # not a table of positions (those take a few dozen nodes)
+            return False
         visiting.add(node)
         if not all(i is None or visit(i) for i in node.inputs):
             return False
