@@ -18,6 +18,7 @@ import torch
 from tiny_lms import CONFIGS, DECODER, TOKENS, tiny_model
 from transformers import (
     AutoModelForCausalLM,
+    Gemma2Config,
     Gemma3TextConfig,
     GlmConfig,
     GPTNeoXConfig,
@@ -323,6 +324,27 @@ def test_an_interleaved_rotation_is_rotated_by_group_query_attention(tmp_path):
     angles = np.arange(256)[:, None] * model.model.rotary_emb.inv_freq.double().numpy()[None]  # context 256
     np.testing.assert_allclose(cos, np.cos(angles), atol=1e-4)
     np.testing.assert_allclose(sin, np.sin(angles), atol=1e-4)
+
+
+def test_soft_capped_attention_fuses_with_its_cap(tmp_path):
+    """Gemma 2 caps its scores (``cap * tanh(scores / cap)``) before the mask: GQA's softcap. Scores well
+    beyond a cap of 0.05 (weights of scale 0.5): a graph without the cap differs at the first token."""
+    torch.manual_seed(0)
+    config = Gemma2Config(
+        **DECODER,
+        head_dim=16,
+        sliding_window=8,
+        attn_logit_softcapping=0.05,
+        tie_word_embeddings=False,
+        **{**TOKENS, "initializer_range": 0.5},
+    )
+    result = exporter.export_for_generation(AutoModelForCausalLM.from_config(config).eval(), tmp_path)
+    assert result.parity.matched and result.parity.steps == NEW_TOKENS
+    graph = onnx.load(result.model_path, load_external_data=False).graph
+    caps = [a.f for n in graph.node if n.op_type == "GroupQueryAttention" for a in n.attribute if a.name == "softcap"]
+    found = collections.Counter(n.op_type for n in graph.node)
+    assert caps == pytest.approx([0.05, 0.05]) and "Softmax" not in found
+    assert found["Tanh"] == 1  # the final logits' cap only
 
 
 def test_an_attention_whose_probabilities_are_reshaped_is_reported_unfused(tmp_path):

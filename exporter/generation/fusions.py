@@ -219,6 +219,7 @@ class _GroupQueryAttention(pattern.RewriteRuleClassBase):
         q_scale,
         k_scale,
         scale,
+        softcap,
         bias,
         zero,
         out_shape,
@@ -267,7 +268,9 @@ class _GroupQueryAttention(pattern.RewriteRuleClassBase):
             probs = op.Where(op.IsNaN(probs), zero, probs)
         else:
             scores = op.MatMul(query, key)
-            probs = op.Softmax(op.Add(pattern.OrValue([op.Mul(scores, scale), scores]), bias), axis=-1)
+            scores = pattern.OrValue([op.Mul(scores, scale), scores])
+            capped = op.Mul(op.Tanh(op.Div(scores, softcap)), softcap)  # Gemma 2's soft-capping
+            probs = op.Softmax(op.Add(pattern.OrValue([capped, scores]), bias), axis=-1)
         out = op.Transpose(op.MatMul(probs, value), perm=[0, 2, 1, 3])
         return op.Reshape(out, out_shape, _allow_other_attributes=True), present_key, present_value
 
@@ -279,6 +282,8 @@ class _GroupQueryAttention(pattern.RewriteRuleClassBase):
             return result.fail("projections are not (batch, sequence, heads x head size)", q_lin)
         if _scale(**scales) is None:
             return result.fail("the scale is not a constant", bias)
+        if scales.get("softcap") is not None and not _ir_utils.is_singleton_value(scales["softcap"], lambda c: c > 0):
+            return result.fail("the soft cap is not a positive constant", scales["softcap"])
         if bias.shape is None or len(bias.shape) != 4 or bias.dtype != ir.DataType.FLOAT:
             return result.fail("the mask is not an additive float (batch, 1, sequence, total) mask", bias)
         return result
@@ -332,9 +337,12 @@ class _GroupQueryAttention(pattern.RewriteRuleClassBase):
         seqlens_k = op.Cast(op.Expand(op.Sub(total, op.Constant(value_ints=[1])), rows), to=ir.DataType.INT32)
         total = op.Cast(op.Squeeze(total), to=ir.DataType.INT32)
         scale = _scale(**scales)
+        softcap = scales.get("softcap")
+        capped = {"softcap": float(_ir_utils.get_singleton_value(softcap))} if softcap is not None else {}
         out, present_key, present_value = op.GroupQueryAttention(
             query, key, v_lin, past_key, past_value, seqlens_k, total, cos, sin, position_ids, bias,
-            num_heads=heads, kv_num_heads=kv_heads, scale=scale, **in_kernel, _domain="com.microsoft", _outputs=3,
+            num_heads=heads, kv_num_heads=kv_heads, scale=scale, **in_kernel, **capped,
+            _domain="com.microsoft", _outputs=3,
         )  # fmt: skip
         return op.Reshape(out, out_shape), present_key, present_value  # the layout the output projection takes
 
