@@ -192,10 +192,15 @@ class _GroupQueryAttention(pattern.RewriteRuleClassBase):
     with RotaryEmbedding on the 3-D projections (a partial rotation), and the mask as its
     ``attention_bias`` (left padding stays masked; ``seqlens_k`` is every row's full length)."""
 
-    def __init__(self, repeated: bool, sdpa: bool, rotary: bool, qk_norm: str) -> None:
+    def __init__(self, repeated: bool, sdpa: bool, rotary: bool, qk_norm: str, scaled: bool, capped: bool) -> None:
         kind = f"{'Repeated' if repeated else ''}{'Sdpa' if sdpa else 'Eager'}{'Rotary' if rotary else ''}"
-        super().__init__(name=f"GroupQueryAttention{kind}{qk_norm.title().replace('_', '')}")
+        kind += f"{qk_norm.title().replace('_', '')}{'' if scaled else 'Unscaled'}{'Capped' if capped else ''}"
+        super().__init__(name=f"GroupQueryAttention{kind}")
         self._repeated = repeated
+        # the scale: SDPA's split over q and k, eager's on the scores; none where it is 1 (OPT scales the
+        # query projection), as the optimizer drops a product by 1
+        self._scaled = scaled
+        self._capped = capped  # the scores soft-capped (Gemma 2's ``cap * tanh(scores / cap)``), eager's
         self._rotary = rotary  # RotaryEmbedding on q and k (else positions are elsewhere: GPT-2's, ALiBi's)
         self._sdpa = sdpa  # torch's SDPA (scale split over q and k, NaN rows zeroed); else transformers' eager
         # an RMS norm of each head of q and k, kept before GQA: "" none, "norm_then_transpose" (Qwen3's,
@@ -260,17 +265,18 @@ class _GroupQueryAttention(pattern.RewriteRuleClassBase):
             rotary(heads(q_lin, q_shape, q_weight, "q_normed"), "q_rotary"),
             op.Transpose(key, perm=[0, 1, 3, 2]),
         )
-        # the scale: SDPA's split over q and k, eager's on the scores; none where it is 1 (OPT and XGLM scale
-        # the query projection, GPT-Neo does not scale), as the optimizer drops a product by 1
         if self._sdpa:
-            query, key = (pattern.OrValue([op.Mul(x, s), x]) for x, s in ((query, q_scale), (key, k_scale)))
+            if self._scaled:
+                query, key = op.Mul(query, q_scale), op.Mul(key, k_scale)
             probs = op.Softmax(op.Add(op.MatMul(query, key), bias), axis=-1)
             probs = op.Where(op.IsNaN(probs), zero, probs)
         else:
             scores = op.MatMul(query, key)
-            scores = pattern.OrValue([op.Mul(scores, scale), scores])
-            capped = op.Mul(op.Tanh(op.Div(scores, softcap)), softcap)  # Gemma 2's soft-capping
-            probs = op.Softmax(op.Add(pattern.OrValue([capped, scores]), bias), axis=-1)
+            if self._scaled:
+                scores = op.Mul(scores, scale)
+            if self._capped:
+                scores = op.Mul(op.Tanh(op.Div(scores, softcap)), softcap)
+            probs = op.Softmax(op.Add(scores, bias), axis=-1)
         out = op.Transpose(op.MatMul(probs, value), perm=[0, 2, 1, 3])
         return op.Reshape(out, out_shape, _allow_other_attributes=True), present_key, present_value
 
@@ -548,8 +554,9 @@ def fuse(model: ir.Model, positions: int) -> Fusion:
     rotary_embedding.fuse_rotary_embedding(model)
     rewriter.rewrite(model, [_RotaryCache.rule(positions)])
     rotary_embedding.fuse_partial_rotary_embedding(model)
-    rewriter.rewrite(model, [*InterleavedRotary.rule(positions).commute(), _SplitHeads.rule()])
-    rewriter.rewrite(model, [PartialInterleavedRotary.rule()])
+    _rewrite_where(model, "Neg", InterleavedRotary.rule(positions).commute())  # a rotation left: interleaved?
+    _rewrite_where(model, "Split", [_SplitHeads.rule()])
+    _rewrite_where(model, "RotaryEmbedding", [PartialInterleavedRotary.rule()])
     rules = _attention_rules(model)
     rewriter.rewrite(model, rules)
     InlinePass()(model)  # an intermediate rotary op that did not become onnxruntime's: back to standard ops
@@ -576,10 +583,18 @@ def fuse(model: ir.Model, positions: int) -> Fusion:
     return Fusion(layers_before, {k: v for k, v in unfused.items() if v}, counts)
 
 
+def _rewrite_where(model: ir.Model, op_type: str, rules: list[pattern.RewriteRule]) -> None:
+    """Apply `rules` to `model` if it has an `op_type` node, which they all need (each rule is tried at
+    every node: a graph without one is not searched)."""
+    if any(node.op_type == op_type for node in model.graph):
+        rewriter.rewrite(model, rules)
+
+
 def _attention_rules(model: ir.Model) -> list[pattern.RewriteRule]:
     """The GroupQueryAttention rules whose variant can match `model`: each variant needs an op of its
     own in the graph (SDPA's NaN guard, the repeated keys' Expand, the rotary kernel, a per-head norm
-    after a Reshape or a Transpose); the others are not tried at every node."""
+    after a Reshape or a Transpose, eager scores capped by a Tanh); the others are not tried at every
+    node. Variants, not `pattern.OrValue`: its backtracking made matching 20x slower."""
     found = {node.op_type for node in model.graph}
     after = {
         node.inputs[0].producer().op_type
@@ -588,12 +603,17 @@ def _attention_rules(model: ir.Model) -> list[pattern.RewriteRule]:
     }
     norms = [n for n, op in (("norm_then_transpose", "Reshape"), ("transpose_then_norm", "Transpose")) if op in after]
     return [
-        _GroupQueryAttention.rule(repeated=r, sdpa=s, rotary=p, qk_norm=n)
+        _GroupQueryAttention.rule(repeated=r, sdpa=s, rotary=p, qk_norm=n, scaled=scaled, capped=c)
         for r in (1, 0)
         for s in (1, 0)
         for p in (1, 0)
         for n in (*norms, "")
-        if (not r or "Expand" in found) and (not s or "IsNaN" in found) and (not p or "RotaryEmbedding" in found)
+        for scaled in (1, 0)
+        for c in (1, 0)
+        if (not r or "Expand" in found)
+        and (not s or "IsNaN" in found)
+        and (not p or "RotaryEmbedding" in found)
+        and not (c and (s or "Tanh" not in found))
     ]
 
 
