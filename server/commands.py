@@ -338,15 +338,18 @@ def _graph_diff() -> Any:
 
 def _keep_previous(onnx_path: str | None) -> None:
     """The model an export is about to replace, kept as `graph_diff.previous_path` for Compare with Previous:
-    a hard link (an export replaces its file by a new one, never writes into it), a copy where links fail."""
+    a hard link (an export replaces its file by a new one, never writes into it), a copy where links fail.
+    Made under a unique name and renamed into place, so two requests for one target never race."""
     if onnx_path and os.path.isfile(onnx_path):
         previous = _graph_diff().previous_path(onnx_path)
-        with contextlib.suppress(FileNotFoundError):
-            os.remove(previous)
+        staged = f"{previous}.{uuid.uuid4().hex}"
         try:
-            os.link(onnx_path, previous)
+            os.link(onnx_path, staged)
         except OSError:
-            shutil.copyfile(onnx_path, previous)
+            shutil.copyfile(onnx_path, staged)
+        os.replace(staged, previous)
+        with contextlib.suppress(FileNotFoundError):
+            os.remove(staged)  # rename does nothing when both names are links to one file
 
 
 def _select_targets(args: ExportArgs, found: Discovery, path: str) -> list[Target]:

@@ -115,3 +115,19 @@ def test_another_exporters_file_aligns_by_module(tmp_path):
         op: (ops(ours)[op], ops(theirs)[op]) for op in ops(ours) | ops(theirs)
     }
     assert {n["module"] for n in diff["after"]["nodes"]} == {"fc1", "fc2", ""}
+
+
+def test_the_previous_model_is_kept_by_requests_that_race(tmp_path):
+    """Two requests for one target keep its previous model at once (CI saw `SameFileError` from this):
+    each leaves `<stem>.previous.onnx` holding the model, and nothing else beside it."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from onnxlens_server.commands import _keep_previous
+    from onnxlens_server.graph_diff import previous_path
+
+    model = tmp_path / "m.t.onnx"
+    model.write_bytes(b"model bytes")
+    with ThreadPoolExecutor(8) as pool:
+        list(pool.map(lambda _: _keep_previous(str(model)), range(200)))
+    assert pathlib.Path(previous_path(str(model))).read_bytes() == b"model bytes"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["m.t.onnx", "m.t.previous.onnx"]
