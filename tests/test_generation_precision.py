@@ -13,6 +13,7 @@ import os
 
 import numpy as np
 import onnx
+import onnx_ir as ir
 import onnxruntime as ort
 import pytest
 import torch
@@ -345,7 +346,9 @@ def test_a_weight_shared_by_two_layers_stays_shared():
     )
     model = onnx.helper.make_model(graph, opset_imports=[onnx.helper.make_opsetid("", 20)])
     groups = {"layers": ["layer0", "layer1"], "lm_head": ["head"]}
-    lowered = quantize.quantize(model, ExportOptions(precision="int4"), groups)
+    lowered = ir.serde.serialize_model(
+        quantize.quantize(ir.serde.deserialize_model(model), ExportOptions(precision="int4"), groups)
+    )
     onnx.checker.check_model(lowered)
     ops = [n.op_type for n in lowered.graph.node]
     assert ops.count("MatMul") == 2 and ops.count("MatMulNBits") == 1 and "GatherBlockQuantized" in ops

@@ -17,7 +17,7 @@ import inspect
 import json
 import os
 import time
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from typing import Any
 
 import onnx_ir as ir
@@ -282,17 +282,18 @@ def _lower_precision(
     most sensitive groups higher until the agreement meets it, and return that measure."""
     InlinePass()(export_output.model)  # the quantizer sees the main graph only
     groups = quantize.weight_groups(export_output.model)
-    fp32 = ir.serde.serialize_model(export_output.model)
+    fp32, cache = export_output.model, {}
 
-    def lowered(keep: list[str] = (), only: list[str] | None = None) -> Any:
-        return quantize.quantize(fp32, options, groups, keep, only)
+    def lowered(keep: Collection[str] = (), only: Collection[str] | None = None) -> ir.Model:
+        return quantize.quantize(fp32, options, groups, keep, only, cache)
 
     measured = None
     if minimum is None:
-        model = quantize.quantize(fp32, options, groups, in_place=True)
+        export_output.model = lowered()
     else:
-        model, measured = quality.quantize_to_agreement(lowered, list(groups), reference, options.precision, minimum)
-    export_output.model = ir.serde.deserialize_model(model)
+        export_output.model, measured = quality.quantize_to_agreement(
+            lowered, list(groups), reference, options.precision, minimum
+        )
     return measured
 
 

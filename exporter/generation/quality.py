@@ -12,7 +12,7 @@ from collections.abc import Callable
 from typing import Any
 
 import numpy as np
-import onnx
+import onnx_ir as ir
 import torch
 
 from exporter.diagnostics import DiagnosticContext, Level, rules
@@ -85,7 +85,7 @@ def reference(
     return Reference(sequences.numpy(), mask.numpy(), scored, text.numpy(), _mean_log_likelihood(logits, text.numpy()))
 
 
-def measure(model: onnx.ModelProto | str, ref: Reference, precision: str) -> Quality:
+def measure(model: ir.Model | str, ref: Reference, precision: str) -> Quality:
     """`model` (in memory, or a path) against the reference: teacher-forced greedy agreement over the
     generated tokens and the perplexity on the fixed text."""
     session = _session(model)
@@ -104,8 +104,8 @@ def measure(model: onnx.ModelProto | str, ref: Reference, precision: str) -> Qua
 
 
 def quantize_to_agreement(
-    quantize: Callable[..., onnx.ModelProto], groups: list[str], ref: Reference, precision: str, minimum: float
-) -> tuple[onnx.ModelProto, Quality]:
+    quantize: Callable[..., ir.Model], groups: list[str], ref: Reference, precision: str, minimum: float
+) -> tuple[ir.Model, Quality]:
     """The model `quantize(keep=[...])` with the fewest groups kept at a higher precision that meets
     `minimum` agreement. Groups are kept most sensitive first: the ones whose quantization alone
     (`quantize(only=[group])`, the others fp32) loses the most agreement."""
@@ -142,18 +142,20 @@ def report(ctx: DiagnosticContext, quality: Quality, minimum: float | None) -> N
     )
 
 
-def _session(model: onnx.ModelProto | str) -> Any:
+def _session(model: ir.Model | str) -> Any:
     import onnxruntime as ort
 
     options = ort.SessionOptions()
     options.log_severity_level = 3
     if isinstance(model, str):
         return ort.InferenceSession(model, options, providers=["CPUExecutionProvider"])
-    if model.ByteSize() < _TWO_GIB:
-        return ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
+    proto = ir.serde.serialize_model(model)
+    if proto.ByteSize() < _TWO_GIB:
+        return ort.InferenceSession(proto.SerializeToString(), options, providers=["CPUExecutionProvider"])
+    del proto
     with tempfile.TemporaryDirectory() as folder:
         path = os.path.join(folder, "model.onnx")
-        onnx.save(model, path, save_as_external_data=True, location="model.onnx.data")
+        ir.save(model, path, external_data="model.onnx.data")
         return ort.InferenceSession(path, options, providers=["CPUExecutionProvider"])
 
 

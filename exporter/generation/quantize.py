@@ -1,15 +1,21 @@
 """The weights' precision of a generation export: int4/int8 MatMul weights as onnxruntime's
-MatMulNBits (onnxruntime's own ``MatMulNBitsQuantizer``), or fp16 (onnxruntime's float16 converter).
+MatMulNBits (blocks quantized by onnxruntime's own ``DefaultWeightOnlyQuantizer``), or fp16
+(onnxruntime's float16 converter).
+
+The MatMuls are rewritten on the IR, where the weights are: handing onnxruntime's
+``MatMulNBitsQuantizer`` a protobuf of the model copied every weight twice (serialized, then read
+back), 3-5 s of a 20 s export of a 600 MB model, and quantized the whole model again for each
+measure of the quality report. Blocks quantized once are reused (`quantize`'s ``cache``).
 
 `weight_groups` names the quantizable MatMuls by what they belong to (a decoder layer's module path,
 ``lm_head``), so that the quality report can keep the most sensitive groups at a higher precision.
 A ``Gemm`` with a constant weight (GPT-2's ``Conv1D``, ``x @ W + b``, exports as one) is one of them:
-the quantizer takes MatMuls only, so it becomes ``MatMul`` + ``Add`` (`_gemms_as_matmuls`) first.
+it becomes ``MatMulNBits`` + ``Add``.
 
 An output head tied to the input embedding (Llama 3.2's, Qwen2.5's, GPT-2's: the graph's head reads
-``Transpose(E)`` of the embedding's ``E``) is quantized like the others, and the embedding then reads
+``Transpose(E)`` of the embedding's ``E``) is quantized like the others (as ``E.T``), and the embedding then reads
 the same quantized weights (``GatherBlockQuantized``), as the genai builder writes such models
-(`_untie_heads`, `_share_with_embeddings`): the folder keeps one copy of ``E``, at the lower precision.
+(`_share_with_embeddings`): the folder keeps one copy of ``E``, at the lower precision.
 """
 
 from __future__ import annotations
@@ -22,7 +28,6 @@ from collections.abc import Collection
 from typing import Any
 
 import numpy as np
-import onnx
 import onnx_ir as ir
 
 from exporter.constants import METADATA_MODULE_STACK
@@ -31,6 +36,8 @@ from exporter.options import ExportOptions
 _HEAD = "lm_head"
 _LAYER = re.compile(r"\.\d+$")  # a ModuleList child: a decoder layer
 _BITS = {"int4": 4, "int8": 8}
+_MS = "com.microsoft"
+Blocks = tuple[np.ndarray, np.ndarray, np.ndarray]  # a weight quantized: packed, scales, zero points
 
 
 def weight_groups(model: ir.Model) -> dict[str, list[str]]:
@@ -52,7 +59,7 @@ def weight_groups(model: ir.Model) -> dict[str, list[str]]:
 
 def _as_matmul(node: ir.Node) -> bool:
     """Whether `node` is a Gemm that is ``A @ B (+ C)``: no scaling, A not transposed, B constant and
-    not shared (`_gemms_as_matmuls` transposes it in place when ``transB``)."""
+    not shared."""
     if node.op_type != "Gemm":
         return False
     attrs = {name: attr.value for name, attr in node.attributes.items()}
@@ -94,146 +101,172 @@ def _module_group(node: ir.Node) -> str:
 
 
 def quantize(
-    model: onnx.ModelProto,
+    model: ir.Model,
     options: ExportOptions,
     groups: dict[str, list[str]],
     keep: Collection[str] = (),
     only: Collection[str] | None = None,
-    in_place: bool = False,
-) -> onnx.ModelProto:
-    """`model` (fp32, weights in memory) at `options.precision`; the groups in `keep` stay one step
-    higher: int8 in an int4 export, fp32 in an int8 one. The head is int8 in an int4 export with
-    `options.int8_head`. With `only`, the other groups stay fp32. `model` is left as it is unless
-    `in_place` (onnxruntime's tools rewrite the model they are given)."""
+    cache: dict[tuple[str, bool, int], Blocks] | None = None,
+) -> ir.Model:
+    """A copy of `model` (its fp32 weights shared, not copied) at `options.precision`; the groups in
+    `keep` stay one step higher: int8 in an int4 export, fp32 in an int8 one. The head is int8 in an
+    int4 export with `options.int8_head`. With `only`, the other groups stay fp32. `cache` keeps the
+    quantized blocks of each weight between calls on one model."""
     if options.precision == "fp32":
         return model
-    if not in_place:
-        model, original = onnx.ModelProto(), model
-        model.CopyFrom(original)
     if options.precision == "fp16":
         from onnxruntime.transformers.float16 import convert_float_to_float16
 
-        return convert_float_to_float16(model, keep_io_types=True, disable_shape_infer=True)
+        proto = ir.serde.serialize_model(model)
+        return ir.serde.deserialize_model(convert_float_to_float16(proto, keep_io_types=True, disable_shape_infer=True))
     bits = _BITS[options.precision]
     if only is not None:
         groups = {g: nodes for g, nodes in groups.items() if g in only}
     higher = set(keep) | ({_HEAD} if options.int8_head and bits == 4 else set())
-    _gemms_as_matmuls(model, {n for nodes in groups.values() for n in nodes})
-    at_bits = [n for g, nodes in groups.items() if g not in higher for n in nodes]
-    at_8_bits = [n for g in higher & set(groups) for n in groups[g]] if bits == 4 else []
-    untied = _untie_heads(model, {*at_bits, *at_8_bits})
-    model = _matmul_nbits(model, options, bits, at_bits)
-    model = _matmul_nbits(model, options, 8, at_8_bits)
-    _share_with_embeddings(model, untied, options.block_size)
+    at_bits = {n: bits for g, nodes in groups.items() if g not in higher for n in nodes}
+    at_8_bits = {n: 8 for g in higher & set(groups) for n in groups[g]} if bits == 4 else {}
+    model = model.clone()
+    _MatMulNBits(model, options, cache if cache is not None else {}).rewrite({**at_bits, **at_8_bits})
     return model
 
 
-def _untie_heads(model: onnx.ModelProto, names: Collection[str]) -> dict[str, str]:
-    """Give each MatMul named in `names` that reads ``Transpose(E)`` of an initializer its own weight
-    ``E.T`` (the quantizer takes constant weights only), where it is the only MatMul reading ``E`` so
-    (weights shared by several layers stay as they are); {that weight's name: E's name}."""
-    initializers = {i.name: i for i in model.graph.initializer}
-    transposes = {n.output[0]: n for n in model.graph.node if n.op_type == "Transpose" and n.domain == ""}
-    readers = collections.Counter(
-        transposes[n.input[1]].input[0] for n in model.graph.node if n.op_type == "MatMul" and n.input[1] in transposes
-    )
-    untied = {}
-    for node in list(model.graph.node):  # a copy: an untied Transpose leaves the graph
-        transpose = transposes.get(node.input[1]) if node.op_type == "MatMul" and node.name in names else None
-        source = initializers.get(transpose.input[0]) if transpose is not None else None
-        if source is None or len(source.dims) != 2 or readers[source.name] != 1:
-            continue
-        weight = f"{source.name}.transposed"
-        array = np.ascontiguousarray(onnx.numpy_helper.to_array(source).T)
-        model.graph.initializer.append(onnx.numpy_helper.from_array(array, weight))
-        node.input[1] = weight
-        untied[weight] = source.name
-        if not any(transpose.output[0] in other.input for other in model.graph.node):
-            model.graph.node.remove(transpose)
-    return untied
+class _MatMulNBits:
+    """Rewrites MatMuls (and plain Gemms) with a constant weight as ``MatMulNBits`` in one model."""
 
+    def __init__(self, model: ir.Model, options: ExportOptions, cache: dict[tuple[str, bool, int], Blocks]):
+        self.model, self.graph, self.options, self.cache = model, model.graph, options, cache
+        self.quantized: dict[tuple[str, bool, int], tuple[ir.Value, ...]] = {}  # in this graph
+        # the tied weights `E` read as ``Transpose(E)`` by one MatMul only (shared ones stay as they are)
+        readers = collections.Counter(
+            _tied(n.inputs[1]) for n in self.graph if n.op_type == "MatMul" and n.domain == "" and n.inputs[1]
+        )
+        self.untied = {e for e, count in readers.items() if e is not None and count == 1}
 
-def _share_with_embeddings(model: onnx.ModelProto, untied: dict[str, str], block_size: int) -> None:
-    """Each embedding lookup (``Gather`` on axis 0) of a tied ``E`` (`untied`) reads its head's quantized
-    weights instead: ``GatherBlockQuantized`` of the MatMulNBits weights seen as one row per token; then
-    ``E`` goes. A head left in fp32, or a hidden size the blocks do not divide (MatMulNBits pads it),
-    keeps ``E``."""
-    heads = {n.input[1]: n for n in model.graph.node if n.op_type == "MatMulNBits"}
-    for weight, source in untied.items():
-        head = next((node for name, node in heads.items() if name.startswith(f"{weight}_Q")), None)
-        if head is None:
-            continue
-        attributes = {a.name: onnx.helper.get_attribute_value(a) for a in head.attribute}
-        lookups = [
-            node
-            for node in model.graph.node
-            if node.op_type == "Gather" and node.domain == "" and node.input[0] == source
-            and all(a.i == 0 for a in node.attribute if a.name == "axis")
-        ]  # fmt: skip
-        if not lookups or attributes["K"] % block_size:
-            continue
-        rows = f"{head.input[1]}.rows"
-        shape = [attributes["N"], attributes["K"] * attributes["bits"] // 8]
-        model.graph.initializer.append(onnx.helper.make_tensor(f"{rows}.shape", onnx.TensorProto.INT64, [2], shape))
-        first = list(model.graph.node).index(lookups[0])
-        for node in lookups:
-            node.CopyFrom(
-                onnx.helper.make_node(
-                    "GatherBlockQuantized",
-                    [rows, node.input[1], *head.input[2:]],
-                    list(node.output),
-                    name=f"{node.name}_Q{attributes['bits']}",
-                    domain="com.microsoft",
-                    gather_axis=0,
-                    quantize_axis=1,
-                    block_size=block_size,
-                    bits=attributes["bits"],
-                )
+    def rewrite(self, bits_of: dict[str, int]) -> None:
+        """Each node named in `bits_of` at its number of bits; then the weights it read go where unused,
+        and each embedding lookup of a tied head reads the head's blocks."""
+        replaced: list[ir.Value] = []
+        heads: dict[ir.Value, tuple[ir.Value, ...]] = {}  # a tied `E`: its head's blocks
+        for node in [n for n in self.graph if n.name in bits_of]:
+            weight = node.inputs[1]
+            tied = _tied(weight)
+            if tied is not None and tied not in self.untied:
+                continue
+            blocks = self._blocks(
+                tied or weight, transposed=tied is not None or _trans_b(node), bits=bits_of[node.name]
             )
-        model.graph.node.insert(first, onnx.helper.make_node("Reshape", [head.input[1], f"{rows}.shape"], [rows]))
-        if not any(source in node.input for node in model.graph.node):
-            (initializer,) = [i for i in model.graph.initializer if i.name == source]
-            model.graph.initializer.remove(initializer)
+            self._replace(node, blocks, bits_of[node.name])
+            replaced.append(weight)
+            if tied is not None:
+                heads[tied] = blocks
+        if replaced:
+            self.model.opset_imports.setdefault(_MS, 1)
+        for embedding, blocks in heads.items():
+            _share_with_embeddings(self.graph, embedding, blocks, self.options.block_size)
+        for value in replaced:
+            _remove_if_unused(self.graph, value)
+
+    def _blocks(self, weight: ir.Value, transposed: bool, bits: int) -> tuple[ir.Value, ...]:
+        """The initializers of `weight` (read as its transpose if `transposed`) quantized: packed blocks,
+        scales and, unless symmetric, zero points (onnxruntime's names: ``W_Q4``, ``W_scales``, …)."""
+        key = (weight.name, transposed, bits)
+        if key not in self.quantized:
+            if key not in self.cache:
+                array = weight.const_value.numpy()
+                self.cache[key] = _quantizer(self.options, bits).qbits_block_quant(
+                    np.ascontiguousarray(array.T if transposed else array)
+                )
+            packed, scales, zero_points = self.cache[key]
+            stem = f"{weight.name}.transposed" if transposed else weight.name
+            arrays = {f"{stem}_Q{bits}": packed, f"{stem}_scales": scales}
+            if not self.options.symmetric:
+                arrays[f"{stem}_zero_points"] = zero_points
+            self.quantized[key] = tuple(_initializer(self.graph, name, array) for name, array in arrays.items())
+        return self.quantized[key]
+
+    def _replace(self, node: ir.Node, blocks: tuple[ir.Value, ...], bits: int) -> None:
+        """`node` as ``MatMulNBits`` reading `blocks` (and ``Add`` of a Gemm's bias)."""
+        k, n = _weight_shape(node)
+        attributes = {"K": k, "N": n, "bits": bits, "block_size": self.options.block_size}
+        if self.options.accuracy_level:  # optional, and not every execution provider takes it
+            attributes["accuracy_level"] = self.options.accuracy_level
+        new = [ir.node("MatMulNBits", [node.inputs[0], *blocks], attributes, domain=_MS, name=f"{node.name}_Q{bits}")]
+        if node.op_type == "Gemm" and len(node.inputs) > 2 and node.inputs[2] is not None:
+            new.append(ir.node("Add", [new[0].outputs[0], node.inputs[2]], name=f"{node.name}_bias"))
+        ir.convenience.replace_nodes_and_values(self.graph, node, [node], new, [node.outputs[0]], [new[-1].outputs[0]])
 
 
-def _gemms_as_matmuls(model: onnx.ModelProto, names: Collection[str]) -> None:
-    """The Gemms named in `names` as ``MatMul`` (the same name, for the quantizer) and, with a bias,
-    ``Add``; a ``transB`` weight transposed in place (`_as_matmul`: it has no other use)."""
-    initializers = {i.name: i for i in model.graph.initializer}
-    nodes: list[onnx.NodeProto] = []
-    for node in model.graph.node:
-        if node.op_type != "Gemm" or node.name not in names:
-            nodes.append(onnx.NodeProto())
-            nodes[-1].CopyFrom(node)
-            continue
-        if any(a.name == "transB" and a.i for a in node.attribute):
-            weight = initializers[node.input[1]]
-            transposed = np.ascontiguousarray(onnx.numpy_helper.to_array(weight).T)
-            weight.CopyFrom(onnx.numpy_helper.from_array(transposed, weight.name))
-        bias = node.input[2] if len(node.input) > 2 and node.input[2] else None
-        product = f"{node.name}_product" if bias else node.output[0]
-        nodes.append(onnx.helper.make_node("MatMul", node.input[:2], [product], name=node.name))
-        if bias:
-            nodes.append(onnx.helper.make_node("Add", [product, bias], [node.output[0]], name=f"{node.name}_bias"))
-    del model.graph.node[:]
-    model.graph.node.extend(nodes)
+def _trans_b(node: ir.Node) -> bool:
+    return node.op_type == "Gemm" and bool(node.attributes.get_int("transB", 0))
 
 
-def _matmul_nbits(model: onnx.ModelProto, options: ExportOptions, bits: int, nodes: list[str]) -> onnx.ModelProto:
-    if not nodes:
-        return model
+def _weight_shape(node: ir.Node) -> tuple[int, int]:
+    """(K, N) of `node`'s weight as the product reads it."""
+    weight = node.inputs[1]
+    tied = _tied(weight)
+    rows, columns = (tied or weight).shape
+    return (columns, rows) if tied is not None or _trans_b(node) else (rows, columns)
+
+
+def _quantizer(options: ExportOptions, bits: int) -> Any:
     mnq = _quantizer_module()
     config = mnq.DefaultWeightOnlyQuantConfig(
-        block_size=options.block_size,
-        is_symmetric=options.symmetric,
-        accuracy_level=options.accuracy_level,
-        bits=bits,
+        block_size=options.block_size, is_symmetric=options.symmetric, accuracy_level=options.accuracy_level, bits=bits
     )
-    # the quantizer takes every MatMul with a constant weight (`nodes_to_include` only adds to them)
-    others = [n.name for n in model.graph.node if n.op_type == "MatMul" and n.name not in set(nodes)]
-    quantizer = mnq.MatMulNBitsQuantizer(model, bits=bits, nodes_to_exclude=others, algo_config=config)
-    quantizer.process()
-    return quantizer.model.model
+    return mnq.DefaultWeightOnlyQuantizer(config)
+
+
+def _initializer(graph: ir.Graph, name: str, array: np.ndarray) -> ir.Value:
+    tensor = ir.Tensor(array, name=name)
+    value = ir.Value(name=name, shape=ir.Shape(array.shape), type=ir.TensorType(tensor.dtype), const_value=tensor)
+    graph.register_initializer(value)
+    return value
+
+
+def _remove_if_unused(graph: ir.Graph, value: ir.Value) -> None:
+    """`value` gone if nothing reads it any more, with the ``Transpose`` that made it (and so on up)."""
+    while value is not None and not value.uses() and not value.is_graph_output():
+        producer = value.producer()
+        if producer is not None:
+            source = producer.inputs[0]
+            graph.remove(producer, safe=True)  # which detaches its inputs
+            value = source
+        else:
+            if value.is_initializer():
+                graph.initializers.pop(value.name)
+            return
+
+
+def _share_with_embeddings(graph: ir.Graph, embedding: ir.Value, blocks: tuple[ir.Value, ...], block_size: int) -> None:
+    """Each lookup (``Gather`` on axis 0) of the tied `embedding` reads its head's quantized `blocks`
+    instead: ``GatherBlockQuantized`` of them seen as one row per token; then `embedding` goes. A
+    hidden size the blocks do not divide (MatMulNBits pads it) keeps `embedding`."""
+    rows, hidden = embedding.shape
+    lookups = [
+        node
+        for node in graph
+        if node.op_type == "Gather" and node.domain == "" and node.inputs[0] is embedding
+        and node.attributes.get_int("axis", 0) == 0
+    ]  # fmt: skip
+    if not lookups or hidden % block_size:
+        return
+    packed = blocks[0]
+    bits = 8 * packed.shape[2] // block_size
+    shape = _initializer(graph, f"{packed.name}.rows.shape", np.array([rows, hidden * bits // 8], np.int64))
+    reshape = ir.node("Reshape", [packed, shape], name=f"{packed.name}.rows")
+    reshape.outputs[0].name = f"{packed.name}.rows"
+    graph.insert_before(lookups[0], reshape)
+    attributes = {"gather_axis": 0, "quantize_axis": 1, "block_size": block_size, "bits": bits}
+    for node in lookups:
+        new = ir.node(
+            "GatherBlockQuantized",
+            [reshape.outputs[0], node.inputs[1], *blocks[1:]],
+            attributes,
+            domain=_MS,
+            name=f"{node.name}_Q{bits}",
+        )
+        ir.convenience.replace_nodes_and_values(graph, node, [node], [new], [node.outputs[0]], [new.outputs[0]])
+    _remove_if_unused(graph, embedding)
 
 
 def _quantizer_module() -> Any:
