@@ -21,6 +21,7 @@ from transformers import (
     Gemma2Config,
     Gemma3TextConfig,
     GlmConfig,
+    GPTBigCodeConfig,
     GPTNeoXConfig,
     HeliumConfig,
     OPTConfig,
@@ -302,6 +303,32 @@ def test_a_projection_packed_per_head_is_split_and_fuses_with_a_partial_rotation
     assert rotary == [{"num_heads": 4, "rotary_embedding_dim": 4}] * 4  # 16 × partial_rotary_factor 0.25
     found = collections.Counter(n.op_type for n in graph.node)
     assert found["GroupQueryAttention"] == 2 and "Softmax" not in found
+    [note] = results(result, "FXE0024")
+    assert (note["properties"]["layers"], note["properties"]["fusedLayers"]) == (2, 2)
+
+
+def gpt_bigcode() -> torch.nn.Module:
+    torch.manual_seed(0)
+    config = GPTBigCodeConfig(n_embd=64, n_layer=2, n_head=4, n_positions=256, multi_query=True, **TOKENS)
+    return AutoModelForCausalLM.from_config(config).eval()
+
+
+@pytest.mark.parametrize(
+    "build, rotary",
+    [(lambda: tiny_model("falcon"), True), (gpt_bigcode, False)],
+    ids=["falcon-split-heads", "gpt-bigcode-split-last-axis"],
+)
+def test_a_packed_multi_query_projection_fuses(build, rotary, tmp_path):
+    """Falcon and GPT-BigCode project q and their one key/value head in one MatMul and split it after
+    shaping heads (Falcon on the heads axis, GPT-BigCode on the last after adding a heads axis of 1):
+    GQA with one KV head, q and k rotated in the kernel where the model rotates them."""
+    result = exporter.export_for_generation(build(), tmp_path)
+    assert result.parity.matched and result.parity.steps == NEW_TOKENS
+    graph = onnx.load(result.model_path, load_external_data=False).graph
+    attentions = [n for n in graph.node if n.op_type == "GroupQueryAttention"]
+    assert len(attentions) == 2 and not {"Softmax", "Neg"} & {n.op_type for n in graph.node}
+    attributes = {a.name: a.i for a in attentions[0].attribute if a.name in ("num_heads", "kv_num_heads", "do_rotary")}
+    assert attributes == {"num_heads": 4, "kv_num_heads": 1, **({"do_rotary": 1} if rotary else {})}
     [note] = results(result, "FXE0024")
     assert (note["properties"]["layers"], note["properties"]["fusedLayers"]) == (2, 2)
 

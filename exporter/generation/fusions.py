@@ -39,6 +39,7 @@ from exporter.constants import METADATA_MODULE_STACK, METADATA_STACK
 from exporter.diagnostics import DiagnosticContext, Level, rules
 from exporter.diagnostics.locations import parse_stack_trace
 from exporter.generation.interleaved_rotary import InterleavedRotary, PartialInterleavedRotary
+from exporter.generation.packed_heads import split_packed_heads
 
 _LAYER = re.compile(r"\.\d+$")  # a ModuleList child: a decoder layer
 # what a layer computes in standard ops when a part did not fuse: (the op left, what it is, the fused op)
@@ -557,6 +558,7 @@ def fuse(model: ir.Model, positions: int) -> Fusion:
     _rewrite_where(model, "Neg", InterleavedRotary.rule(positions).commute())  # a rotation left: interleaved?
     _rewrite_where(model, "Split", [_SplitHeads.rule()])
     _rewrite_where(model, "RotaryEmbedding", [PartialInterleavedRotary.rule()])
+    split_packed_heads(model.graph)
     rules = _attention_rules(model)
     rewriter.rewrite(model, rules)
     InlinePass()(model)  # an intermediate rotary op that did not become onnxruntime's: back to standard ops

@@ -1,0 +1,110 @@
+"""Packed multi-query projections split before their heads are formed, so that attention fuses.
+
+Falcon and GPT-BigCode compute q, k and v with one linear layer and split them after shaping heads:
+Falcon reshapes it to ``(batch, sequence, heads + 2, size)`` and splits the heads axis; GPT-BigCode
+adds a heads axis of 1 (``Unsqueeze``) and splits the last one. `split_packed_heads` splits the 3-D
+projection instead, each part shaped into heads as a separate projection would be
+(``Transpose(Reshape(part, [0, 0, heads, size]))``), the form `fusions._GroupQueryAttention` matches.
+The values are the same: the parts are contiguous channels of each position either way.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx_ir as ir
+from onnxscript.rewriter import _ir_utils
+
+
+def split_packed_heads(graph: ir.Graph) -> int:
+    """Rewrite each packed split of `graph` (in place); how many."""
+    count = 0
+    for node in [n for n in graph if n.op_type == "Split" and n.domain == ""]:
+        parts = _parts(node)
+        if parts is None:
+            continue
+        projection, widths, heads, transposed = parts
+        producer = node.inputs[0].producer()
+        split = ir.node(
+            "Split",
+            [projection, _constant(graph, f"{node.name}_widths", widths)],
+            {"axis": 2},
+            num_outputs=len(widths),
+            name=f"{node.name}_projection",
+        )
+        graph.insert_before(node, split)
+        for i, (old, new, width, count) in enumerate(zip(node.outputs, split.outputs, widths, heads)):
+            new.shape, new.dtype = ir.Shape([*projection.shape[:2], width]), projection.dtype
+            _reshape_readers(graph, old, new, [0, 0, count, width // count], transposed, f"{node.name}_part{i}")
+        graph.remove(node, safe=True)
+        graph.remove(producer, safe=True)
+        count += 1
+    return count
+
+
+def _parts(split: ir.Node) -> tuple[ir.Value, list[int], list[int], bool] | None:
+    """(the 3-D projection, the widths of its parts, their head counts, whether the parts were
+    ``(batch, heads, sequence, size)``) of a packed split, or None."""
+    source = split.inputs[0]
+    producer = source.producer() if source is not None else None
+    sizes = _ir_utils.get_numpy_value(split.inputs[1]) if len(split.inputs) > 1 else None
+    if producer is None or sizes is None or len(source.uses()) != 1 or producer.domain != "":
+        return None
+    projection = producer.inputs[0]
+    shape = projection.shape if projection is not None else None
+    if shape is None or len(shape) != 3 or not isinstance(shape[2], int) or len(source.shape or ()) != 4:
+        return None
+    axis = split.attributes.get_int("axis", 0) % 4
+    if producer.op_type == "Unsqueeze" and _ints(producer.inputs[1]) == [1] and axis == 3:  # GPT-BigCode
+        return projection, [int(s) for s in sizes], [1] * len(sizes), True
+    size = source.shape[3]
+    if producer.op_type == "Reshape" and axis == 2 and isinstance(size, int) and shape[2] == source.shape[2] * size:
+        return projection, [int(s) * size for s in sizes], [int(s) for s in sizes], False  # Falcon's
+    return None
+
+
+def _reshape_readers(
+    graph: ir.Graph, old: ir.Value, part: ir.Value, heads: list[int], transposed: bool, name: str
+) -> None:
+    """`old` (a part shaped into heads) replaced by the 3-D `part`: a reader that reshapes it whatever
+    its shape reads `part`; the others ``Reshape(part, heads)``, transposed to ``(batch, heads,
+    sequence, size)`` if `old` was (GPT-BigCode's heads axis of 1)."""
+    for reader, index in list(old.uses()):
+        if reader.op_type == "Reshape" and reader.domain == "" and index == 0 and _keeps_no_dims(reader):
+            reader.replace_input_with(0, part)
+    if not old.uses():
+        return
+    nodes = [ir.node("Reshape", [part, _constant(graph, f"{name}_heads", heads)], name=f"{name}_heads")]
+    if transposed:
+        nodes.append(ir.node("Transpose", [nodes[0].outputs[0]], {"perm": [0, 2, 1, 3]}, name=f"{name}_transposed"))
+    graph.insert_before(_first_reader(graph, old), nodes)
+    shaped = nodes[-1].outputs[0]
+    shaped.shape, shaped.dtype = old.shape, old.dtype
+    ir.convenience.replace_all_uses_with(old, shaped)
+
+
+def _first_reader(graph: ir.Graph, value: ir.Value) -> ir.Node:
+    readers = {node for node, _ in value.uses()}
+    return next(node for node in graph if node in readers)
+
+
+def _keeps_no_dims(reshape: ir.Node) -> bool:
+    """Whether `reshape`'s result does not depend on its input's shape: ``allowzero`` (a 0 is a 0), or
+    a constant shape without 0 (which would copy the input's dimension)."""
+    if reshape.attributes.get_int("allowzero", 0):
+        return True
+    shape = _ints(reshape.inputs[1])
+    return shape is not None and 0 not in shape
+
+
+def _ints(value: ir.Value | None) -> list[int] | None:
+    array = _ir_utils.get_numpy_value(value) if value is not None else None
+    return [int(v) for v in array.reshape(-1)] if array is not None else None
+
+
+def _constant(graph: ir.Graph, name: str, values: list[int]) -> ir.Value:
+    tensor = ir.tensor(np.array(values, dtype=np.int64), name=name)
+    value = ir.Value(
+        name=name, shape=ir.Shape([len(values)]), type=ir.TensorType(ir.DataType.INT64), const_value=tensor
+    )
+    graph.register_initializer(value)
+    return value
