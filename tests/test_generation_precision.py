@@ -359,3 +359,31 @@ def test_a_weight_shared_by_two_layers_stays_shared():
     session = ort.InferenceSession(lowered.SerializeToString(), providers=["CPUExecutionProvider"])
     expected = embedding[ids] @ shared.T @ shared.T @ embedding.T
     assert np.abs(session.run(None, {"ids": ids})[0] - expected).max() < 0.2 * np.abs(expected).max()
+
+
+@pytest.mark.parametrize("trans_b", [0, 1])
+def test_a_gemm_with_a_bias_is_quantized_as_matmulnbits_and_add(trans_b):
+    """A plain Gemm with a constant weight (``transB`` or not) becomes MatMulNBits + Add of its bias,
+    within half an int8 step of each weight's block of the product."""
+    from exporter.generation import quantize
+
+    rng = np.random.default_rng(0)
+    weight, bias = rng.standard_normal((64, 32), np.float32), rng.standard_normal(32, np.float32)
+    stored = weight.T.copy() if trans_b else weight
+    graph = onnx.helper.make_graph(
+        [onnx.helper.make_node("Gemm", ["x", "W", "b"], ["y"], name="gemm", transB=trans_b)],
+        "gemm",
+        [onnx.helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [3, 64])],
+        [onnx.helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [3, 32])],
+        [onnx.numpy_helper.from_array(stored, "W"), onnx.numpy_helper.from_array(bias, "b")],
+    )
+    model = ir.serde.deserialize_model(onnx.helper.make_model(graph, opset_imports=[onnx.helper.make_opsetid("", 20)]))
+    lowered = ir.serde.serialize_model(quantize.quantize(model, ExportOptions(precision="int8"), {"layer": ["gemm"]}))
+    assert [n.op_type for n in lowered.graph.node] == ["MatMulNBits", "Add"]
+    stem = "W.transposed" if trans_b else "W"  # the fp32 weight gone, its quantized blocks in its place
+    assert {i.name for i in lowered.graph.initializer} == {f"{stem}_Q8", f"{stem}_scales", "b"}
+    x = rng.standard_normal((3, 64), np.float32)
+    session = ort.InferenceSession(lowered.SerializeToString(), providers=["CPUExecutionProvider"])
+    expected = x @ weight + bias
+    step = np.abs(weight).max() / 127  # an int8 step of the largest block
+    assert np.abs(session.run(None, {"x": x})[0] - expected).max() <= np.abs(x).sum(-1).max() * step / 2
