@@ -22,6 +22,7 @@ from transformers import (
     Gemma3TextConfig,
     GlmConfig,
     GPTBigCodeConfig,
+    GPTNeoConfig,
     GPTNeoXConfig,
     HeliumConfig,
     OPTConfig,
@@ -329,6 +330,30 @@ def test_a_packed_multi_query_projection_fuses(build, rotary, tmp_path):
     assert len(attentions) == 2 and not {"Softmax", "Neg"} & {n.op_type for n in graph.node}
     attributes = {a.name: a.i for a in attentions[0].attribute if a.name in ("num_heads", "kv_num_heads", "do_rotary")}
     assert attributes == {"num_heads": 4, "kv_num_heads": 1, **({"do_rotary": 1} if rotary else {})}
+    [note] = results(result, "FXE0024")
+    assert (note["properties"]["layers"], note["properties"]["fusedLayers"]) == (2, 2)
+
+
+def test_scores_masked_to_a_window_fuse_with_the_window_in_the_bias(tmp_path):
+    """GPT-Neo's local layers set the scores outside a window of 8 to the float minimum before adding the
+    mask: GQA takes that window in its attention bias. The 7-token prompts and 16 new tokens cross the
+    window, so a bias without it generates other tokens."""
+    torch.manual_seed(0)
+    config = GPTNeoConfig(
+        hidden_size=64,
+        num_layers=2,
+        num_heads=4,
+        attention_types=[[["global", "local"], 1]],
+        window_size=8,
+        max_position_embeddings=256,
+        tie_word_embeddings=False,
+        **TOKENS,
+    )
+    result = exporter.export_for_generation(AutoModelForCausalLM.from_config(config).eval(), tmp_path)
+    assert result.parity.matched and result.parity.steps == NEW_TOKENS
+    graph = onnx.load(result.model_path, load_external_data=False).graph
+    found = collections.Counter(n.op_type for n in graph.node)
+    assert found["GroupQueryAttention"] == 2 and "Softmax" not in found
     [note] = results(result, "FXE0024")
     assert (note["properties"]["layers"], note["properties"]["fusedLayers"]) == (2, 2)
 

@@ -42,6 +42,7 @@ from exporter.generation.interleaved_rotary import InterleavedRotary, PartialInt
 from exporter.generation.packed_heads import split_packed_heads
 
 _LAYER = re.compile(r"\.\d+$")  # a ModuleList child: a decoder layer
+_MASKED = -1e9  # masked scores at or below this weigh exactly 0 after the softmax, wherever the mask puts them
 # what a layer computes in standard ops when a part did not fuse: (the op left, what it is, the fused op)
 _UNFUSED = {
     "ReduceMean": ("normalization", "SkipSimplifiedLayerNormalization"),
@@ -193,15 +194,21 @@ class _GroupQueryAttention(pattern.RewriteRuleClassBase):
     with RotaryEmbedding on the 3-D projections (a partial rotation), and the mask as its
     ``attention_bias`` (left padding stays masked; ``seqlens_k`` is every row's full length)."""
 
-    def __init__(self, repeated: bool, sdpa: bool, rotary: bool, qk_norm: str, scaled: bool, capped: bool) -> None:
+    def __init__(
+        self, repeated: bool, sdpa: bool, rotary: bool, qk_norm: str, scaled: bool, capped: bool, masked: bool
+    ) -> None:
         kind = f"{'Repeated' if repeated else ''}{'Sdpa' if sdpa else 'Eager'}{'Rotary' if rotary else ''}"
         kind += f"{qk_norm.title().replace('_', '')}{'' if scaled else 'Unscaled'}{'Capped' if capped else ''}"
+        kind += "Masked" if masked else ""
         super().__init__(name=f"GroupQueryAttention{kind}")
         self._repeated = repeated
         # the scale: SDPA's split over q and k, eager's on the scores; none where it is 1 (OPT scales the
         # query projection), as the optimizer drops a product by 1
         self._scaled = scaled
         self._capped = capped  # the scores soft-capped (Gemma 2's ``cap * tanh(scores / cap)``), eager's
+        # eager scores masked before the additive mask (GPT-Neo's ``where(window, scores, min)``): the window
+        # goes into GQA's attention_bias
+        self._masked = masked
         self._rotary = rotary  # RotaryEmbedding on q and k (else positions are elsewhere: GPT-2's, ALiBi's)
         self._sdpa = sdpa  # torch's SDPA (scale split over q and k, NaN rows zeroed); else transformers' eager
         # an RMS norm of each head of q and k, kept before GQA: "" none, "norm_then_transpose" (Qwen3's,
@@ -226,6 +233,8 @@ class _GroupQueryAttention(pattern.RewriteRuleClassBase):
         k_scale,
         scale,
         softcap,
+        window,
+        fill,
         bias,
         zero,
         out_shape,
@@ -277,6 +286,8 @@ class _GroupQueryAttention(pattern.RewriteRuleClassBase):
                 scores = op.Mul(scores, scale)
             if self._capped:
                 scores = op.Mul(op.Tanh(op.Div(scores, softcap)), softcap)
+            if self._masked:
+                scores = op.Where(window, scores, fill)
             probs = op.Softmax(op.Add(scores, bias), axis=-1)
         out = op.Transpose(op.MatMul(probs, value), perm=[0, 2, 1, 3])
         return op.Reshape(out, out_shape, _allow_other_attributes=True), present_key, present_value
@@ -293,6 +304,12 @@ class _GroupQueryAttention(pattern.RewriteRuleClassBase):
             return result.fail("the soft cap is not a positive constant", scales["softcap"])
         if bias.shape is None or len(bias.shape) != 4 or bias.dtype != ir.DataType.FLOAT:
             return result.fail("the mask is not an additive float (batch, 1, sequence, total) mask", bias)
+        fill = scales.get("fill")
+        if fill is not None and not _ir_utils.is_singleton_value(fill, lambda f: f <= _MASKED):
+            return result.fail("masked scores are not set to a large negative constant", fill)
+        window = scales.get("window")
+        if window is not None and (window.dtype != ir.DataType.BOOL or len(window.shape or ()) != 4):
+            return result.fail("the scores' mask is not a boolean (batch, heads, sequence, total) mask", window)
         return result
 
     def rewrite(
@@ -338,6 +355,8 @@ class _GroupQueryAttention(pattern.RewriteRuleClassBase):
                 key = op.RotaryEmbedding(key, position_ids, cos, sin, num_heads=kv_heads, **rotary)
         if not in_kernel:
             cos = sin = position_ids = None
+        if scales.get("window") is not None:  # where the scores were masked, the bias masks them too
+            bias = op.Where(scales["window"], bias, scales["fill"])
         total = op.Shape(bias, start=3, end=4)
         mask = _mask_input(past_key)  # the batch size from one tensor for every layer: computed once (CSE)
         rows = op.Shape(mask if mask is not None else q_lin, start=0, end=1)
@@ -595,7 +614,7 @@ def _rewrite_where(model: ir.Model, op_type: str, rules: list[pattern.RewriteRul
 def _attention_rules(model: ir.Model) -> list[pattern.RewriteRule]:
     """The GroupQueryAttention rules whose variant can match `model`: each variant needs an op of its
     own in the graph (SDPA's NaN guard, the repeated keys' Expand, the rotary kernel, a per-head norm
-    after a Reshape or a Transpose, eager scores capped by a Tanh); the others are not tried at every
+    after a Reshape or a Transpose, eager scores capped by a Tanh or masked by a Where); the others are not tried at every
     node. Variants, not `pattern.OrValue`: its backtracking made matching 20x slower."""
     found = {node.op_type for node in model.graph}
     after = {
@@ -604,18 +623,25 @@ def _attention_rules(model: ir.Model) -> list[pattern.RewriteRule]:
         if node.op_type == "SimplifiedLayerNormalization" and node.inputs[0].producer() is not None
     }
     norms = [n for n, op in (("norm_then_transpose", "Reshape"), ("transpose_then_norm", "Transpose")) if op in after]
+    masked_scores = any(
+        node.op_type == "Where" and node.inputs[1] is not None and node.inputs[1].producer() is not None
+        and node.inputs[1].producer().op_type in ("MatMul", "Mul")
+        for node in model.graph
+    )  # fmt: skip
     return [
-        _GroupQueryAttention.rule(repeated=r, sdpa=s, rotary=p, qk_norm=n, scaled=scaled, capped=c)
+        _GroupQueryAttention.rule(repeated=r, sdpa=s, rotary=p, qk_norm=n, scaled=scaled, capped=c, masked=m)
         for r in (1, 0)
         for s in (1, 0)
         for p in (1, 0)
         for n in (*norms, "")
         for scaled in (1, 0)
         for c in (1, 0)
+        for m in (1, 0)
         if (not r or "Expand" in found)
         and (not s or "IsNaN" in found)
         and (not p or "RotaryEmbedding" in found)
         and not (c and (s or "Tanh" not in found))
+        and not (m and (s or not masked_scores))
     ]
 
 
