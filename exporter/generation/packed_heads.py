@@ -56,8 +56,14 @@ def _parts(split: ir.Node) -> tuple[ir.Value, list[int], list[int], bool] | None
     axis = split.attributes.get_int("axis", 0) % 4
     if producer.op_type == "Unsqueeze" and _ints(producer.inputs[1]) == [1] and axis == 3:  # GPT-BigCode
         return projection, [int(s) for s in sizes], [1] * len(sizes), True
-    size = source.shape[3]
-    if producer.op_type == "Reshape" and axis == 2 and isinstance(size, int) and shape[2] == source.shape[2] * size:
+    size, same_rows = source.shape[3], list(source.shape[:2]) == list(shape[:2]) and None not in shape[:2]
+    if (
+        producer.op_type == "Reshape"
+        and axis == 2
+        and isinstance(size, int)
+        and same_rows
+        and shape[2] == source.shape[2] * size
+    ):
         return projection, [int(s) * size for s in sizes], [int(s) for s in sizes], False  # Falcon's
     return None
 
