@@ -35,7 +35,7 @@ import torch
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tests"))
 
 import transformers  # noqa: E402
-from tiny_lms import CONFIGS, DECODER, MORE_CONFIGS, TOKENS  # noqa: E402
+from tiny_lms import CONFIGS, DECODER, GPT_NEO_WINDOWED, MORE_CONFIGS, TOKENS  # noqa: E402
 
 import exporter  # noqa: E402
 
@@ -69,15 +69,7 @@ ARCHS: dict[str, Callable[[], transformers.PretrainedConfig]] = {
     "gptj": _config("GPTJConfig", **GPT, rotary_dim=8),  # interleaved partial rotary
     "codegen": _config("CodeGenConfig", **GPT, n_ctx=256, rotary_dim=8),
     "gpt_bigcode": _config("GPTBigCodeConfig", **GPT, multi_query=True),  # one KV head
-    "gpt_neo": _config(
-        "GPTNeoConfig",
-        hidden_size=64,
-        num_layers=2,
-        num_heads=4,
-        attention_types=[[["global", "local"], 1]],
-        window_size=8,
-        max_position_embeddings=256,
-    ),
+    "gpt_neo": _config("GPTNeoConfig", **GPT_NEO_WINDOWED),  # a local layer: scores masked to a window
     "opt": _config(
         "OPTConfig",
         hidden_size=64,

@@ -15,7 +15,7 @@ import onnx
 import onnx.numpy_helper
 import pytest
 import torch
-from tiny_lms import CONFIGS, DECODER, TOKENS, tiny_model
+from tiny_lms import CONFIGS, DECODER, GPT_NEO_WINDOWED, TOKENS, tiny_model
 from transformers import (
     AutoModelForCausalLM,
     Gemma2Config,
@@ -77,6 +77,14 @@ def ops(path: str) -> collections.Counter:
 def results(result, rule: str) -> list[dict]:
     log = json.load(open(os.path.join(result.output_dir, "model.sarif")))
     return [r for r in log["runs"][0]["results"] if r["ruleId"] == rule]
+
+
+def fused_graph(result) -> onnx.GraphProto:
+    """The graph of `result`, an export that generated like ``generate()`` with its 2 layers fused (FXE0024)."""
+    assert result.parity.matched and result.parity.steps == NEW_TOKENS
+    [note] = results(result, "FXE0024")
+    assert (note["properties"]["layers"], note["properties"]["fusedLayers"]) == (2, 2)
+    return onnx.load(result.model_path, load_external_data=False).graph
 
 
 def test_every_layer_is_fused_and_generates_like_generate(fused):
@@ -262,8 +270,7 @@ def glm() -> torch.nn.Module:
 )
 def test_more_decoder_patterns_fuse_and_generate_like_generate(build, norms, rotary, tmp_path):
     result = exporter.export_for_generation(build(), tmp_path)
-    assert result.parity.matched and result.parity.steps == NEW_TOKENS
-    graph = onnx.load(result.model_path, load_external_data=False).graph
+    graph = fused_graph(result)
     found = collections.Counter(n.op_type for n in graph.node)
     assert found["GroupQueryAttention"] == 2 and not {"Softmax", "Neg", "ReduceMean"} & set(found)
     kinds = ("SimplifiedLayerNormalization", "SkipSimplifiedLayerNormalization", "LayerNormalization")
@@ -275,8 +282,6 @@ def test_more_decoder_patterns_fuse_and_generate_like_generate(build, norms, rot
         if n.op_type == "RotaryEmbedding"
     ]
     assert dims == rotary
-    [note] = results(result, "FXE0024")
-    assert (note["properties"]["layers"], note["properties"]["fusedLayers"]) == (2, 2)
 
 
 def test_a_projection_packed_per_head_is_split_and_fuses_with_a_partial_rotation(tmp_path):
@@ -294,8 +299,7 @@ def test_a_projection_packed_per_head_is_split_and_fuses_with_a_partial_rotation
         **TOKENS,
     )
     result = exporter.export_for_generation(AutoModelForCausalLM.from_config(config).eval(), tmp_path)
-    assert result.parity.matched and result.parity.steps == NEW_TOKENS
-    graph = onnx.load(result.model_path, load_external_data=False).graph
+    graph = fused_graph(result)
     rotary = [
         {a.name: a.i for a in n.attribute if a.name in ("num_heads", "rotary_embedding_dim")}
         for n in graph.node
@@ -304,8 +308,6 @@ def test_a_projection_packed_per_head_is_split_and_fuses_with_a_partial_rotation
     assert rotary == [{"num_heads": 4, "rotary_embedding_dim": 4}] * 4  # 16 × partial_rotary_factor 0.25
     found = collections.Counter(n.op_type for n in graph.node)
     assert found["GroupQueryAttention"] == 2 and "Softmax" not in found
-    [note] = results(result, "FXE0024")
-    assert (note["properties"]["layers"], note["properties"]["fusedLayers"]) == (2, 2)
 
 
 def gpt_bigcode() -> torch.nn.Module:
@@ -324,14 +326,11 @@ def test_a_packed_multi_query_projection_fuses(build, rotary, tmp_path):
     shaping heads (Falcon on the heads axis, GPT-BigCode on the last after adding a heads axis of 1):
     GQA with one KV head, q and k rotated in the kernel where the model rotates them."""
     result = exporter.export_for_generation(build(), tmp_path)
-    assert result.parity.matched and result.parity.steps == NEW_TOKENS
-    graph = onnx.load(result.model_path, load_external_data=False).graph
+    graph = fused_graph(result)
     attentions = [n for n in graph.node if n.op_type == "GroupQueryAttention"]
     assert len(attentions) == 2 and not {"Softmax", "Neg"} & {n.op_type for n in graph.node}
     attributes = {a.name: a.i for a in attentions[0].attribute if a.name in ("num_heads", "kv_num_heads", "do_rotary")}
     assert attributes == {"num_heads": 4, "kv_num_heads": 1, **({"do_rotary": 1} if rotary else {})}
-    [note] = results(result, "FXE0024")
-    assert (note["properties"]["layers"], note["properties"]["fusedLayers"]) == (2, 2)
 
 
 def test_scores_masked_to_a_window_fuse_with_the_window_in_the_bias(tmp_path):
@@ -339,23 +338,11 @@ def test_scores_masked_to_a_window_fuse_with_the_window_in_the_bias(tmp_path):
     mask: GQA takes that window in its attention bias. The 7-token prompts and 16 new tokens cross the
     window, so a bias without it generates other tokens."""
     torch.manual_seed(0)
-    config = GPTNeoConfig(
-        hidden_size=64,
-        num_layers=2,
-        num_heads=4,
-        attention_types=[[["global", "local"], 1]],
-        window_size=8,
-        max_position_embeddings=256,
-        tie_word_embeddings=False,
-        **TOKENS,
-    )
+    config = GPTNeoConfig(**GPT_NEO_WINDOWED, tie_word_embeddings=False, **TOKENS)
     result = exporter.export_for_generation(AutoModelForCausalLM.from_config(config).eval(), tmp_path)
-    assert result.parity.matched and result.parity.steps == NEW_TOKENS
-    graph = onnx.load(result.model_path, load_external_data=False).graph
+    graph = fused_graph(result)
     found = collections.Counter(n.op_type for n in graph.node)
     assert found["GroupQueryAttention"] == 2 and "Softmax" not in found
-    [note] = results(result, "FXE0024")
-    assert (note["properties"]["layers"], note["properties"]["fusedLayers"]) == (2, 2)
 
 
 def test_an_interleaved_rotation_is_rotated_by_group_query_attention(tmp_path):

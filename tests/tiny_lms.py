@@ -28,6 +28,15 @@ DECODER = dict(
     num_key_value_heads=2,
     max_position_embeddings=256,
 )
+# GPT-Neo with a global and a local layer whose window of 8 prompts and new tokens cross
+GPT_NEO_WINDOWED = dict(
+    hidden_size=64,
+    num_layers=2,
+    num_heads=4,
+    attention_types=[[["global", "local"], 1]],
+    window_size=8,
+    max_position_embeddings=256,
+)
 CONFIGS = {
     "llama": lambda: LlamaConfig(**DECODER, **TOKENS),
     "mistral": lambda: MistralConfig(**DECODER, sliding_window=8, **TOKENS),  # the window is crossed while generating

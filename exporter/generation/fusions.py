@@ -520,9 +520,7 @@ def _concatenated(graph: ir.Graph, name: str, parts: list[ir.TensorProtocol], ax
 
 
 def _initializer(graph: ir.Graph, tensor: ir.TensorProtocol) -> ir.Value:
-    value = ir.Value(
-        name=tensor.name, shape=ir.Shape(tensor.shape), type=ir.TensorType(tensor.dtype), const_value=tensor
-    )
+    value = ir.val(tensor.name, const_value=tensor)
     graph.register_initializer(value)
     return value
 

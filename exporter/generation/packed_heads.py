@@ -15,9 +15,8 @@ import onnx_ir as ir
 from onnxscript.rewriter import _ir_utils
 
 
-def split_packed_heads(graph: ir.Graph) -> int:
-    """Rewrite each packed split of `graph` (in place); how many."""
-    count = 0
+def split_packed_heads(graph: ir.Graph) -> None:
+    """Rewrite each packed split of `graph` (in place)."""
     for node in [n for n in graph if n.op_type == "Split" and n.domain == ""]:
         parts = _parts(node)
         if parts is None:
@@ -32,13 +31,11 @@ def split_packed_heads(graph: ir.Graph) -> int:
             name=f"{node.name}_projection",
         )
         graph.insert_before(node, split)
-        for i, (old, new, width, count) in enumerate(zip(node.outputs, split.outputs, widths, heads)):
+        for i, (old, new, width, n) in enumerate(zip(node.outputs, split.outputs, widths, heads)):
             new.shape, new.dtype = ir.Shape([*projection.shape[:2], width]), projection.dtype
-            _reshape_readers(graph, old, new, [0, 0, count, width // count], transposed, f"{node.name}_part{i}")
+            _reshape_readers(graph, old, new, [0, 0, n, width // n], transposed, f"{node.name}_part{i}")
         graph.remove(node, safe=True)
         graph.remove(producer, safe=True)
-        count += 1
-    return count
 
 
 def _parts(split: ir.Node) -> tuple[ir.Value, list[int], list[int], bool] | None:
@@ -108,9 +105,6 @@ def _ints(value: ir.Value | None) -> list[int] | None:
 
 
 def _constant(graph: ir.Graph, name: str, values: list[int]) -> ir.Value:
-    tensor = ir.tensor(np.array(values, dtype=np.int64), name=name)
-    value = ir.Value(
-        name=name, shape=ir.Shape([len(values)]), type=ir.TensorType(ir.DataType.INT64), const_value=tensor
-    )
+    value = ir.val(name, const_value=ir.tensor(np.array(values, dtype=np.int64), name=name))
     graph.register_initializer(value)
     return value

@@ -152,10 +152,10 @@ class _MatMulNBits:
             tied = _tied(weight)
             if tied is not None and tied not in self.untied:
                 continue
-            blocks = self._blocks(
-                tied or weight, transposed=tied is not None or _trans_b(node), bits=bits_of[node.name]
-            )
-            self._replace(node, blocks, bits_of[node.name])
+            source, transposed, bits = tied or weight, tied is not None or _trans_b(node), bits_of[node.name]
+            rows, columns = source.shape
+            blocks = self._blocks(source, transposed, bits)
+            self._replace(node, blocks, bits, *((columns, rows) if transposed else (rows, columns)))
             replaced.append(weight)
             if tied is not None:
                 heads[tied] = blocks
@@ -184,9 +184,8 @@ class _MatMulNBits:
             self.quantized[key] = tuple(_initializer(self.graph, name, array) for name, array in arrays.items())
         return self.quantized[key]
 
-    def _replace(self, node: ir.Node, blocks: tuple[ir.Value, ...], bits: int) -> None:
-        """`node` as ``MatMulNBits`` reading `blocks` (and ``Add`` of a Gemm's bias)."""
-        k, n = _weight_shape(node)
+    def _replace(self, node: ir.Node, blocks: tuple[ir.Value, ...], bits: int, k: int, n: int) -> None:
+        """`node` as ``MatMulNBits`` of a (`k`, `n`) weight's `blocks` (and ``Add`` of a Gemm's bias)."""
         attributes = {"K": k, "N": n, "bits": bits, "block_size": self.options.block_size}
         if self.options.accuracy_level:  # optional, and not every execution provider takes it
             attributes["accuracy_level"] = self.options.accuracy_level
@@ -200,14 +199,6 @@ def _trans_b(node: ir.Node) -> bool:
     return node.op_type == "Gemm" and bool(node.attributes.get_int("transB", 0))
 
 
-def _weight_shape(node: ir.Node) -> tuple[int, int]:
-    """(K, N) of `node`'s weight as the product reads it."""
-    weight = node.inputs[1]
-    tied = _tied(weight)
-    rows, columns = (tied or weight).shape
-    return (columns, rows) if tied is not None or _trans_b(node) else (rows, columns)
-
-
 def _quantizer(options: ExportOptions, bits: int) -> Any:
     mnq = _quantizer_module()
     config = mnq.DefaultWeightOnlyQuantConfig(
@@ -217,8 +208,7 @@ def _quantizer(options: ExportOptions, bits: int) -> Any:
 
 
 def _initializer(graph: ir.Graph, name: str, array: np.ndarray) -> ir.Value:
-    tensor = ir.Tensor(array, name=name)
-    value = ir.Value(name=name, shape=ir.Shape(array.shape), type=ir.TensorType(tensor.dtype), const_value=tensor)
+    value = ir.val(name, const_value=ir.Tensor(array, name=name))
     graph.register_initializer(value)
     return value
 
