@@ -217,6 +217,7 @@ VALUES_ONLY = {
     "uneven": (torch.nn.AdaptiveMaxPool2d((3, 2)), (2, 2, 7, 5), (2, 2, 9, 4)),
     "unbatched": (torch.nn.AdaptiveMaxPool2d((2, 2)), (4, 6, 4), (4, 5, 7)),
     "1d_divisible": (torch.nn.AdaptiveMaxPool1d(4), (2, 3, 12), (2, 3, 10)),
+    "1d_global": (torch.nn.AdaptiveMaxPool1d(1), (2, 3, 12), (3, 2, 7)),
 }
 INDEX_OPS = {"GatherElements", "GatherND", "ArgMax", "ArgMin", "Equal"}  # picking the maximum's position
 
@@ -237,6 +238,17 @@ def test_adaptive_max_pool_values_alone_leave_no_index_computation(name, dynamic
         assert_matches_eager(export_output, pool, args, atol=0, run_args=(_nan_planes(other, planes),))
     model = onnx.inliner.inline_local_functions(export_output.model_proto)
     assert {node.op_type for node in model.graph.node} & INDEX_OPS == set()
+
+
+@pytest.mark.parametrize("pool", [torch.nn.AdaptiveMaxPool2d(1), torch.nn.AdaptiveMaxPool1d(1)], ids=["2d", "1d"])
+def test_global_adaptive_max_pool_of_an_empty_batch(pool):
+    """A dynamic global max pool runs on a batch of none, as PyTorch's does."""
+    shape = (2, 3, 5, 6)[: 3 if isinstance(pool, torch.nn.AdaptiveMaxPool1d) else 4]
+    export_output = exporter.dynamo_export(
+        pool, torch.randn(shape), export_options=exporter.ExportOptions(dynamic_shapes=True)
+    )
+    empty = torch.randn((0, *shape[1:]))
+    assert_matches_eager(export_output, pool, (torch.randn(shape),), atol=0, run_args=(empty,))
 
 
 def test_empty_tensors():

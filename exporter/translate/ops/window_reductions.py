@@ -106,7 +106,7 @@ def _pooled_max(x, outs: list[int]):
     axes = list(range(rank - len(outs), rank))
     sizes = [x.shape[axis] for axis in axes]
     if all(out == 1 for out in outs):
-        return _nan_kept(_max_over(axes, keepdims=True), x, floating)
+        return _global_max(x, len(outs)) if floating else _max_over(axes, keepdims=True)(x)
     if all(isinstance(n, int) and n % out == 0 for n, out in zip(sizes, outs)):
         kernel = [n // out for n, out in zip(sizes, outs)]
         if floating and axes[0] == 2:
@@ -122,6 +122,15 @@ def _pooled_max(x, outs: list[int]):
         masked = op.Where(inside, spread, _fill(x, axis, True, floating))
         x = _nan_kept(_max_over([axis + 1], keepdims=False), masked, floating)
     return x
+
+
+def _global_max(x, trailing: int):
+    """The maximum over the last `trailing` axes of floating `x`, kept as size-1 axes, NaN if any: a
+    ``TopK`` of the flattened axes (onnxruntime's TopK propagates a NaN anywhere; its reductions do not,
+    and ``IsNaN`` beside a ``ReduceMax`` costs twice as much)."""
+    lead = len(x.shape) - trailing
+    largest = op.TopK(op.Flatten(x, axis=lead), op.Constant(value_ints=[1]), axis=-1)[0]  # an empty batch too
+    return op.Reshape(largest, op.Concat(op.Shape(x, end=lead), op.Constant(value_ints=[1] * trailing), axis=0))
 
 
 def _max_over(axes: list[int], keepdims: bool):
