@@ -5,8 +5,10 @@ onnxruntime-genai, tokens against ``generate()`` (fp32) or agreement with the fp
 and the int4 token agreement of both on a tiny Llama trained here (random weights predict near ties,
 where agreement means little).
 
-Every export runs in a fresh process (imports included, for both tools), one after another; the
-decode runs are interleaved (ours, builder, ours, builder …) and the best of `--passes` is kept.
+Both tools export from the command line, folder to folder (ours: ``python -m exporter <folder> -o <out>
+--precision <precision> --no-generation-check``; neither checks by generating), each in a fresh process
+(imports included), one after another; the decode runs are interleaved (ours, builder, ours, builder …)
+and the best of `--passes` is kept.
 
     python benchmarks/llm_vs_builder.py                       # the issue's size: hidden 1024, 8 layers, vocab 32000
     python benchmarks/llm_vs_builder.py --size small          # hidden 512, 4 layers, vocab 32000
@@ -35,13 +37,6 @@ SIZES = {
     ),
 }
 PROMPT_TOKENS, NEW_TOKENS = 32, 48
-OURS = """
-import sys, transformers
-from exporter.generation.export import export_for_generation
-from exporter.options import ExportOptions
-model = transformers.AutoModelForCausalLM.from_pretrained(sys.argv[1], torch_dtype="float32").eval()
-export_for_generation(model, sys.argv[2], verify_generation=False, export_options=ExportOptions(precision=sys.argv[3]))
-"""
 
 
 def save_model(arch: str, size: dict, folder: str) -> None:
@@ -116,7 +111,17 @@ def export(tool: str, source: str, out: str, precision: str) -> float:
     """Seconds of one export in a fresh process."""
     shutil.rmtree(out, ignore_errors=True)
     if tool == "onnxlens":
-        command = [sys.executable, "-c", OURS, source, out, precision]
+        command = [
+            sys.executable,
+            "-m",
+            "exporter",
+            source,
+            "-o",
+            out,
+            "--precision",
+            precision,
+            "--no-generation-check",
+        ]
     else:
         command = [
             sys.executable,

@@ -25,12 +25,16 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     """The command line; the export options' flags come from `exporter.options.SETTINGS`, each read
     and checked by its setting's kind (a bad value is a usage error, exit code 2)."""
     parser = argparse.ArgumentParser(prog="onnxlens-export", description=DESCRIPTION)
-    parser.add_argument("target", help="FILE.py or FILE.py:TARGET (default: every target in the file)")
+    parser.add_argument(
+        "target",
+        help="FILE.py or FILE.py:TARGET (default: every target in the file), or a Hugging Face model folder "
+        "(save_pretrained's), exported for generation",
+    )
     parser.add_argument(
         "-o",
         "--output",
         help="output .onnx path, or folder for --task text-generation (one target only; "
-        "default: <file>.<target>.onnx, <file>.<target>/ beside FILE)",
+        "default: <file>.<target>.onnx, <file>.<target>/ beside FILE, <folder>-onnx/ beside a model folder)",
     )
     parser.add_argument(
         "--task",
@@ -39,6 +43,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "default: the target's task",
     )
     parser.add_argument("--sarif", help="write the SARIF diagnostics log here (.sarif; one target only)")
+    parser.add_argument(
+        "--no-generation-check",
+        dest="generation_check",
+        action="store_false",
+        help="write a text-generation folder without generating with it (reported as exported, not verified)",
+    )
     _add_settings(parser)
     parser.add_argument(
         "-v",
@@ -108,19 +118,22 @@ def run(argv: list[str] | None = None) -> int:
     path, _, name = args.target.partition(":")
     progress = _Progress(sys.stderr)
     progress(Stage.LOAD.value, {})
-    from exporter.targets import TEXT_GENERATION, TargetError, find_targets, load_module, target_task
+    from exporter.targets import TEXT_GENERATION, TargetError, target_task, targets_at
 
     try:
         if args.sarif:
             check_output_path(args.sarif, ".sarif")
-        module = load_module(path)
-        targets = find_targets(module)
+        targets = targets_at(path)
         if name:
             if name not in targets:
                 raise TargetError(f"{path} has no export target {name!r}; targets: {', '.join(targets) or 'none'}")
             targets = {name: targets[name]}
         if not targets:
             raise TargetError(f"{path} has no function decorated with @exporter.export_target")
+        if not args.generation_check and any(
+            (args.task or target_task(fn)) != TEXT_GENERATION for fn in targets.values()
+        ):
+            raise TargetError("--no-generation-check is for a text-generation export (--task text-generation)")
         if args.output and len(targets) > 1:
             raise TargetError("-o/--output needs a single target: use FILE.py:TARGET")
         if args.sarif and len(targets) > 1:
@@ -146,11 +159,8 @@ def run(argv: list[str] | None = None) -> int:
     flags = {name: value for name, value in vars(args).items() if name in SETTINGS and value is not None}
     failures = 0
     for target_name, fn in targets.items():
-        stem = os.path.join(
-            os.path.dirname(os.path.abspath(path)), f"{os.path.splitext(os.path.basename(path))[0]}.{target_name}"
-        )
         generation = (args.task or target_task(fn)) == TEXT_GENERATION
-        output = args.output or (stem if generation else f"{stem}.onnx")
+        output = args.output or _default_output(path, target_name, generation)
         start = time.perf_counter()
         result = export_target(
             fn,
@@ -159,6 +169,7 @@ def run(argv: list[str] | None = None) -> int:
             output,
             args.sarif,
             task=args.task,
+            generation_check=args.generation_check,
             progress=lambda stage, info, name=target_name: progress(f"{name}: {stage}", info),
         )
         progress.done()
@@ -222,6 +233,16 @@ def _import_pipeline() -> None:
     from exporter.translate.registry import default_registry
 
     default_registry()
+
+
+def _default_output(path: str, target_name: str, generation: bool) -> str:
+    """``<file>.<target>.onnx`` (or the folder ``<file>.<target>``) beside FILE; ``<folder>-onnx`` beside a
+    model folder."""
+    path = os.path.abspath(path)
+    if os.path.isdir(path):
+        return f"{path.rstrip(os.sep)}-onnx"
+    stem = os.path.join(os.path.dirname(path), f"{os.path.splitext(os.path.basename(path))[0]}.{target_name}")
+    return stem if generation else f"{stem}.onnx"
 
 
 def check_output_path(path: str, suffix: str) -> None:

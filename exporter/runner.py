@@ -101,16 +101,18 @@ def export_target(
     *,
     task: str | None = None,
     progress: Progress | None = None,
+    generation_check: bool = True,
 ) -> ExportResult:
     """Export the target `fn` with `settings` (the editor's) and `overrides` (parsed values, see
     `merge_settings`) to `output`: a .onnx file, or for a text-generation target (its own ``task`` or
     `task`) a folder. The SARIF log goes to `sarif` (a generation export without one: into its folder).
-    A failure in user code or of the export is a failed result; out of memory is raised."""
+    Without `generation_check` a text-generation folder is written unchecked. A failure in user code or
+    of the export is a failed result; out of memory is raised."""
     progress = progress or _no_progress
     try:
         values = merge_settings(settings, target_options(fn), overrides)
         if (task or target_task(fn)) == TEXT_GENERATION:
-            return _export_for_generation(fn, values, output, sarif, progress)
+            return _export_for_generation(fn, values, output, sarif, progress, generation_check)
         refuse_weight_settings({**target_options(fn), **overrides}, "a plain export (no text-generation task)")
         return _export(fn, values, output, sarif, progress)
     except Exception as e:
@@ -156,7 +158,12 @@ def _export(
 
 
 def _export_for_generation(
-    fn: Callable[..., Any], values: dict[str, Any], output: str, sarif: str | None, progress: Progress
+    fn: Callable[..., Any],
+    values: dict[str, Any],
+    output: str,
+    sarif: str | None,
+    progress: Progress,
+    check: bool = True,
 ) -> ExportResult:
     import exporter
     from exporter.generation.export import SARIF_FILE
@@ -173,7 +180,7 @@ def _export_for_generation(
     progress(Stage.CAPTURE.value, {})
     try:
         result = exporter.export_for_generation(
-            model, output, export_options=options, sarif=sarif is None, **check_inputs
+            model, output, verify_generation=check, export_options=options, sarif=sarif is None, **check_inputs
         )
     except exporter.OnnxExporterError as e:
         ctx = e.export_output.diagnostic_context
@@ -184,7 +191,7 @@ def _export_for_generation(
     outcome = decide(ctx.diagnostics, name=_name(fn), model=True)
     _save_log(result.export_output, sarif, outcome, fn)
     summary = {**_summary(result.export_output), "generation": result.check}
-    stages = {**ctx.timings, "generation check": result.verify_seconds}
+    stages = {**ctx.timings, **({"generation check": result.verify_seconds} if check else {})}
     log = sarif or os.path.join(output, SARIF_FILE)
     return ExportResult("ok", "", result.model_path, log, result.files, stages, summary, context=ctx, outcome=outcome)
 

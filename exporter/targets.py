@@ -96,6 +96,36 @@ def _returning(result: Any, name: str) -> Callable[[], Any]:
     return target
 
 
+def targets_at(path: str) -> dict[str, Callable[..., Any]]:
+    """The export targets of a Python file (`find_targets`), or of a Hugging Face model folder (one:
+    `pretrained_target`)."""
+    if not os.path.isdir(path):
+        return find_targets(load_module(path))
+    if not os.path.isfile(os.path.join(path, "config.json")):
+        raise TargetError(f"{path} is a folder without config.json: not a model saved with save_pretrained")
+    target = pretrained_target(path)
+    return {target.__name__: target}
+
+
+def pretrained_target(folder: str) -> Callable[[], Any]:
+    """A text-generation target loading the model saved in `folder` as the class it was saved from
+    (its config's ``architectures``: a causal LM, Whisper, T5, …) in float32, named after the folder."""
+    folder = os.path.abspath(folder)
+
+    def target() -> Any:
+        import transformers
+
+        config = transformers.AutoConfig.from_pretrained(folder)
+        name = (config.architectures or ["AutoModelForCausalLM"])[0]
+        model_class = getattr(transformers, name, None)
+        if model_class is None:
+            raise TargetError(f"{folder}: transformers has no model class {name} (the config's architectures)")
+        return model_class.from_pretrained(folder, dtype="float32").eval()
+
+    target.__name__ = target.__qualname__ = os.path.basename(folder.rstrip(os.sep)) or "model"
+    return export_target(task=TEXT_GENERATION)(target)
+
+
 def load_module(path: str, source: str | None = None) -> types.ModuleType:
     """Import a Python file as a fresh module (its directory goes first on sys.path).
 

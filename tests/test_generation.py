@@ -12,6 +12,7 @@ import json
 import os
 import shutil
 import subprocess
+import sys
 
 import numpy as np
 import onnx
@@ -282,6 +283,71 @@ def test_cli_refuses_options_a_generation_export_does_not_take(tmp_path):
         text=True,
     )
     assert run.returncode == 1 and "does not take dynamic_shapes" in run.stderr and not (tmp_path / "o").exists()
+
+
+@pytest.fixture(scope="module")
+def saved_folder(tmp_path_factory):
+    """A tiny GPT-2 saved with ``save_pretrained``, as a user's fine-tuned model folder is."""
+    folder = tmp_path_factory.mktemp("saved") / "tiny-gpt2"
+    tiny_model("gpt2").save_pretrained(folder)
+    return folder
+
+
+def test_cli_exports_a_saved_model_folder_beside_it_and_checks_it(saved_folder):
+    run = subprocess.run(
+        [sys.executable, "-m", "exporter", str(saved_folder)], capture_output=True, text=True, timeout=600
+    )
+    out = f"{saved_folder}-onnx"
+    assert run.returncode == 0, run.stderr
+    assert f"verified tiny-gpt2 for generation -> {out}" in run.stdout and "16 greedy tokens" in run.stdout
+    assert {"model.onnx", "genai_config.json", "config.json", "model.sarif"} <= set(os.listdir(out))
+
+
+@pytest.mark.parametrize("from_file", [False, True], ids=["folder", "task_flag"])
+def test_cli_without_the_generation_check_says_exported_not_verified(saved_folder, tmp_path, from_file):
+    (tmp_path / "models.py").write_text(CLI_MODELS)
+    target, name = (
+        ([f"{tmp_path / 'models.py'}:lm_with_prompt", "--task", "text-generation"], "lm_with_prompt")
+        if from_file
+        else ([str(saved_folder)], "tiny-gpt2")
+    )
+    out = tmp_path / "unchecked"
+    run = subprocess.run(
+        [console_script("onnxlens-export"), *target, "-o", str(out), "--no-generation-check"],
+        capture_output=True,
+        text=True,
+    )
+    assert run.returncode == 0, run.stderr
+    assert f"exported {name} for generation -> {out}" in run.stdout and "generation not verified" in run.stdout
+    assert "generation check" not in run.stdout
+    log = json.loads((out / "model.sarif").read_text())
+    assert not [r for r in log["runs"][0]["results"] if r["ruleId"] == "FXE0022"]
+
+
+@pytest.mark.parametrize(
+    "make_target, flags, message",
+    [
+        (lambda tmp: tmp, [], "is a folder without config.json"),
+        (
+            lambda tmp: tmp / "models.py:small",
+            ["--no-generation-check"],
+            "--no-generation-check is for a text-generation",
+        ),
+    ],
+    ids=["folder_without_config", "check_flag_on_a_plain_export"],
+)
+def test_cli_refuses_what_is_not_a_generation_export(tmp_path, make_target, flags, message):
+    (tmp_path / "models.py").write_text(
+        CLI_MODELS
+        + "\n\n@exporter.export_target\ndef small():\n    return torch.nn.Linear(2, 3), (torch.randn(1, 2),)\n"
+    )
+    target = make_target(tmp_path)
+    run = subprocess.run(
+        [console_script("onnxlens-export"), str(target), *flags, "-o", str(tmp_path / "o")],
+        capture_output=True,
+        text=True,
+    )
+    assert run.returncode != 0 and message in run.stdout + run.stderr and not (tmp_path / "o").exists()
 
 
 def test_export_target_checks_the_task():
