@@ -3,6 +3,8 @@ opset's ops and to what onnxruntime fuses, and ``optimize="onnxruntime"``'s cont
 
 from __future__ import annotations
 
+import math
+
 import corpus
 import onnx
 import onnx.inliner
@@ -12,6 +14,7 @@ import pytest
 import torch
 from helpers import assert_matches_eager
 from torch import nn
+from transformers.activations import ACT2FN
 
 import exporter
 from exporter.onnx_passes.optimize import OptimizePass
@@ -99,6 +102,48 @@ def test_gelu_is_one_op_from_opset_20(approximate: str):
     )
     attributes = {a.name: onnx.helper.get_attribute_value(a) for a in gelu.attribute}
     assert attributes.get("approximate", b"none").decode() == approximate
+
+
+class WrittenOutGelu(nn.Module):
+    """A linear layer, then GELU's tanh approximation as a model's code writes it."""
+
+    def __init__(self, gelu) -> None:
+        super().__init__()
+        self.linear = nn.Linear(16, 32)
+        self.gelu = gelu
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.gelu(self.linear(x))
+
+
+def _shifted_gelu(x: torch.Tensor) -> torch.Tensor:
+    """Not GELU: NewGELU's form with 0.04 for 0.044715."""
+    return 0.5 * x * (1.0 + torch.tanh(math.sqrt(2.0 / math.pi) * (x + 0.04 * torch.pow(x, 3.0))))
+
+
+def _gelu_of_a_product(x: torch.Tensor) -> torch.Tensor:
+    """GELU's tanh form of ``y = 2x`` (y itself made by a Mul), with its cube as ``y·y·y``."""
+    y = x * 2.0
+    return y * 0.5 * (1.0 + torch.tanh((y + y * y * y * 0.044715) * math.sqrt(2.0 / math.pi)))
+
+
+@pytest.mark.parametrize(
+    "gelu, fused",
+    [
+        (ACT2FN["gelu_new"], True),  # GPT-2, GPT-J, GPT-Neo: (0.5·x)·(1 + tanh(c·(x + 0.044715·x³)))
+        (ACT2FN["gelu_fast"], True),  # tanh(x·c·(1 + 0.044715·x·x))
+        (ACT2FN["gelu_pytorch_tanh"], True),  # F.gelu(approximate="tanh"): torchlib's arrangement
+        (_gelu_of_a_product, True),
+        (_shifted_gelu, False),
+    ],
+    ids=["gelu_new", "gelu_fast", "gelu_pytorch_tanh", "of_a_product", "shifted_constant"],
+)
+def test_tanh_gelu_written_out_is_one_op_from_opset_20(gelu, fused: bool):
+    """GELU's tanh approximation in the arrangements models write it becomes ``Gelu(approximate="tanh")``;
+    a formula with another constant stays as written (and still computes what eager does)."""
+    export_output = _export(WrittenOutGelu(gelu), torch.randn(3, 16) * 3, opset_version=20)
+    ops = _op_types(export_output.model_proto)
+    assert ("Tanh" not in ops and ops.count("Gelu") == 1) == fused, ops
 
 
 def test_written_out_layer_norm_becomes_layer_normalization():

@@ -23,6 +23,8 @@ become ``Gemm`` between reshapes that merge with their neighbours. With
 from __future__ import annotations
 
 import functools
+import itertools
+import math
 from collections.abc import Iterator, Sequence
 from typing import Any
 
@@ -276,7 +278,7 @@ def onnxruntime_fusions(model: ir.Model) -> int:
 
 def portable_rules(opset_version: int, target: bool | str) -> list[pattern.RewriteRule]:
     """The standard-op rewrites for `opset_version` (GELU is left to the onnxruntime fusions when they run)."""
-    from onnxscript.rewriter.ort_fusions import erfgelu, gelu  # patterns only; imported on use (cold start)
+    from onnxscript.rewriter.ort_fusions import erfgelu  # patterns only; imported on use (cold start)
     from onnxscript.rewriter.rules.fusion import _layer_norm, _rms_normalization
 
     rules = [
@@ -295,7 +297,7 @@ def portable_rules(opset_version: int, target: bool | str) -> list[pattern.Rewri
         return [
             *rules,
             pattern.RewriteRule(erfgelu.erf_gelu_pattern_2, _gelu),
-            pattern.RewriteRule(gelu.GeluTanhFusion().pattern, _gelu_tanh),
+            _TanhGelu.rule(),
         ]
     return [*rules, _GeluAsOnnxruntimeFuses.rule()]
 
@@ -304,8 +306,96 @@ def _gelu(op, x):
     return op.Gelu(x)
 
 
-def _gelu_tanh(op, x):
-    return op.Gelu(x, approximate="tanh")
+class _TanhGelu(pattern.RewriteRuleClassBase):
+    """GELU's tanh approximation, ``0.5·x·(1 + tanh(√(2/π)·(x + 0.044715·x³)))``, with its products and
+    sums in any order and grouping (torchlib's; transformers' NewGELU of GPT-2, GPT-J, GPT-Neo, …) or
+    with ``√(2/π)·x·(1 + 0.044715·x²)`` inside (FastGELU's), is ``Gelu(approximate="tanh")``. Matched
+    by the factors of the ``Mul`` nodes it multiplies out, not by one pattern per arrangement."""
+
+    def pattern(self, op, a, b):
+        return op.Mul(a, b)
+
+    def check(self, context, a, b) -> pattern.MatchResult:
+        result = pattern.MatchResult()
+        if _tanh_gelu_input(_factors(a) + _factors(b)) is None:
+            return result.fail("Not GELU's tanh approximation.")
+        return result
+
+    def rewrite(self, op, a, b):
+        return op.Gelu(_tanh_gelu_input(_factors(a) + _factors(b)), approximate="tanh")
+
+
+def _tanh_gelu_input(factors: list[ir.Value]) -> ir.Value | None:
+    """x, if `factors` multiply to ``0.5·x·(1 + tanh(…))`` of `_TanhGelu`."""
+    rest = _without_constant(factors, 0.5)
+    for i, sum_ in enumerate(rest or []):
+        addends = _addends(sum_)
+        tanh = next((v.producer() for v in addends if v.producer() and v.producer().op_type == "Tanh"), None)
+        if tanh is None or not _same(_without_constant(addends, 1.0) or [], [tanh.outputs[0]]):
+            continue
+        x = _tanh_argument_input(tanh.inputs[0])
+        others = rest[:i] + rest[i + 1 :]
+        if x is not None and (_same(others, [x]) or _same(others, _factors(x))):
+            return x
+    return None
+
+
+def _tanh_argument_input(argument: ir.Value) -> ir.Value | None:
+    """x, if `argument` is ``√(2/π)·(x + 0.044715·x³)`` or ``√(2/π)·x·(1 + 0.044715·x²)``."""
+    rest = _without_constant(_factors(argument), math.sqrt(2 / math.pi)) or []
+    if len(rest) == 1:  # x + 0.044715·x³
+        for x, cube in itertools.permutations(_addends(rest[0])):
+            if _is_scaled_power(cube, x, 3):
+                return x
+    if len(rest) == 2:  # x·(1 + 0.044715·x²)
+        for x, sum_ in itertools.permutations(rest):
+            square = _without_constant(_addends(sum_), 1.0)
+            if square is not None and len(square) == 1 and _is_scaled_power(square[0], x, 2):
+                return x
+    return None
+
+
+def _is_scaled_power(value: ir.Value, x: ir.Value, n: int) -> bool:
+    """Whether `value` is ``0.044715·x**n``, its power as n factors x (or x's own factors) or ``Pow(x, n)``."""
+    powers = _without_constant(_factors(value), 0.044715)
+    if powers is None:
+        return False
+    if _same(powers, [x] * n) or _same(powers, _factors(x) * n):
+        return True
+    node = powers[0].producer() if len(powers) == 1 else None
+    return (
+        node is not None
+        and node.op_type == "Pow"
+        and node.inputs[0] is x
+        and _ir_utils.is_singleton_value(node.inputs[1], n)
+    )
+
+
+def _factors(value: ir.Value) -> list[ir.Value]:
+    """The factors a tree of ``Mul`` nodes multiplies to `value` (`value` itself if no ``Mul`` makes it)."""
+    node = value.producer()
+    if node is None or node.op_type != "Mul" or node.domain != "":
+        return [value]
+    return [factor for input_ in node.inputs for factor in _factors(input_)]
+
+
+def _addends(value: ir.Value) -> list[ir.Value]:
+    """The two inputs of the ``Add`` that makes `value` (none if another op makes it)."""
+    node = value.producer()
+    return list(node.inputs) if node is not None and node.op_type == "Add" and node.domain == "" else []
+
+
+def _without_constant(values: list[ir.Value], constant: float) -> list[ir.Value] | None:
+    """`values` less one that is the scalar `constant`, or None if none is."""
+    for i, value in enumerate(values):
+        if _ir_utils.is_singleton_value(value, constant, rtol=1e-5):
+            return values[:i] + values[i + 1 :]
+    return None
+
+
+def _same(a: list[ir.Value], b: list[ir.Value]) -> bool:
+    """Whether two lists hold the same values (by identity) as many times, in any order."""
+    return sorted(map(id, a)) == sorted(map(id, b))
 
 
 class _GeluAsOnnxruntimeFuses(pattern.RewriteRuleClassBase):
