@@ -13,15 +13,20 @@ import os
 import numpy as np
 import onnx
 import onnx.numpy_helper
+import onnx_ir as ir
+import onnxruntime as ort
 import pytest
 import torch
+from onnx_ir.passes.common import InlinePass, RemoveUnusedNodesPass
 from tiny_lms import CONFIGS, DECODER, GPT_NEO_WINDOWED, TOKENS, tiny_model
 from transformers import (
     AutoModelForCausalLM,
+    CodeGenConfig,
     Gemma2Config,
     Gemma3TextConfig,
     GlmConfig,
     GPTBigCodeConfig,
+    GPTJConfig,
     GPTNeoConfig,
     GPTNeoXConfig,
     HeliumConfig,
@@ -32,6 +37,8 @@ from transformers import (
 )
 
 import exporter
+from exporter.generation.export import export_graph
+from exporter.generation.heads_first import move_heads_first
 from exporter.options import ExportOptions
 
 NEW_TOKENS = 16
@@ -240,6 +247,23 @@ def glm() -> torch.nn.Module:
     return AutoModelForCausalLM.from_config(GlmConfig(**DECODER, head_dim=16, **TOKENS)).eval()
 
 
+def gptj() -> torch.nn.Module:
+    torch.manual_seed(0)
+    config = GPTJConfig(
+        n_embd=64, n_layer=2, n_head=4, n_positions=256, rotary_dim=8, tie_word_embeddings=False, **TOKENS
+    )
+    return AutoModelForCausalLM.from_config(config).eval()
+
+
+def codegen() -> torch.nn.Module:
+    """CodeGen: q, v and k in one projection, reshaped into 4 groups (2 heads each) and split group by group."""
+    torch.manual_seed(0)
+    config = CodeGenConfig(
+        n_embd=64, n_layer=2, n_head=8, n_positions=256, n_ctx=256, rotary_dim=4, tie_word_embeddings=False, **TOKENS
+    )
+    return AutoModelForCausalLM.from_config(config).eval()
+
+
 @pytest.mark.parametrize(
     "build, norms, rotary",
     [
@@ -258,6 +282,10 @@ def glm() -> torch.nn.Module:
         (opt, {"LayerNormalization": 4, "SkipLayerNormalization": 1}, []),
         # pairs of adjacent channels rotated in the first half of each head (interleaved, partial)
         (glm, {"SimplifiedLayerNormalization": 1, "SkipSimplifiedLayerNormalization": 4}, [8] * 4),
+        # the same rotation on (batch, sequence, heads, size), before the heads move; parallel residual as Phi's
+        (gptj, {"LayerNormalization": 1, "SkipLayerNormalization": 2}, [8] * 4),
+        # GPT-J's attention, its projection packed by groups: split as three projections (weight columns reordered)
+        (codegen, {"LayerNormalization": 1, "SkipLayerNormalization": 2}, [4] * 4),
     ],
     ids=[
         "qwen3-qk-norm",
@@ -266,6 +294,8 @@ def glm() -> torch.nn.Module:
         "gpt2-layer-norm",
         "opt-scaled-query",
         "glm-partial-interleaved-rotary",
+        "gptj-rotary-before-heads-move",
+        "codegen-grouped-qvk-projection",
     ],
 )
 def test_more_decoder_patterns_fuse_and_generate_like_generate(build, norms, rotary, tmp_path):
@@ -308,6 +338,40 @@ def test_a_projection_packed_per_head_is_split_and_fuses_with_a_partial_rotation
     assert rotary == [{"num_heads": 4, "rotary_embedding_dim": 4}] * 4  # 16 × partial_rotary_factor 0.25
     found = collections.Counter(n.op_type for n in graph.node)
     assert found["GroupQueryAttention"] == 2 and "Softmax" not in found
+
+
+def _run(model: ir.Model, batch: int = 2, new: int = 3, past: int = 5) -> list[np.ndarray]:
+    """The outputs of a generation graph in onnxruntime on seeded random inputs (a past of `past`)."""
+    rng = np.random.default_rng(0)
+    feeds = {}
+    for value in model.graph.inputs:
+        if value.name == "input_ids":
+            feeds[value.name] = rng.integers(3, 1000, (batch, new))
+        elif value.name == "attention_mask":
+            feeds[value.name] = np.ones((batch, past + new), dtype=np.int64)
+        elif value.name == "position_ids":
+            feeds[value.name] = np.tile(np.arange(past, past + new), (batch, 1))
+        else:  # past_key_values.{i}.key / .value: (batch, heads, past, size)
+            feeds[value.name] = rng.standard_normal((batch, value.shape[1], past, value.shape[3]), dtype=np.float32)
+    session = ort.InferenceSession(
+        ir.serde.serialize_model(model).SerializeToString(), providers=["CPUExecutionProvider"]
+    )
+    return session.run(None, feeds)
+
+
+def test_a_rotation_before_the_heads_move_is_moved_after_it_unchanged():
+    """GPT-J rotates q and k on (batch, sequence, heads, size), then moves the heads: `move_heads_first`
+    transposes what the rotation reads (the heads, the cos and sin tables) and repeats it after, computing
+    the same outputs, the rotation now on (batch, heads, sequence, size) with nothing left before it."""
+    model = export_graph(gptj()).model
+    InlinePass()(model)
+    expected = _run(model)
+    assert move_heads_first(model.graph) == 4  # q and k of 2 layers
+    RemoveUnusedNodesPass()(model)
+    for got, want in zip(_run(model), expected, strict=True):
+        np.testing.assert_allclose(got, want, atol=1e-5)
+    rotated = [n for n in model.graph if n.op_type == "Neg"]
+    assert len(rotated) == 4 and all(n.inputs[0].shape[1] == 4 for n in rotated)  # (batch, heads=4, …)
 
 
 def gpt_bigcode() -> torch.nn.Module:

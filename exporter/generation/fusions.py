@@ -7,7 +7,8 @@ in the ONNX domain) and onnxscript's skip fusion folds the residual ``Add`` befo
 sin``; `_RotaryCache` turns its intermediate op into ``com.microsoft.RotaryEmbedding`` with constant
 cos/sin caches up to the context length when cos and sin come from ``position_ids`` times constant
 inverse frequencies (transformers' default rotary embedding, folded by the optimizer into a ``Mul``);
-`interleaved_rotary` does the same for pairs of adjacent channels (GPT-J's ``rotate_every_two``), and
+`interleaved_rotary` does the same for pairs of adjacent channels (GPT-J's ``rotate_every_two``;
+`heads_first` first moves a rotation made before the heads move after it, as GPT-J's is), and
 `_SplitHeads` splits a q/k/v projection packed per head (GPT-NeoX's) into Llama's layout.
 `_GroupQueryAttention` makes a layer's attention ``GroupQueryAttention``, which rotates q and k itself
 with those caches when they span the head (``do_rotary``, as onnxruntime-genai's model builder does);
@@ -38,6 +39,7 @@ from onnxscript.rewriter import _ir_utils, pattern
 from exporter.constants import METADATA_MODULE_STACK, METADATA_STACK
 from exporter.diagnostics import DiagnosticContext, Level, rules
 from exporter.diagnostics.locations import parse_stack_trace
+from exporter.generation.heads_first import move_heads_first
 from exporter.generation.interleaved_rotary import InterleavedRotary, PartialInterleavedRotary
 from exporter.generation.packed_heads import split_packed_heads
 
@@ -569,6 +571,7 @@ def fuse(model: ir.Model, positions: int) -> Fusion:
     rewriter.rewrite(model, _RmsNormalization.rule().commute())
     skip_normalization.fuse_skip_rms_normalization(model)
     skip_normalization.fuse_skip_layer_normalization(model)
+    move_heads_first(model.graph)
     rotary_embedding.fuse_rotary_embedding(model)
     rewriter.rewrite(model, [_RotaryCache.rule(positions)])
     rotary_embedding.fuse_partial_rotary_embedding(model)
