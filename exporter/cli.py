@@ -280,10 +280,11 @@ def _print_result(name: str, fn, result, generation: bool, seconds: float, verbo
     """The export's diagnostics (and logs with `verbose`) on stderr, then its failure (or wrong model), or
     its summary led by its outcome (exported, verified, degraded) and, unless plainly exported, its headline."""
     from exporter.diagnostics.report import format_results
+    from exporter.diagnostics.sarif import target_definition
 
     if result.context is None:  # it failed before exporting: in user code, or a bad target or option
         where = result.frames[0] if result.frames else None
-        place = f"{where['path']}:{where['line']}: " if where else f"{fn.__code__.co_filename}: "
+        place = f"{where['path']}:{where['line']}: " if where else f"{target_definition(fn).path}: "
         print(f"{place}error: target {name}: {_first_line_of(result.message)}", file=sys.stderr)
         return
     if verbose:

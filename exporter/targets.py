@@ -11,6 +11,7 @@ from typing import Any
 
 TARGET_ATTRIBUTE = "__onnxlens_target__"
 TASK_ATTRIBUTE = "__onnxlens_task__"
+DEFINED_AT_ATTRIBUTE = "__onnxlens_defined_at__"  # (path, line) of a target not defined in Python code
 TEXT_GENERATION = "text-generation"  # `exporter.export_for_generation`
 TASKS = (TEXT_GENERATION,)
 # The settings a text-generation export cannot take (its dynamic shapes are its own, its check is
@@ -123,6 +124,7 @@ def pretrained_target(folder: str) -> Callable[[], Any]:
         return model_class.from_pretrained(folder, dtype="float32").eval()
 
     target.__name__ = target.__qualname__ = os.path.basename(folder.rstrip(os.sep)) or "model"
+    setattr(target, DEFINED_AT_ATTRIBUTE, (os.path.join(folder, "config.json"), 1))  # where its results go
     return export_target(task=TEXT_GENERATION)(target)
 
 

@@ -23,7 +23,7 @@ import torch
 from helpers import console_script, validate_sarif
 from onnxscript import opset18 as op
 from tiny_lms import CONFIGS, MORE_CONFIGS, tiny_model
-from transformers import AutoModelForCausalLM, GenerationConfig
+from transformers import AutoModelForCausalLM, BertConfig, BertModel, GenerationConfig
 
 import exporter
 from exporter.generation.check import greedy_generate
@@ -324,17 +324,27 @@ def test_cli_without_the_generation_check_says_exported_not_verified(saved_folde
     assert not [r for r in log["runs"][0]["results"] if r["ruleId"] == "FXE0022"]
 
 
+def _saved_bert(folder):
+    """A BERT encoder saved with ``save_pretrained``: a model folder, but not one to generate with."""
+    config = BertConfig(
+        hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=64, vocab_size=100
+    )
+    BertModel(config).save_pretrained(folder / "bert")
+    return folder / "bert"
+
+
 @pytest.mark.parametrize(
     "make_target, flags, message",
     [
         (lambda tmp: tmp, [], "is a folder without config.json"),
+        (_saved_bert, [], "bert/config.json: error: target bert: "),  # located at the folder's config
         (
             lambda tmp: tmp / "models.py:small",
             ["--no-generation-check"],
             "--no-generation-check is for a text-generation",
         ),
     ],
-    ids=["folder_without_config", "check_flag_on_a_plain_export"],
+    ids=["folder_without_config", "not_a_generative_model", "check_flag_on_a_plain_export"],
 )
 def test_cli_refuses_what_is_not_a_generation_export(tmp_path, make_target, flags, message):
     (tmp_path / "models.py").write_text(

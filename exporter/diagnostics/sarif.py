@@ -33,6 +33,7 @@ from exporter.diagnostics.locations import Frame
 from exporter.diagnostics.rules import Level, Rule
 from exporter.outcome import Outcome, decide
 from exporter.output.files import atomic_path
+from exporter.targets import DEFINED_AT_ATTRIBUTE
 
 if TYPE_CHECKING:
     from exporter.diagnostics.context import Diagnostic, DiagnosticContext
@@ -56,13 +57,13 @@ class Problem:
 
 
 def target_definition(fn: Any) -> Frame | None:
-    """The definition of the export target `fn`: its file, its first decorator's line, its name."""
+    """The definition of the export target `fn`: its file, its first decorator's line, its name (a model
+    folder's target: the folder's ``config.json``)."""
     code = getattr(fn, "__code__", None)
     if code is None:
         return None
-    return Frame(
-        code.co_filename, code.co_firstlineno, fn.__name__, linecache.getline(code.co_filename, code.co_firstlineno)
-    )
+    path, line = getattr(fn, DEFINED_AT_ATTRIBUTE, None) or (code.co_filename, code.co_firstlineno)
+    return Frame(path, line, fn.__name__, linecache.getline(path, line))
 
 
 def repository_root(cwd: str | None = None) -> str:
