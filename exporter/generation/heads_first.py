@@ -11,9 +11,10 @@ graph as it is.
 
 from __future__ import annotations
 
-import numpy as np
 import onnx_ir as ir
 from onnxscript.rewriter import _ir_utils
+
+from exporter.generation.graph_constants import int64_initializer, ints
 
 _PERM = (0, 2, 1, 3)
 _ELEMENTWISE = {"Add", "Sub", "Mul", "Div", "Neg"}
@@ -77,10 +78,10 @@ def _along_last_axis(node: ir.Node) -> bool:
     if node.op_type == "Concat":
         return node.attributes.get_int("axis", 0) in (-1, rank - 1)
     if node.op_type == "Slice":
-        axes = _ints(node.inputs[3]) if len(node.inputs) > 3 else None
+        axes = ints(node.inputs[3]) if len(node.inputs) > 3 else None
         return axes is not None and all(a in (-1, rank - 1) for a in axes) and _all_constant(node.inputs[1:])
     if node.op_type == "Unsqueeze":  # a new last axis
-        return _ints(node.inputs[1]) in ([-1], [rank - 1])
+        return ints(node.inputs[1]) in ([-1], [rank - 1])
     if node.op_type == "Reshape":  # the last two axes merged: (…, a, b) → (…, a·b)
         before, after = node.inputs[0].shape, node.outputs[0].shape
         return (
@@ -112,7 +113,7 @@ def _repeat_transposed(
         inputs = [new.get(v, v) if v is not None else None for v in node.inputs]
         if node.op_type == "Reshape":
             merged = [0] * (len(node.outputs[0].shape) - 1) + [node.outputs[0].shape[-1]]
-            inputs[1] = _constant(graph, f"{node.name}_heads_first_shape", merged)
+            inputs[1] = int64_initializer(graph, f"{node.name}_heads_first_shape", merged)
         attributes = {name: attr.value for name, attr in node.attributes.items()}
         if node.op_type == "Reshape":
             attributes.pop("allowzero", None)  # 0 copies the dimension: the merged shape says so
@@ -133,14 +134,3 @@ def _typed(value: ir.Value, like: ir.Value) -> ir.Value:
 
 def _all_constant(values) -> bool:
     return all(v is None or _ir_utils.get_numpy_value(v) is not None for v in values)
-
-
-def _ints(value: ir.Value | None) -> list[int] | None:
-    array = _ir_utils.get_numpy_value(value) if value is not None else None
-    return [int(v) for v in array.reshape(-1)] if array is not None else None
-
-
-def _constant(graph: ir.Graph, name: str, values: list[int]) -> ir.Value:
-    value = ir.val(name, const_value=ir.tensor(np.array(values, dtype=np.int64), name=name))
-    graph.register_initializer(value)
-    return value

@@ -15,7 +15,8 @@ from __future__ import annotations
 
 import numpy as np
 import onnx_ir as ir
-from onnxscript.rewriter import _ir_utils
+
+from exporter.generation.graph_constants import int64_initializer, ints
 
 
 def split_packed_heads(graph: ir.Graph) -> None:
@@ -30,7 +31,7 @@ def split_packed_heads(graph: ir.Graph) -> None:
             projection = _reordered(graph, projection, columns, f"{node.name}_projection")
         split = ir.node(
             "Split",
-            [projection, _constant(graph, f"{node.name}_widths", widths)],
+            [projection, int64_initializer(graph, f"{node.name}_widths", widths)],
             {"axis": 2},
             num_outputs=len(widths),
             name=f"{node.name}_projection",
@@ -57,7 +58,7 @@ def _parts(split: ir.Node) -> tuple[ir.Value, list[int], list[int], bool, np.nda
     if shape is None or len(shape) != 3 or not isinstance(shape[2], int) or len(source.shape or ()) != 4:
         return None
     axis = split.attributes.get_int("axis", 0) % 4
-    if producer.op_type == "Unsqueeze" and _ints(producer.inputs[1]) == [1] and axis == 3:  # GPT-BigCode
+    if producer.op_type == "Unsqueeze" and ints(producer.inputs[1]) == [1] and axis == 3:  # GPT-BigCode
         return projection, [int(s) for s in sizes], [1] * len(sizes), True, None
     size, same_rows = source.shape[3], list(source.shape[:2]) == list(shape[:2]) and None not in shape[:2]
     if (
@@ -89,7 +90,7 @@ def _parts(split: ir.Node) -> tuple[ir.Value, list[int], list[int], bool, np.nda
 def _sizes(split: ir.Node) -> list[int] | None:
     """The sizes of a split's parts: its ``split`` input, or its equal ``num_outputs`` parts."""
     if len(split.inputs) > 1:
-        sizes = _ints(split.inputs[1])
+        sizes = ints(split.inputs[1])
         return sizes if sizes else None
     count, shape = split.attributes.get_int("num_outputs", 0), split.inputs[0].shape
     size = shape[split.attributes.get_int("axis", 0)] if shape is not None else None
@@ -134,7 +135,7 @@ def _reshape_readers(
             reader.replace_input_with(0, part)
     if not old.uses():
         return
-    nodes = [ir.node("Reshape", [part, _constant(graph, f"{name}_heads", heads)], name=f"{name}_heads")]
+    nodes = [ir.node("Reshape", [part, int64_initializer(graph, f"{name}_heads", heads)], name=f"{name}_heads")]
     if transposed:
         nodes.append(ir.node("Transpose", [nodes[0].outputs[0]], {"perm": [0, 2, 1, 3]}, name=f"{name}_transposed"))
     graph.insert_before(_first_reader(graph, old), nodes)
@@ -162,7 +163,7 @@ def _keeps_no_dims(reshape: ir.Node) -> bool:
 def _shape_entries(shape: ir.Value) -> list[int | None] | None:
     """The entries of a 1-D shape: a constant's, or a ``Concat``'s of constants and computed parts (None
     for each computed entry); None if its length is not known."""
-    constant = _ints(shape)
+    constant = ints(shape)
     if constant is not None:
         return constant
     node = shape.producer()
@@ -170,20 +171,9 @@ def _shape_entries(shape: ir.Value) -> list[int | None] | None:
         return None
     entries: list[int | None] = []
     for part in node.inputs:
-        values = _ints(part)
+        values = ints(part)
         length = part.shape[0] if part.shape is not None and len(part.shape) == 1 else None
         if values is None and not isinstance(length, int):
             return None
         entries += values if values is not None else [None] * length
     return entries
-
-
-def _ints(value: ir.Value | None) -> list[int] | None:
-    array = _ir_utils.get_numpy_value(value) if value is not None else None
-    return [int(v) for v in array.reshape(-1)] if array is not None else None
-
-
-def _constant(graph: ir.Graph, name: str, values: list[int]) -> ir.Value:
-    value = ir.val(name, const_value=ir.tensor(np.array(values, dtype=np.int64), name=name))
-    graph.register_initializer(value)
-    return value

@@ -1,0 +1,20 @@
+"""The small integer constants the generation graph rewrites read and add (axes, shapes, split sizes)."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx_ir as ir
+from onnxscript.rewriter import _ir_utils
+
+
+def ints(value: ir.Value | None) -> list[int] | None:
+    """The integers of a constant `value`, flattened; None if it is not a constant."""
+    array = _ir_utils.get_numpy_value(value) if value is not None else None
+    return [int(v) for v in array.reshape(-1)] if array is not None else None
+
+
+def int64_initializer(graph: ir.Graph, name: str, values: list[int]) -> ir.Value:
+    """A new 1-D int64 initializer of `graph` holding `values`."""
+    value = ir.val(name, const_value=ir.tensor(np.array(values, dtype=np.int64), name=name))
+    graph.register_initializer(value)
+    return value
