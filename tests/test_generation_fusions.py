@@ -374,6 +374,27 @@ def test_a_rotation_before_the_heads_move_is_moved_after_it_unchanged():
     assert len(rotated) == 4 and all(n.inputs[0].shape[1] == 4 for n in rotated)  # (batch, heads=4, …)
 
 
+def test_a_long_computation_before_the_heads_move_is_left_as_it_is():
+    """Only a rotation's few nodes are moved: 3000 additions and a negation before the transpose (no
+    rotation) are left in place, without recursing through all of them."""
+    nodes = [onnx.helper.make_node("Add", [f"v{i}", "one"], [f"v{i + 1}"]) for i in range(3000)]
+    nodes += [
+        onnx.helper.make_node("Neg", ["v3000"], ["negated"]),
+        onnx.helper.make_node("Transpose", ["negated"], ["moved"], perm=[0, 2, 1, 3]),
+        onnx.helper.make_node("Relu", ["moved"], ["out"]),
+    ]
+    shape = [2, 3, 4, 8]
+    graph = onnx.helper.make_graph(
+        nodes,
+        "long",
+        [onnx.helper.make_tensor_value_info("v0", onnx.TensorProto.FLOAT, shape)],
+        [onnx.helper.make_tensor_value_info("out", onnx.TensorProto.FLOAT, [2, 4, 3, 8])],
+        [onnx.numpy_helper.from_array(np.ones(1, dtype=np.float32), "one")],
+    )
+    model = ir.serde.deserialize_model(onnx.shape_inference.infer_shapes(onnx.helper.make_model(graph)))
+    assert move_heads_first(model.graph) == 0 and len(model.graph) == 3003
+
+
 def gpt_bigcode() -> torch.nn.Module:
     torch.manual_seed(0)
     config = GPTBigCodeConfig(n_embd=64, n_layer=2, n_head=4, n_positions=256, multi_query=True, **TOKENS)

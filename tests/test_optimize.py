@@ -6,8 +6,10 @@ from __future__ import annotations
 import math
 
 import corpus
+import numpy as np
 import onnx
 import onnx.inliner
+import onnx.numpy_helper
 import onnx_ir as ir
 import onnxruntime as ort
 import pytest
@@ -17,7 +19,7 @@ from torch import nn
 from transformers.activations import ACT2FN
 
 import exporter
-from exporter.onnx_passes.optimize import OptimizePass
+from exporter.onnx_passes.optimize import FusePass, OptimizePass
 
 
 def _export(model: nn.Module, *args: torch.Tensor, **options) -> exporter.ExportOutput:
@@ -144,6 +146,22 @@ def test_tanh_gelu_written_out_is_one_op_from_opset_20(gelu, fused: bool):
     export_output = _export(WrittenOutGelu(gelu), torch.randn(3, 16) * 3, opset_version=20)
     ops = _op_types(export_output.model_proto)
     assert ("Tanh" not in ops and ops.count("Gelu") == 1) == fused, ops
+
+
+def test_a_long_product_is_not_searched_for_gelu():
+    """The GELU rule reads products only as deep as a GELU's: a chain of 3000 ``Mul`` nodes (a model's
+    unrolled loop) optimizes in one pass without recursing through all of it."""
+    nodes = [onnx.helper.make_node("Mul", [f"v{i}", "w"], [f"v{i + 1}"]) for i in range(3000)]
+    graph = onnx.helper.make_graph(
+        nodes,
+        "chain",
+        [onnx.helper.make_tensor_value_info("v0", onnx.TensorProto.FLOAT, [2])],
+        [onnx.helper.make_tensor_value_info("v3000", onnx.TensorProto.FLOAT, [2])],
+        [onnx.numpy_helper.from_array(np.array([1.0001, 0.9999], dtype=np.float32), "w")],
+    )
+    model = ir.serde.deserialize_model(onnx.helper.make_model(graph, opset_imports=[onnx.helper.make_opsetid("", 20)]))
+    FusePass(20, True)(model)
+    assert [n.op_type for n in model.graph] == ["Mul"] * 3000
 
 
 def test_written_out_layer_norm_becomes_layer_normalization():

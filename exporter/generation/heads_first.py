@@ -19,6 +19,7 @@ from exporter.generation.graph_constants import int64_initializer, ints
 _PERM = (0, 2, 1, 3)
 _ELEMENTWISE = {"Add", "Sub", "Mul", "Div", "Neg"}
 _PARAMETERS = {"Slice": range(1, 5), "Unsqueeze": range(1, 2), "Reshape": range(1, 2)}  # constant inputs
+_MAX_NODES = 100  # the most nodes a rotation takes (GPT-J's: 20 for q or k)
 
 
 def move_heads_first(graph: ir.Graph) -> int:
@@ -55,6 +56,8 @@ def _rotation(value: ir.Value) -> tuple[list[ir.Node], list[ir.Value]] | None:
                 sources.append(v)
             return True
         if node not in seen:
+            if len(seen) == _MAX_NODES:  # not a rotation: a longer computation
+                return False
             seen.add(node)
             parameters = _PARAMETERS.get(node.op_type, ())
             if not all(inp is None or i in parameters or visit(inp) for i, inp in enumerate(node.inputs)):

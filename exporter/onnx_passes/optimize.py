@@ -41,6 +41,7 @@ from exporter.options import OPTIMIZE_ONNXRUNTIME
 
 _GELU_OPSET = 20  # the first default-domain opset with Gelu
 _RMS_NORMALIZATION_OPSET = 23
+_GELU_PRODUCT_DEPTH = 4  # the deepest Mul tree in a tanh GELU: (x·x)·x·0.044715 of an x made by a Mul
 
 
 class _RootFilteredRule:
@@ -371,12 +372,13 @@ def _is_scaled_power(value: ir.Value, x: ir.Value, n: int) -> bool:
     )
 
 
-def _factors(value: ir.Value) -> list[ir.Value]:
-    """The factors a tree of ``Mul`` nodes multiplies to `value` (`value` itself if no ``Mul`` makes it)."""
+def _factors(value: ir.Value, depth: int = _GELU_PRODUCT_DEPTH) -> list[ir.Value]:
+    """The factors a tree of ``Mul`` nodes (`depth` deep at most) multiplies to `value` (`value` itself if
+    no ``Mul`` makes it). The limit bounds the work on long products, which no GELU has."""
     node = value.producer()
-    if node is None or node.op_type != "Mul" or node.domain != "":
+    if node is None or node.op_type != "Mul" or node.domain != "" or depth == 0:
         return [value]
-    return [factor for input_ in node.inputs for factor in _factors(input_)]
+    return [factor for input_ in node.inputs for factor in _factors(input_, depth - 1)]
 
 
 def _addends(value: ir.Value) -> list[ir.Value]:
