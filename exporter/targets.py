@@ -120,7 +120,10 @@ def pretrained_target(folder: str) -> Callable[[], Any]:
         name = (config.architectures or ["AutoModelForCausalLM"])[0]
         model_class = getattr(transformers, name, None)
         if model_class is None:
-            raise TargetError(f"{folder}: transformers has no model class {name} (the config's architectures)")
+            raise TargetError(
+                f"{folder}: transformers has no model class {name} (the config's architectures); load the model "
+                'in a function marked @exporter.export_target(task="text-generation") and export that'
+            )
         return model_class.from_pretrained(folder, dtype="float32").eval()
 
     target.__name__ = target.__qualname__ = os.path.basename(folder.rstrip(os.sep)) or "model"

@@ -99,7 +99,7 @@ def adaptive_max_pool1d(self, output_size: Sequence[int]):
 def _pooled_max(x, outs: list[int]):
     """The maxima of adaptive pooling's windows over the last ``len(outs)`` axes of `x`, NaN for a window
     with a NaN (as PyTorch; onnxruntime's reductions drop a NaN depending on its position). Output size 1
-    everywhere: one reduction over the axes (any size); static sizes that `outs` divide: windows of
+    everywhere: the largest of the flattened axes (any size, `_global_max`); static sizes that `outs` divide: windows of
     equal size that tile each axis, a ``MaxPool`` of batched floats (5x faster than a reshaped reduction
     in onnxruntime) or else reduced after a reshape; otherwise a masked reduction per axis."""
     rank, floating = len(x.shape), _floating(x)
