@@ -430,6 +430,15 @@ def test_scores_masked_to_a_window_fuse_with_the_window_in_the_bias(tmp_path):
     assert found["GroupQueryAttention"] == 2 and "Softmax" not in found
 
 
+def test_scores_with_a_bias_of_their_own_fuse_with_it_in_the_attention_bias(tmp_path):
+    """MPT adds ALiBi (a per-head slope times the key's distance) to the scores, then masks them
+    (``where(mask, min, scores + alibi)``): GQA takes ``where(mask, min, alibi)`` as its attention bias, per
+    head. The left-padded batch and 16 new tokens generate as ``generate()``; without ALiBi they do not."""
+    graph = fused_graph(exporter.export_for_generation(tiny_model("mpt"), tmp_path))
+    found = collections.Counter(n.op_type for n in graph.node)
+    assert found["GroupQueryAttention"] == 2 and "Softmax" not in found
+
+
 def test_an_interleaved_rotation_is_rotated_by_group_query_attention(tmp_path):
     """Helium rotates pairs of adjacent channels (GPT-J's rotate_every_two, its cos/sin each repeated per
     pair): GQA rotates q and k itself, interleaved, with cos/sin caches evaluated from the graph for every

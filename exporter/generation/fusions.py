@@ -197,11 +197,19 @@ class _GroupQueryAttention(pattern.RewriteRuleClassBase):
     ``attention_bias`` (left padding stays masked; ``seqlens_k`` is every row's full length)."""
 
     def __init__(
-        self, repeated: bool, sdpa: bool, rotary: bool, qk_norm: str, scaled: bool, capped: bool, masked: bool
+        self,
+        repeated: bool,
+        sdpa: bool,
+        rotary: bool,
+        qk_norm: str,
+        scaled: bool,
+        capped: bool,
+        masked: bool,
+        biased: bool = False,
     ) -> None:
         kind = f"{'Repeated' if repeated else ''}{'Sdpa' if sdpa else 'Eager'}{'Rotary' if rotary else ''}"
         kind += f"{qk_norm.title().replace('_', '')}{'' if scaled else 'Unscaled'}{'Capped' if capped else ''}"
-        kind += "Masked" if masked else ""
+        kind += ("Masked" if masked else "") + ("Biased" if biased else "")
         super().__init__(name=f"GroupQueryAttention{kind}")
         self._repeated = repeated
         # the scale: SDPA's split over q and k, eager's on the scores; none where it is 1 (OPT scales the
@@ -211,6 +219,9 @@ class _GroupQueryAttention(pattern.RewriteRuleClassBase):
         # eager scores masked before the additive mask (GPT-Neo's ``where(window, scores, min)``): the window
         # goes into GQA's attention_bias
         self._masked = masked
+        # eager scores plus a bias of their own, then masked (MPT's ALiBi: ``where(mask, min, scores + alibi)``):
+        # GQA's attention bias is ``where(mask, min, alibi)``
+        self._biased = biased
         self._rotary = rotary  # RotaryEmbedding on q and k (else positions are elsewhere: GPT-2's, ALiBi's)
         self._sdpa = sdpa  # torch's SDPA (scale split over q and k, NaN rows zeroed); else transformers' eager
         # an RMS norm of each head of q and k, kept before GQA: "" none, "norm_then_transpose" (Qwen3's,
@@ -290,7 +301,10 @@ class _GroupQueryAttention(pattern.RewriteRuleClassBase):
                 scores = op.Mul(op.Tanh(op.Div(scores, softcap)), softcap)
             if self._masked:
                 scores = op.Where(window, scores, fill)
-            probs = op.Softmax(op.Add(scores, bias), axis=-1)
+            if self._biased:
+                probs = op.Softmax(op.Where(window, fill, op.Add(scores, bias)), axis=-1)
+            else:
+                probs = op.Softmax(op.Add(scores, bias), axis=-1)
         out = op.Transpose(op.MatMul(probs, value), perm=[0, 2, 1, 3])
         return op.Reshape(out, out_shape, _allow_other_attributes=True), present_key, present_value
 
@@ -304,7 +318,10 @@ class _GroupQueryAttention(pattern.RewriteRuleClassBase):
             return result.fail("the scale is not a constant", bias)
         if scales.get("softcap") is not None and not _ir_utils.is_singleton_value(scales["softcap"], lambda c: c > 0):
             return result.fail("the soft cap is not a positive constant", scales["softcap"])
-        if bias.shape is None or len(bias.shape) != 4 or bias.dtype != ir.DataType.FLOAT:
+        if self._biased:  # (heads, 1, total) or (batch, heads, sequence, total)
+            if bias.shape is None or len(bias.shape) not in (3, 4) or bias.dtype != ir.DataType.FLOAT:
+                return result.fail("the scores' bias is not a float (heads, 1, total) bias", bias)
+        elif bias.shape is None or len(bias.shape) != 4 or bias.dtype != ir.DataType.FLOAT:
             return result.fail("the mask is not an additive float (batch, 1, sequence, total) mask", bias)
         fill = scales.get("fill")
         if fill is not None and not _ir_utils.is_singleton_value(fill, lambda f: f <= _MASKED):
@@ -357,7 +374,9 @@ class _GroupQueryAttention(pattern.RewriteRuleClassBase):
                 key = op.RotaryEmbedding(key, position_ids, cos, sin, num_heads=kv_heads, **rotary)
         if not in_kernel:
             cos = sin = position_ids = None
-        if scales.get("window") is not None:  # where the scores were masked, the bias masks them too
+        if self._biased:  # the mask over the scores' own bias, (batch, heads, sequence, total)
+            bias = op.Where(scales["window"], scales["fill"], bias)
+        elif scales.get("window") is not None:  # where the scores were masked, the bias masks them too
             bias = op.Where(scales["window"], bias, scales["fill"])
         total = op.Shape(bias, start=3, end=4)
         mask = _mask_input(past_key)  # the batch size from one tensor for every layer: computed once (CSE)
@@ -615,8 +634,8 @@ def _rewrite_where(model: ir.Model, op_type: str, rules: list[pattern.RewriteRul
 def _attention_rules(model: ir.Model) -> list[pattern.RewriteRule]:
     """The GroupQueryAttention rules whose variant can match `model`: each variant needs an op of its
     own in the graph (SDPA's NaN guard, the repeated keys' Expand, the rotary kernel, a per-head norm
-    after a Reshape or a Transpose, eager scores capped by a Tanh or masked by a Where); the others are not tried at every
-    node. Variants, not `pattern.OrValue`: its backtracking made matching 20x slower."""
+    after a Reshape or a Transpose, eager scores capped by a Tanh, masked by a Where, or biased then masked by one);
+    the others are not tried at every node. Variants, not `pattern.OrValue`: its backtracking made matching 20x slower."""
     found = {node.op_type for node in model.graph}
     after = {
         node.inputs[0].producer().op_type
@@ -624,13 +643,17 @@ def _attention_rules(model: ir.Model) -> list[pattern.RewriteRule]:
         if node.op_type == "SimplifiedLayerNormalization" and node.inputs[0].producer() is not None
     }
     norms = [n for n, op in (("norm_then_transpose", "Reshape"), ("transpose_then_norm", "Transpose")) if op in after]
-    masked_scores = any(
-        node.op_type == "Where" and node.inputs[1] is not None and node.inputs[1].producer() is not None
-        and node.inputs[1].producer().op_type in ("MatMul", "Mul")
-        for node in model.graph
-    )  # fmt: skip
+
+    def where_reads(index: int, op_types: tuple[str, ...]) -> bool:
+        return any(
+            node.op_type == "Where" and node.inputs[index] is not None and node.inputs[index].producer() is not None
+            and node.inputs[index].producer().op_type in op_types
+            for node in model.graph
+        )  # fmt: skip
+
+    masked_scores, biased_scores = where_reads(1, ("MatMul", "Mul")), where_reads(2, ("Add",))
     return [
-        _GroupQueryAttention.rule(repeated=r, sdpa=s, rotary=p, qk_norm=n, scaled=scaled, capped=c, masked=m)
+        _GroupQueryAttention.rule(repeated=r, sdpa=s, rotary=p, qk_norm=n, scaled=scaled, capped=c, masked=m, biased=b)
         for r in (1, 0)
         for s in (1, 0)
         for p in (1, 0)
@@ -638,11 +661,13 @@ def _attention_rules(model: ir.Model) -> list[pattern.RewriteRule]:
         for scaled in (1, 0)
         for c in (1, 0)
         for m in (1, 0)
+        for b in (1, 0)
         if (not r or "Expand" in found)
         and (not s or "IsNaN" in found)
         and (not p or "RotaryEmbedding" in found)
         and not (c and (s or "Tanh" not in found))
         and not (m and (s or not masked_scores))
+        and not (b and (s or m or not biased_scores))
     ]
 
 
