@@ -517,6 +517,18 @@ async function traceOnnxlensLog() {
   await waitUntil(() => /\$\/setTrace/.test(onnxlensLog()), '$/setTrace in the onnxlens log');
 }
 
+/** `file`'s JSON, or undefined while VS Code is writing it (it truncates, then writes: empty or cut short). */
+function jsonWhileWritten(file) {
+  try {
+    return JSON.parse(readFileSync(file, 'utf8'));
+  } catch (error) {
+    if (error instanceof SyntaxError) {
+      return undefined;
+    }
+    throw error;
+  }
+}
+
 /** Sets a boolean setting in the Settings editor, as a user would (VS Code applies it at once); closes the editor. */
 async function setBooleanSetting(id, value) {
   await runPaletteCommand('Preferences: Open User Settings');
@@ -529,7 +541,10 @@ async function setBooleanSetting(id, value) {
   }
   await waitUntil(async () => (await checkbox.getAttribute('aria-checked')) === String(value), `${id} = ${value} in the Settings editor`);
   const file = join(env.userData, 'User/settings.json'); // written a moment later
-  await waitUntil(() => (JSON.parse(readFileSync(file, 'utf8'))[id] ?? true) === value, `${id} = ${value} in ${file}`); // absent: true, the default
+  await waitUntil(() => {
+    const settings = jsonWhileWritten(file);
+    return settings !== undefined && (settings[id] ?? true) === value; // absent: true, the default
+  }, `${id} = ${value} in ${file}`);
   await page().keyboard.press('Escape');
   await runPaletteCommand('View: Close All Editors');
 }
@@ -1345,10 +1360,10 @@ async function notebookScenario(file, call) {
   await pressQuickFixUntil(action);
   await chooseMenuItem(action); // a bare click on the menu was lost on a loaded machine: the notebook kept no stub
   await scrollNotebookTo(small.locator('.view-line', { hasText: 'register_op(' }).first()); // the edit in the editor
-  const saved = () => JSON.parse(readFileSync(join(env.workspace, file), 'utf8')).cells.map((c) => c.source.join(''));
+  const saved = () => jsonWhileWritten(join(env.workspace, file))?.cells.map((c) => c.source.join(''));
   await waitUntil(async () => { // saved again until the edit is on disk
     await runPaletteCommand('File: Save');
-    return saved()[4].includes('register_op(');
+    return saved()?.[4].includes('register_op(');
   }, `the stub in cell 5 of the saved ${file}`);
   await waitUntil(async () => !OP_HINT.test(await visibleText(small)), 'the hints of the edited cell 5 gone (stale)');
   assert.match(saved()[4], /def onnxlens_nb_twist\(x\):/);
