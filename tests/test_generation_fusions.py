@@ -31,6 +31,7 @@ from transformers import (
     GPTNeoXConfig,
     HeliumConfig,
     OPTConfig,
+    PersimmonConfig,
     PhiConfig,
     Qwen2Config,
     Qwen3Config,
@@ -437,6 +438,35 @@ def test_scores_with_a_bias_of_their_own_fuse_with_it_in_the_attention_bias(tmp_
     graph = fused_graph(exporter.export_for_generation(tiny_model("mpt"), tmp_path))
     found = collections.Counter(n.op_type for n in graph.node)
     assert found["GroupQueryAttention"] == 2 and "Softmax" not in found
+
+
+def test_a_projection_packed_per_head_and_gathered_fuses_with_its_heads_normed(tmp_path):
+    """Persimmon shapes its q/k/v projection (with a bias) as (batch, sequence, heads, 3, size), takes each
+    part with a Gather and LayerNorms q and k per head before moving the heads: the projection's weight
+    columns and bias are reordered part by part and split, and the LayerNorms stay before GQA. Every
+    bias and norm weight is random (a fresh model's are 0 and 1, which a wrong order would not show)."""
+    torch.manual_seed(0)
+    config = PersimmonConfig(
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        max_position_embeddings=256,
+        tie_word_embeddings=False,
+        **TOKENS,
+    )
+    model = AutoModelForCausalLM.from_config(config).eval()
+    generator = torch.Generator().manual_seed(1)
+    with torch.no_grad():
+        for name, parameter in model.named_parameters():
+            if name.endswith("bias") or "norm" in name:
+                parameter.copy_(
+                    torch.randn(parameter.shape, generator=generator) * 0.5 + (0 if name.endswith("bias") else 1)
+                )
+    graph = fused_graph(exporter.export_for_generation(model, tmp_path))
+    found = collections.Counter(n.op_type for n in graph.node)
+    assert found["GroupQueryAttention"] == 2 and "Softmax" not in found
+    assert found["LayerNormalization"] == 2 * 2 + 1  # q and k of each layer, and the first input norm
 
 
 def test_an_interleaved_rotation_is_rotated_by_group_query_attention(tmp_path):

@@ -224,8 +224,9 @@ class _GroupQueryAttention(pattern.RewriteRuleClassBase):
         self._biased = biased
         self._rotary = rotary  # RotaryEmbedding on q and k (else positions are elsewhere: GPT-2's, ALiBi's)
         self._sdpa = sdpa  # torch's SDPA (scale split over q and k, NaN rows zeroed); else transformers' eager
-        # an RMS norm of each head of q and k, kept before GQA: "" none, "norm_then_transpose" (Qwen3's,
-        # on (batch, sequence, heads, size)), "transpose_then_norm" (Gemma 3's, on (batch, heads, sequence, size))
+        # a norm of each head of q and k, kept before GQA: "" none, "norm_then_transpose" (Qwen3's RMS norm,
+        # on (batch, sequence, heads, size)), "transpose_then_norm" (Gemma 3's, on (batch, heads, sequence, size)),
+        # "layer_norm_then_transpose" (Persimmon's LayerNorm, with a bias, on (batch, sequence, heads, size))
         self._qk_norm = qk_norm
 
     def pattern(
@@ -256,10 +257,13 @@ class _GroupQueryAttention(pattern.RewriteRuleClassBase):
     ):
         def heads(x, shape, weight, name):
             def norm(x):
-                return op.SimplifiedLayerNormalization(x, weight, _allow_other_attributes=True, _outputs=[name])
+                kind = "LayerNormalization" if self._qk_norm.startswith("layer_") else "SimplifiedLayerNormalization"
+                return getattr(op, kind)(
+                    x, weight, _allow_other_inputs=True, _allow_other_attributes=True, _outputs=[name]
+                )
 
             x = op.Reshape(x, shape, _allow_other_attributes=True)
-            if self._qk_norm == "norm_then_transpose":
+            if self._qk_norm.endswith("norm_then_transpose"):
                 x = norm(x)
             x = op.Transpose(x, perm=[0, 2, 1, 3])
             return norm(x) if self._qk_norm == "transpose_then_norm" else x
@@ -418,10 +422,11 @@ def _slot_positions(op, position_ids: ir.Value, mask: ir.Value | None) -> ir.Val
 
 def _norm_like(op, x: ir.Value, shape: ir.Value, normed: ir.Value) -> ir.Value:
     """`normed`'s norm of the heads of `x` (batch, sequence, heads x size): split into heads by `shape`,
-    normed (the same weight and epsilon: a norm over the last axis, before or after moving heads), flattened back."""
+    normed (the same op, weights and epsilon: a norm over the last axis, before or after moving heads),
+    flattened back."""
     norm = normed.producer()
     heads = op.Reshape(x, shape)
-    out = op.SimplifiedLayerNormalization(heads, norm.inputs[1], **{k: a.value for k, a in norm.attributes.items()})
+    out = getattr(op, norm.op_type)(heads, *norm.inputs[1:], **{k: a.value for k, a in norm.attributes.items()})
     return op.Reshape(out, op.Constant(value_ints=[0, 0, -1]))
 
 
@@ -638,11 +643,20 @@ def _attention_rules(model: ir.Model) -> list[pattern.RewriteRule]:
     the others are not tried at every node. Variants, not `pattern.OrValue`: its backtracking made matching 20x slower."""
     found = {node.op_type for node in model.graph}
     after = {
-        node.inputs[0].producer().op_type
+        (node.op_type, node.inputs[0].producer().op_type)
         for node in model.graph
-        if node.op_type == "SimplifiedLayerNormalization" and node.inputs[0].producer() is not None
+        if node.op_type in ("SimplifiedLayerNormalization", "LayerNormalization")
+        and node.inputs[0].producer() is not None
     }
-    norms = [n for n, op in (("norm_then_transpose", "Reshape"), ("transpose_then_norm", "Transpose")) if op in after]
+    norms = [
+        n
+        for n, norm, op in (
+            ("norm_then_transpose", "SimplifiedLayerNormalization", "Reshape"),
+            ("transpose_then_norm", "SimplifiedLayerNormalization", "Transpose"),
+            ("layer_norm_then_transpose", "LayerNormalization", "Reshape"),
+        )
+        if (norm, op) in after
+    ]
 
     def where_reads(index: int, op_types: tuple[str, ...]) -> bool:
         return any(

@@ -3,12 +3,13 @@
 Falcon, GPT-BigCode and CodeGen compute q, k and v with one linear layer and split them after shaping
 heads: Falcon reshapes it to ``(batch, sequence, heads + 2, size)`` and splits the heads axis; GPT-BigCode
 adds a heads axis of 1 (``Unsqueeze``) and splits the last one; CodeGen reshapes it to ``(batch, sequence,
-groups, 3 x size)`` and splits the last one, each group holding its part of q, v and k.
+groups, 3 x size)`` and splits the last one, each group holding its part of q, v and k; Persimmon reshapes
+it to ``(batch, sequence, heads, 3, size)`` and takes each part with a ``Gather``.
 `split_packed_heads` splits the 3-D projection instead, each part shaped into heads as a separate
 projection would be (``Transpose(Reshape(part, [0, 0, heads, size]))``), the form
 `fusions._GroupQueryAttention` matches. The values are the same: the parts are contiguous channels of
 each position (Falcon's, GPT-BigCode's), or are made so by reordering the projection's weight columns
-(CodeGen's, group by group).
+and bias (CodeGen's, group by group; Persimmon's, head by head).
 """
 
 from __future__ import annotations
@@ -21,6 +22,8 @@ from exporter.generation.graph_constants import int64_initializer, ints
 
 def split_packed_heads(graph: ir.Graph) -> None:
     """Rewrite each packed split of `graph` (in place)."""
+    for node in [n for n in graph if n.op_type == "Reshape" and n.domain == ""]:
+        _split_gathered(graph, node)
     for node in [n for n in graph if n.op_type == "Split" and n.domain == ""]:
         parts = _parts(node)
         if parts is None:
@@ -28,7 +31,7 @@ def split_packed_heads(graph: ir.Graph) -> None:
         projection, widths, heads, transposed, columns = parts
         producer = node.inputs[0].producer()
         if columns is not None:  # the parts' channels gathered: a projection by reordered weight columns
-            projection = _reordered(graph, projection, columns, f"{node.name}_projection")
+            _reorder(graph, _reorderable(projection), columns, f"{node.name}_projection")
         split = ir.node(
             "Split",
             [projection, int64_initializer(graph, f"{node.name}_widths", widths)],
@@ -42,6 +45,47 @@ def split_packed_heads(graph: ir.Graph) -> None:
             _reshape_readers(graph, old, new, [0, 0, n, width // n], transposed, f"{node.name}_part{i}")
         graph.remove(node, safe=True)
         graph.remove(producer, safe=True)
+
+
+def _split_gathered(graph: ir.Graph, reshape: ir.Node) -> None:
+    """A projection shaped ``(batch, sequence, heads, parts, size)`` whose parts are each taken by a
+    ``Gather`` on axis 3 (Persimmon's q, k and v packed per head): the projection's channels reordered
+    part by part, split, and each part shaped into heads in place of its ``Gather``."""
+    packed, projection = reshape.outputs[0], reshape.inputs[0]
+    dims, rows = packed.shape, projection.shape
+    if dims is None or len(dims) != 5 or not all(isinstance(d, int) for d in dims[2:]):
+        return
+    heads, parts, size = dims[2], dims[3], dims[4]
+    if rows is None or len(rows) != 3 or rows[2] != heads * parts * size or list(rows[:2]) != list(dims[:2]):
+        return
+    gathers = {}
+    for reader, index in packed.uses():
+        part = ints(reader.inputs[1]) if reader.op_type == "Gather" and index == 0 else None
+        if part is None or len(part) != 1 or reader.inputs[1].shape.rank() != 0:
+            return
+        if reader.attributes.get_int("axis", 0) % 5 != 3 or part[0] in gathers:
+            return
+        gathers[part[0] % parts] = reader
+    constants = _reorderable(projection)
+    if sorted(gathers) != list(range(parts)) or constants is None:
+        return
+    channels = np.arange(heads * parts * size).reshape(heads, parts, size)
+    _reorder(graph, constants, channels.transpose(1, 0, 2).reshape(-1), f"{reshape.name}_projection")
+    widths = [heads * size] * parts
+    split = ir.node(
+        "Split",
+        [projection, int64_initializer(graph, f"{reshape.name}_widths", widths)],
+        {"axis": 2},
+        num_outputs=parts,
+        name=f"{reshape.name}_parts",
+    )
+    graph.insert_before(reshape, split)
+    for part, value in enumerate(split.outputs):
+        value.shape, value.dtype = ir.Shape([*rows[:2], heads * size]), projection.dtype
+        gather = gathers[part]
+        _reshape_readers(graph, gather.outputs[0], value, [0, 0, heads, size], False, f"{reshape.name}_part{part}")
+        graph.remove(gather, safe=True)
+    graph.remove(reshape, safe=True)
 
 
 def _parts(split: ir.Node) -> tuple[ir.Value, list[int], list[int], bool, np.ndarray | None] | None:
@@ -76,7 +120,7 @@ def _parts(split: ir.Node) -> tuple[ir.Value, list[int], list[int], bool, np.nda
         and isinstance(groups, int)
         and same_rows
         and shape[2] == groups * sum(sizes)
-        and _reorderable(projection)
+        and _reorderable(projection) is not None
     ):  # CodeGen's: each group holds its channels of every part
         starts = np.cumsum([0, *sizes[:-1]])
         columns = np.concatenate(
@@ -99,29 +143,39 @@ def _sizes(split: ir.Node) -> list[int] | None:
     return [size // count] * count
 
 
-def _reorderable(projection: ir.Value) -> bool:
-    """Whether `projection` is ``MatMul(x, W)`` by a constant W read by it alone (its columns can be reordered)."""
-    node = projection.producer()
+def _reorderable(projection: ir.Value) -> list[tuple[ir.Node, int]] | None:
+    """The constants whose last axis orders `projection`'s channels, as (node, input index): the weight
+    of ``MatMul(x, W)`` and the bias of an ``Add`` after it; None if the projection is not that, or is
+    read elsewhere (its channels cannot be reordered). A constant another node reads too (equal
+    constants are merged) is replaced in these nodes only."""
+    node, constants = projection.producer(), []
+    if node is not None and node.op_type == "Add" and node.domain == "":
+        biases = [i for i, v in enumerate(node.inputs) if v.const_value is not None and len(v.shape or ()) == 1]
+        if len(biases) != 1 or len(node.inputs[1 - biases[0]].uses()) != 1:
+            return None
+        constants.append((node, biases[0]))
+        node = node.inputs[1 - biases[0]].producer()
     if node is None or node.op_type != "MatMul" or node.domain != "" or len(projection.uses()) != 1:
-        return False
+        return None
+    constants.append((node, 1))
     weight = node.inputs[1]
-    return weight.const_value is not None and len(weight.shape or ()) == 2 and len(weight.uses()) == 1
+    if weight.const_value is None or len(weight.shape or ()) != 2:
+        return None
+    return constants
 
 
-def _reordered(graph: ir.Graph, projection: ir.Value, columns: np.ndarray, name: str) -> ir.Value:
-    """`projection`'s MatMul with its weight columns in the order `columns` (read when written); its result."""
-    matmul = projection.producer()
-    tensor = matmul.inputs[1].const_value
+def _reorder(graph: ir.Graph, constants: list[tuple[ir.Node, int]], columns: np.ndarray, name: str) -> None:
+    """Reorder the last axis of each of `constants` (`_reorderable`'s) as `columns` (read when written)."""
+    for node, index in constants:
+        tensor = node.inputs[index].const_value
 
-    def read() -> ir.Tensor:
-        return ir.tensor(np.ascontiguousarray(tensor.numpy()[:, columns]))
+        def read(tensor: ir.TensorProtocol = tensor) -> ir.Tensor:
+            return ir.tensor(np.ascontiguousarray(tensor.numpy()[..., columns]))
 
-    weight = ir.val(
-        f"{name}_weight", const_value=ir.LazyTensor(read, dtype=tensor.dtype, shape=tensor.shape, name=f"{name}_weight")
-    )
-    graph.register_initializer(weight)
-    matmul.replace_input_with(1, weight)
-    return projection
+        lazy = ir.LazyTensor(read, dtype=tensor.dtype, shape=tensor.shape, name=f"{name}_{node.op_type.lower()}")
+        value = ir.val(lazy.name, const_value=lazy)
+        graph.register_initializer(value)
+        node.replace_input_with(index, value)
 
 
 def _reshape_readers(
