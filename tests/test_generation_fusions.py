@@ -43,6 +43,16 @@ from exporter.generation.heads_first import move_heads_first
 from exporter.options import ExportOptions
 
 NEW_TOKENS = 16
+# GPT-NeoX's config names (Persimmon's too), 2 layers of 4 heads of 16
+NEOX_LIKE = dict(
+    hidden_size=64,
+    intermediate_size=128,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    max_position_embeddings=256,
+    tie_word_embeddings=False,
+    **TOKENS,
+)
 PROMPT = [[5, 17, 300, 42, 7, 99, 12], [3, 4, 5, 8, 9, 10, 11]]
 
 
@@ -320,15 +330,7 @@ def test_a_projection_packed_per_head_is_split_and_fuses_with_a_partial_rotation
     a quarter of each head: the projection is split per head (and merged again as GQA's packed input),
     each quarter rotated by RotaryEmbedding (onnxruntime needs its num_heads with rotary_embedding_dim)."""
     torch.manual_seed(0)
-    config = GPTNeoXConfig(
-        hidden_size=64,
-        intermediate_size=128,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        max_position_embeddings=256,
-        tie_word_embeddings=False,
-        **TOKENS,
-    )
+    config = GPTNeoXConfig(**NEOX_LIKE)
     result = exporter.export_for_generation(AutoModelForCausalLM.from_config(config).eval(), tmp_path)
     graph = fused_graph(result)
     rotary = [
@@ -446,15 +448,7 @@ def test_a_projection_packed_per_head_and_gathered_fuses_with_its_heads_normed(t
     columns and bias are reordered part by part and split, and the LayerNorms stay before GQA. Every
     bias and norm weight is random (a fresh model's are 0 and 1, which a wrong order would not show)."""
     torch.manual_seed(0)
-    config = PersimmonConfig(
-        hidden_size=64,
-        intermediate_size=128,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        max_position_embeddings=256,
-        tie_word_embeddings=False,
-        **TOKENS,
-    )
+    config = PersimmonConfig(**NEOX_LIKE)
     model = AutoModelForCausalLM.from_config(config).eval()
     generator = torch.Generator().manual_seed(1)
     with torch.no_grad():
