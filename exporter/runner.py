@@ -163,7 +163,7 @@ def _export_for_generation(
     output: str,
     sarif: str | None,
     progress: Progress,
-    check: bool = True,
+    check: bool,
 ) -> ExportResult:
     import exporter
     from exporter.generation.export import SARIF_FILE

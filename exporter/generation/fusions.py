@@ -39,6 +39,7 @@ from onnxscript.rewriter import _ir_utils, pattern
 from exporter.constants import METADATA_MODULE_STACK, METADATA_STACK
 from exporter.diagnostics import DiagnosticContext, Level, rules
 from exporter.diagnostics.locations import parse_stack_trace
+from exporter.generation.graph_constants import initializer
 from exporter.generation.heads_first import move_heads_first
 from exporter.generation.interleaved_rotary import InterleavedRotary, PartialInterleavedRotary
 from exporter.generation.packed_heads import split_packed_heads
@@ -205,7 +206,7 @@ class _GroupQueryAttention(pattern.RewriteRuleClassBase):
         scaled: bool,
         capped: bool,
         masked: bool,
-        biased: bool = False,
+        biased: bool,
     ) -> None:
         kind = f"{'Repeated' if repeated else ''}{'Sdpa' if sdpa else 'Eager'}{'Rotary' if rotary else ''}"
         kind += f"{qk_norm.title().replace('_', '')}{'' if scaled else 'Unscaled'}{'Capped' if capped else ''}"
@@ -470,7 +471,7 @@ def merge_parallel_matmuls(model: ir.Model) -> int:
             bias = _concatenated(graph, f"{first.name}_merged_bias", [b[1] for b in biases], axis=0)
             new.append(ir.node("Add", [new[-1].outputs[0], bias], name=f"{first.name}_merged_bias_add"))
         split_sizes = ir.tensor(np.array(sizes, dtype=np.int64), name=f"{first.name}_merged_sizes")
-        new.append(ir.node("Split", [new[-1].outputs[0], _initializer(graph, split_sizes)], attributes={"axis": -1},
+        new.append(ir.node("Split", [new[-1].outputs[0], initializer(graph, split_sizes)], attributes={"axis": -1},
                            num_outputs=len(nodes)))  # fmt: skip
         for node in new:
             node.metadata_props.update(first.metadata_props)  # the layer, for the quantizer's groups
@@ -542,13 +543,7 @@ def _concatenated(graph: ir.Graph, name: str, parts: list[ir.TensorProtocol], ax
         shape=ir.Shape(shape),
         name=name,
     )
-    return _initializer(graph, tensor)
-
-
-def _initializer(graph: ir.Graph, tensor: ir.TensorProtocol) -> ir.Value:
-    value = ir.val(tensor.name, const_value=tensor)
-    graph.register_initializer(value)
-    return value
+    return initializer(graph, tensor)
 
 
 def _bias(node: ir.Node) -> tuple[ir.Node, ir.TensorProtocol] | None:

@@ -1,4 +1,4 @@
-"""The small integer constants the generation graph rewrites read and add (axes, shapes, split sizes)."""
+"""The constants the generation graph rewrites read and add (axes, shapes, split sizes, weights)."""
 
 from __future__ import annotations
 
@@ -13,8 +13,13 @@ def ints(value: ir.Value | None) -> list[int] | None:
     return [int(v) for v in array.reshape(-1)] if array is not None else None
 
 
-def int64_initializer(graph: ir.Graph, name: str, values: list[int]) -> ir.Value:
-    """A new 1-D int64 initializer of `graph` holding `values`."""
-    value = ir.val(name, const_value=ir.tensor(np.array(values, dtype=np.int64), name=name))
+def initializer(graph: ir.Graph, tensor: ir.TensorProtocol) -> ir.Value:
+    """`tensor` as a new initializer of `graph`, under the tensor's name."""
+    value = ir.val(tensor.name, const_value=tensor)
     graph.register_initializer(value)
     return value
+
+
+def int64_initializer(graph: ir.Graph, name: str, values: list[int]) -> ir.Value:
+    """A new 1-D int64 initializer of `graph` holding `values`."""
+    return initializer(graph, ir.tensor(np.array(values, dtype=np.int64), name=name))

@@ -17,7 +17,7 @@ from __future__ import annotations
 import numpy as np
 import onnx_ir as ir
 
-from exporter.generation.graph_constants import int64_initializer, ints
+from exporter.generation.graph_constants import initializer, int64_initializer, ints
 
 
 def split_packed_heads(graph: ir.Graph) -> None:
@@ -32,19 +32,34 @@ def split_packed_heads(graph: ir.Graph) -> None:
         producer = node.inputs[0].producer()
         if columns is not None:  # the parts' channels gathered: a projection by reordered weight columns
             _reorder(graph, _reorderable(projection), columns, f"{node.name}_projection")
-        split = ir.node(
-            "Split",
-            [projection, int64_initializer(graph, f"{node.name}_widths", widths)],
-            {"axis": 2},
-            num_outputs=len(widths),
-            name=f"{node.name}_projection",
-        )
-        graph.insert_before(node, split)
-        for i, (old, new, width, n) in enumerate(zip(node.outputs, split.outputs, widths, heads)):
-            new.shape, new.dtype = ir.Shape([*projection.shape[:2], width]), projection.dtype
-            _reshape_readers(graph, old, new, [0, 0, n, width // n], transposed, f"{node.name}_part{i}")
+        _split_into_heads(graph, projection, node.outputs, widths, heads, transposed, node, node.name)
         graph.remove(node, safe=True)
         graph.remove(producer, safe=True)
+
+
+def _split_into_heads(
+    graph: ir.Graph,
+    projection: ir.Value,
+    olds: list[ir.Value],
+    widths: list[int],
+    heads: list[int],
+    transposed: bool,
+    before: ir.Node,
+    name: str,
+) -> None:
+    """Split the 3-D `projection` (before the node `before`) into parts of `widths` channels, each shaped
+    into its count of `heads` in place of the old part of `olds` (`_reshape_readers`)."""
+    split = ir.node(
+        "Split",
+        [projection, int64_initializer(graph, f"{name}_widths", widths)],
+        {"axis": 2},
+        num_outputs=len(widths),
+        name=f"{name}_projection",
+    )
+    graph.insert_before(before, split)
+    for i, (old, new, width, n) in enumerate(zip(olds, split.outputs, widths, heads)):
+        new.shape, new.dtype = ir.Shape([*projection.shape[:2], width]), projection.dtype
+        _reshape_readers(graph, old, new, [0, 0, n, width // n], transposed, f"{name}_part{i}")
 
 
 def _split_gathered(graph: ir.Graph, reshape: ir.Node) -> None:
@@ -63,7 +78,7 @@ def _split_gathered(graph: ir.Graph, reshape: ir.Node) -> None:
         part = ints(reader.inputs[1]) if reader.op_type == "Gather" and index == 0 else None
         if part is None or len(part) != 1 or reader.inputs[1].shape.rank() != 0:
             return
-        if reader.attributes.get_int("axis", 0) % 5 != 3 or part[0] in gathers:
+        if reader.attributes.get_int("axis", 0) % 5 != 3 or part[0] % parts in gathers:
             return
         gathers[part[0] % parts] = reader
     constants = _reorderable(projection)
@@ -71,20 +86,10 @@ def _split_gathered(graph: ir.Graph, reshape: ir.Node) -> None:
         return
     channels = np.arange(heads * parts * size).reshape(heads, parts, size)
     _reorder(graph, constants, channels.transpose(1, 0, 2).reshape(-1), f"{reshape.name}_projection")
-    widths = [heads * size] * parts
-    split = ir.node(
-        "Split",
-        [projection, int64_initializer(graph, f"{reshape.name}_widths", widths)],
-        {"axis": 2},
-        num_outputs=parts,
-        name=f"{reshape.name}_parts",
-    )
-    graph.insert_before(reshape, split)
-    for part, value in enumerate(split.outputs):
-        value.shape, value.dtype = ir.Shape([*rows[:2], heads * size]), projection.dtype
-        gather = gathers[part]
-        _reshape_readers(graph, gather.outputs[0], value, [0, 0, heads, size], False, f"{reshape.name}_part{part}")
-        graph.remove(gather, safe=True)
+    ordered = [gathers[part].outputs[0] for part in range(parts)]
+    _split_into_heads(graph, projection, ordered, [heads * size] * parts, [heads] * parts, False, reshape, reshape.name)
+    for part in range(parts):
+        graph.remove(gathers[part], safe=True)
     graph.remove(reshape, safe=True)
 
 
@@ -173,9 +178,7 @@ def _reorder(graph: ir.Graph, constants: list[tuple[ir.Node, int]], columns: np.
             return ir.tensor(np.ascontiguousarray(tensor.numpy()[..., columns]))
 
         lazy = ir.LazyTensor(read, dtype=tensor.dtype, shape=tensor.shape, name=f"{name}_{node.op_type.lower()}")
-        value = ir.val(lazy.name, const_value=lazy)
-        graph.register_initializer(value)
-        node.replace_input_with(index, value)
+        node.replace_input_with(index, initializer(graph, lazy))
 
 
 def _reshape_readers(

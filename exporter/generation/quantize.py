@@ -31,6 +31,7 @@ import numpy as np
 import onnx_ir as ir
 
 from exporter.constants import METADATA_MODULE_STACK
+from exporter.generation.graph_constants import initializer, int64_initializer
 from exporter.options import ExportOptions
 
 _HEAD = "lm_head"
@@ -181,7 +182,9 @@ class _MatMulNBits:
             arrays = {f"{stem}_Q{bits}": packed, f"{stem}_scales": scales}
             if not self.options.symmetric:
                 arrays[f"{stem}_zero_points"] = zero_points
-            self.quantized[key] = tuple(_initializer(self.graph, name, array) for name, array in arrays.items())
+            self.quantized[key] = tuple(
+                initializer(self.graph, ir.Tensor(array, name=name)) for name, array in arrays.items()
+            )
         return self.quantized[key]
 
     def _replace(self, node: ir.Node, blocks: tuple[ir.Value, ...], bits: int, k: int, n: int) -> None:
@@ -205,12 +208,6 @@ def _quantizer(options: ExportOptions, bits: int) -> Any:
         block_size=options.block_size, is_symmetric=options.symmetric, accuracy_level=options.accuracy_level, bits=bits
     )
     return mnq.DefaultWeightOnlyQuantizer(config)
-
-
-def _initializer(graph: ir.Graph, name: str, array: np.ndarray) -> ir.Value:
-    value = ir.val(name, const_value=ir.Tensor(array, name=name))
-    graph.register_initializer(value)
-    return value
 
 
 def _remove_if_unused(graph: ir.Graph, value: ir.Value) -> None:
@@ -242,7 +239,7 @@ def _share_with_embeddings(graph: ir.Graph, embedding: ir.Value, blocks: tuple[i
         return
     packed = blocks[0]
     bits = 8 * packed.shape[2] // block_size
-    shape = _initializer(graph, f"{packed.name}.rows.shape", np.array([rows, hidden * bits // 8], np.int64))
+    shape = int64_initializer(graph, f"{packed.name}.rows.shape", [rows, hidden * bits // 8])
     reshape = ir.node("Reshape", [packed, shape], name=f"{packed.name}.rows")
     reshape.outputs[0].name = f"{packed.name}.rows"
     graph.insert_before(lookups[0], reshape)
