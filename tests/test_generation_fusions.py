@@ -38,6 +38,7 @@ from transformers import (
 )
 
 import exporter
+from exporter.generation import fusions
 from exporter.generation.export import export_graph
 from exporter.generation.heads_first import move_heads_first
 from exporter.options import ExportOptions
@@ -504,9 +505,47 @@ def test_soft_capped_attention_fuses_with_its_cap(tmp_path):
     assert found["Tanh"] == 1  # the final logits' cap only
 
 
-def test_an_attention_whose_probabilities_are_reshaped_is_reported_unfused(tmp_path):
-    """BLOOM's batched heads (ALiBi, no GQA pattern): its softmax reaches the values' MatMul through a
-    Reshape; the layer is warned about, not counted fused."""
+@pytest.mark.parametrize("name", ["bloom", "xglm"])
+def test_attention_on_batched_heads_fuses_and_generates_like_generate(name, tmp_path):
+    """BLOOM and XGLM merge batch and heads, (batch·heads, sequence, size), for their products and split
+    them around the mask: the products move to 4-D heads and the layers fuse. BLOOM's ALiBi becomes
+    part of GQA's attention bias; the left-padded batch and 16 new tokens generate as ``generate()``, and
+    without ALiBi in that bias they do not."""
+    result = exporter.export_for_generation(tiny_model(name), tmp_path)
+    assert result.parity.matched and result.parity.steps == NEW_TOKENS
+    found = collections.Counter(n.op_type for n in fused_graph(result).node)
+    assert found["GroupQueryAttention"] == 2 and "Softmax" not in found
+    *warnings, note = results(result, "FXE0024")
+    assert not warnings and (note["properties"]["layers"], note["properties"]["fusedLayers"]) == (2, 2)
+
+
+def test_reshapes_that_do_not_merge_batch_and_heads_are_not_taken_for_batched_heads():
+    """Only a reshape that keeps the last two axes merges (batch, heads); one that merges heads and
+    sequence, or splits the merged axis the other way round, is something else."""
+    from exporter.generation.batched_heads import _merges, _splits
+
+    def value(*dims):
+        return ir.Value(name="v", shape=ir.Shape(dims), type=ir.TensorType(ir.DataType.FLOAT))
+
+    heads = value("batch_size", 4, "sequence_length", 16)
+    assert _merges(heads, value("4*batch_size", "sequence_length", 16))
+    assert not _merges(heads, value("batch_size", "4*sequence_length", 16))
+    assert not _merges(heads, value("4*batch_size", 16, "sequence_length"))
+    merged = value("4*batch_size", "sequence_length", "total")
+    assert _splits(merged, value("batch_size", 4, "sequence_length", "total"), _dims(heads))
+    assert not _splits(merged, value(4, "batch_size", "sequence_length", "total"), _dims(heads))
+
+
+def _dims(value):
+    from exporter.generation.batched_heads import _dims as dims
+
+    return dims(value, 4)[:2]
+
+
+def test_an_attention_left_on_batched_heads_is_reported_unfused(tmp_path, monkeypatch):
+    """An attention whose probabilities reach the values through a Reshape (BLOOM's, here with the
+    batched-heads rewrite off) is warned about at the user's call, not counted fused."""
+    monkeypatch.setattr(fusions, "BATCHED_HEADS", [])
     result = exporter.export_for_generation(tiny_model("bloom"), tmp_path)
     assert result.parity.matched
     *warnings, note = results(result, "FXE0024")

@@ -9,7 +9,8 @@ cos/sin caches up to the context length when cos and sin come from ``position_id
 inverse frequencies (transformers' default rotary embedding, folded by the optimizer into a ``Mul``);
 `interleaved_rotary` does the same for pairs of adjacent channels (GPT-J's ``rotate_every_two``;
 `heads_first` first moves a rotation made before the heads move after it, as GPT-J's is), and
-`_SplitHeads` splits a q/k/v projection packed per head (GPT-NeoX's) into Llama's layout.
+`_SplitHeads` splits a q/k/v projection packed per head (GPT-NeoX's) into Llama's layout, and
+`batched_heads` moves attention on merged batch and heads (BLOOM's, XGLM's) to 4-D heads.
 `_GroupQueryAttention` makes a layer's attention ``GroupQueryAttention``, which rotates q and k itself
 with those caches when they span the head (``do_rotary``, as onnxruntime-genai's model builder does);
 `merge_projections` then merges a layer's q/k/v projections into one MatMul and feeds it to
@@ -39,6 +40,7 @@ from onnxscript.rewriter import _ir_utils, pattern
 from exporter.constants import METADATA_MODULE_STACK, METADATA_STACK
 from exporter.diagnostics import DiagnosticContext, Level, rules
 from exporter.diagnostics.locations import parse_stack_trace
+from exporter.generation.batched_heads import BatchedHeads
 from exporter.generation.graph_constants import initializer
 from exporter.generation.heads_first import move_heads_first
 from exporter.generation.interleaved_rotary import InterleavedRotary, PartialInterleavedRotary
@@ -47,6 +49,7 @@ from exporter.generation.packed_heads import split_packed_heads
 _LAYER = re.compile(r"\.\d+$")  # a ModuleList child: a decoder layer
 _MASKED = -1e9  # masked scores at or below this weigh exactly 0 after the softmax, wherever the mask puts them
 # what a layer computes in standard ops when a part did not fuse: (the op left, what it is, the fused op)
+BATCHED_HEADS = [*BatchedHeads.rule(alibi=True).commute(), *BatchedHeads.rule(alibi=False).commute()]
 _UNFUSED = {
     "ReduceMean": ("normalization", "SkipSimplifiedLayerNormalization"),
     "Neg": ("rotary embedding", "RotaryEmbedding"),
@@ -598,6 +601,8 @@ def fuse(model: ir.Model, positions: int) -> Fusion:
     _rewrite_where(model, "Split", [_SplitHeads.rule()])
     _rewrite_where(model, "RotaryEmbedding", [PartialInterleavedRotary.rule()])
     split_packed_heads(model.graph)
+    if BATCHED_HEADS and any(_transposes_batched(node) for node in model.graph):
+        rewriter.rewrite(model, BATCHED_HEADS)
     rules = _attention_rules(model)
     rewriter.rewrite(model, rules)
     InlinePass()(model)  # an intermediate rotary op that did not become onnxruntime's: back to standard ops
@@ -622,6 +627,11 @@ def fuse(model: ir.Model, positions: int) -> Fusion:
         if part is not None and layer in layers_before and part[0] not in unfused.setdefault(layer, []):
             unfused[layer].append(part[0])
     return Fusion(layers_before, {k: v for k, v in unfused.items() if v}, counts)
+
+
+def _transposes_batched(node: ir.Node) -> bool:
+    """Whether `node` transposes 3-D keys, ``(batch·heads, total, size)``, as attention on batched heads does."""
+    return node.op_type == "Transpose" and tuple(node.attributes.get_ints("perm", ())) == (0, 2, 1)
 
 
 def _rewrite_where(model: ir.Model, op_type: str, rules: list[pattern.RewriteRule]) -> None:
@@ -710,8 +720,8 @@ def report(ctx: DiagnosticContext, fusion: Fusion, model: ir.Model) -> None:
 
 def _left_unfused(node: ir.Node) -> bool:
     """Whether `node` is what an unfused part computes: a softmax is attention's when its
-    probabilities weigh values (a MatMul, maybe after SDPA's NaN guard or reshapes: BLOOM's, XGLM's
-    batched heads), not a router's (MoE)."""
+    probabilities weigh values (a MatMul, maybe after SDPA's NaN guard or reshapes: batched heads left
+    unfused), not a router's (MoE)."""
     if node.op_type != "Softmax":
         return True
     frontier = [node]
