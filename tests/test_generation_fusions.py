@@ -522,7 +522,7 @@ def test_attention_on_batched_heads_fuses_and_generates_like_generate(name, tmp_
 def test_reshapes_that_do_not_merge_batch_and_heads_are_not_taken_for_batched_heads():
     """Only a reshape that keeps the last two axes merges (batch, heads); one that merges heads and
     sequence, or splits the merged axis the other way round, is something else."""
-    from exporter.generation.batched_heads import _merges, _splits
+    from exporter.generation.batched_heads import _dims, _merges, _splits
 
     def value(*dims):
         return ir.Value(name="v", shape=ir.Shape(dims), type=ir.TensorType(ir.DataType.FLOAT))
@@ -531,15 +531,9 @@ def test_reshapes_that_do_not_merge_batch_and_heads_are_not_taken_for_batched_he
     assert _merges(heads, value("4*batch_size", "sequence_length", 16))
     assert not _merges(heads, value("batch_size", "4*sequence_length", 16))
     assert not _merges(heads, value("4*batch_size", 16, "sequence_length"))
-    merged = value("4*batch_size", "sequence_length", "total")
-    assert _splits(merged, value("batch_size", 4, "sequence_length", "total"), _dims(heads))
-    assert not _splits(merged, value(4, "batch_size", "sequence_length", "total"), _dims(heads))
-
-
-def _dims(value):
-    from exporter.generation.batched_heads import _dims as dims
-
-    return dims(value, 4)[:2]
+    merged, batch_and_heads = value("4*batch_size", "sequence_length", "total"), _dims(heads, 4)[:2]
+    assert _splits(merged, value("batch_size", 4, "sequence_length", "total"), batch_and_heads)
+    assert not _splits(merged, value(4, "batch_size", "sequence_length", "total"), batch_and_heads)
 
 
 def test_an_attention_left_on_batched_heads_is_reported_unfused(tmp_path, monkeypatch):

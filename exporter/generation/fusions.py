@@ -48,8 +48,8 @@ from exporter.generation.packed_heads import split_packed_heads
 
 _LAYER = re.compile(r"\.\d+$")  # a ModuleList child: a decoder layer
 _MASKED = -1e9  # masked scores at or below this weigh exactly 0 after the softmax, wherever the mask puts them
-# what a layer computes in standard ops when a part did not fuse: (the op left, what it is, the fused op)
 BATCHED_HEADS = [*BatchedHeads.rule(alibi=True).commute(), *BatchedHeads.rule(alibi=False).commute()]
+# what a layer computes in standard ops when a part did not fuse: (the op left, what it is, the fused op)
 _UNFUSED = {
     "ReduceMean": ("normalization", "SkipSimplifiedLayerNormalization"),
     "Neg": ("rotary embedding", "RotaryEmbedding"),
