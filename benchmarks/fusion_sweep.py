@@ -104,8 +104,16 @@ NORM_KERNELS = (
 
 
 def tiny(name: str) -> torch.nn.Module:
+    """A random `name` model whose norms' weights and biases are random too: a fresh model's are all 1 and 0,
+    and two norms of one input (GPT-NeoX's parallel residual) would then be one node after deduplication."""
     torch.manual_seed(0)
-    return transformers.AutoModelForCausalLM.from_config(ARCHS[name]()).eval()
+    model = transformers.AutoModelForCausalLM.from_config(ARCHS[name]()).eval()
+    with torch.no_grad():
+        for module in model.modules():
+            if "Norm" in type(module).__name__:
+                for parameter in module.parameters(recurse=False):
+                    parameter.add_(torch.randn(parameter.shape) * 0.1)
+    return model
 
 
 def eager_counts(model: torch.nn.Module) -> tuple[int, int, bool]:
