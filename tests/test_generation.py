@@ -82,9 +82,8 @@ def test_folder_interface_and_config(exported):
         decoder["inputs"]["past_key_names"] == "past_key_values.%d.key"
         and decoder["outputs"]["present_value_names"] == "present.%d.value"
     )
-    assert (config["model"]["eos_token_id"], config["model"]["pad_token_id"]) == (2, 0) and config["search"][
-        "past_present_share_buffer"
-    ] is False
+    assert (config["model"]["eos_token_id"], config["model"]["pad_token_id"]) == (2, 0)
+    assert config["search"]["past_present_share_buffer"] is True  # fused: the cache is one buffer per layer
 
 
 def test_export_checks_itself_by_generating(exported):

@@ -156,10 +156,13 @@ def test_onnxruntime_genai_generates_the_fused_model_like_generate(fused):
 def test_onnxruntime_genai_right_padded_batch_generates_each_prompt_like_generate(fused):
     """onnxruntime-genai pads a batch of unequal prompts on the right (the pad id, masked out) and keeps
     the padding's cache slots: GroupQueryAttention's own rotary must rotate the later tokens at their
-    positions, not at their slots. Each row generates what ``generate()`` does for its prompt alone."""
+    positions, not at their slots. The cache is one buffer per layer, as long as the context (the graph
+    reads the past's length from the mask, not from that buffer). Each row generates what ``generate()``
+    does for its prompt alone."""
     import onnxruntime_genai as og
 
     model, result = fused
+    assert shares_cache(result)
     prompts = [PROMPT[0], PROMPT[1][:4]]
     with torch.no_grad():
         expected = [
@@ -202,6 +205,12 @@ def test_fused_kernels_off_keeps_the_portable_graph(tmp_path):
     )
     assert result.parity.matched
     assert not [op for op in ops(result.model_path) if op[0] == "com.microsoft"] and not results(result, "FXE0024")
+    assert not shares_cache(result)  # past and new are concatenated: no buffer to share
+
+
+def shares_cache(result) -> bool:
+    with open(os.path.join(result.output_dir, "genai_config.json")) as f:
+        return json.load(f)["search"]["past_present_share_buffer"]
 
 
 def test_int4_on_fused_kernels(tmp_path):
@@ -547,5 +556,6 @@ def test_an_attention_left_on_batched_heads_is_reported_unfused(tmp_path, monkey
         {"layer": f"transformer.h.{i}", "unfused": ["attention"]} for i in range(2)
     ]
     assert (note["properties"]["layers"], note["properties"]["fusedLayers"]) == (2, 0)
+    assert not shares_cache(result)  # the unfused layers concatenate past and new
     location = warnings[0]["locations"][0]["physicalLocation"]["artifactLocation"]["uri"]
     assert location.endswith("test_generation_fusions.py")  # transformers' code is not the user's: their call

@@ -14,7 +14,8 @@ inverse frequencies (transformers' default rotary embedding, folded by the optim
 `_GroupQueryAttention` makes a layer's attention ``GroupQueryAttention``, which rotates q and k itself
 with those caches when they span the head (``do_rotary``, as onnxruntime-genai's model builder does);
 `merge_projections` then merges a layer's q/k/v projections into one MatMul and feeds it to
-GroupQueryAttention whole (packed).
+GroupQueryAttention whole (packed). The past's length is read from the mask (`shared_cache`), so that
+onnxruntime-genai can keep the cache in one buffer per layer.
 
 Which layers fused is read from what is left: a layer whose nodes still compute ``Pow`` → ``ReduceMean``
 (a norm) or ``Neg`` (rotate half) did not fuse that part; ``Softmax`` is attention in standard ops.
@@ -45,6 +46,7 @@ from exporter.generation.graph_constants import initializer
 from exporter.generation.heads_first import move_heads_first
 from exporter.generation.interleaved_rotary import InterleavedRotary, PartialInterleavedRotary
 from exporter.generation.packed_heads import split_packed_heads
+from exporter.generation.shared_cache import past_length_from_mask
 
 _LAYER = re.compile(r"\.\d+$")  # a ModuleList child: a decoder layer
 _MASKED = -1e9  # masked scores at or below this weigh exactly 0 after the softmax, wherever the mask puts them
@@ -605,6 +607,7 @@ def fuse(model: ir.Model, positions: int) -> Fusion:
         rewriter.rewrite(model, BATCHED_HEADS)
     rules = _attention_rules(model)
     rewriter.rewrite(model, rules)
+    past_length_from_mask(model.graph)  # the past's length from the mask: a shared cache's is the buffer's
     InlinePass()(model)  # an intermediate rotary op that did not become onnxruntime's: back to standard ops
     CommonSubexpressionEliminationPass()(model)  # the layers' GroupQueryAttention lengths are computed once
     RemoveUnusedFunctionsPass()(model)

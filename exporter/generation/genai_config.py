@@ -10,13 +10,16 @@ from typing import Any
 
 import onnx_ir as ir
 
+from exporter.generation.shared_cache import shares_cache
+
 FILE = "genai_config.json"
 # onnxruntime-genai's decoder model types; another model type is run as the generic "decoder".
 GENAI_TYPES = ("gemma", "llama", "mistral", "phi3", "qwen2")
 
 
 def build(config: Any, generation_config: Any, graph: ir.Graph, filename: str, uses_positions: bool) -> dict[str, Any]:
-    """The genai config of a `graph` exported by `exporter.generation.export` (KV cache not shared with presents)."""
+    """The genai config of a `graph` exported by `exporter.generation.export` (its KV cache one buffer per layer
+    where the graph allows, `shared_cache.shares_cache`)."""
     keys = [v for v in graph.inputs if v.name.startswith("past_key_values.") and v.name.endswith(".key")]
     layers, (_, kv_heads, _, head_size) = len(keys), keys[0].shape
     text = config.get_text_config(decoder=True) if hasattr(config, "get_text_config") else config
@@ -66,7 +69,7 @@ def build(config: Any, generation_config: Any, graph: ir.Graph, filename: str, u
             "no_repeat_ngram_size": 0,
             "num_beams": 1,
             "num_return_sequences": 1,
-            "past_present_share_buffer": False,  # presents are past + new, not a preallocated buffer
+            "past_present_share_buffer": shares_cache(graph),
             "repetition_penalty": getattr(generation_config, "repetition_penalty", None) or 1.0,
             "temperature": getattr(generation_config, "temperature", None) or 1.0,
             "top_k": getattr(generation_config, "top_k", None) or 50,
