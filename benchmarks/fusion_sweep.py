@@ -14,6 +14,9 @@ kernel covers, counted against the eager model independently of the fusion code:
   ``Skip…`` forms) / the normalization modules one forward pass of the eager model calls (hooks on
   modules whose class name has ``Norm``), and how many of them also add the residual (skip).
 
+- genai: the folder in onnxruntime-genai (its KV cache one buffer per layer where ``genai_config.json``
+  says ``past_present_share_buffer``), a batch of two 7-token prompts, 16 greedy tokens against ``generate()``.
+
 An architecture that fails to export or to generate like ``generate()`` is listed with its error.
 """
 
@@ -95,6 +98,8 @@ ARCHS: dict[str, Callable[[], transformers.PretrainedConfig]] = {
     "ernie4_5": _config("Ernie4_5Config", **DECODER, **HEADS),
 }
 
+GENAI_PROMPTS = [[5, 17, 300, 42, 7, 99, 12], [3, 4, 5, 8, 9, 10, 11]]
+GENAI_TOKENS = 16
 NORM_KERNELS = (
     "SimplifiedLayerNormalization",
     "SkipSimplifiedLayerNormalization",
@@ -153,6 +158,9 @@ def sweep_one(name: str) -> dict:
         in_attention = sum(any(a.name == "do_rotary" and a.i for a in n.attribute) for n in nodes)  # q and k in GQA
         with open(os.path.join(out, "model.sarif")) as f:
             results = json.load(f)["runs"][0]["results"]
+        with open(os.path.join(out, "genai_config.json")) as f:
+            shared = json.load(f)["search"]["past_present_share_buffer"]
+        genai = genai_matches(model, out)
         unfused = [r["message"]["text"] for r in results if r["ruleId"] == "FXE0024" and r["level"] == "warning"]
     row.update(
         seconds=round(time.perf_counter() - start, 1),
@@ -163,18 +171,40 @@ def sweep_one(name: str) -> dict:
         skip=ops["SkipSimplifiedLayerNormalization"] + ops["SkipLayerNormalization"],
         softmax_left=ops["Softmax"],
         summary=result.check,
+        genai=f"{genai}/{len(GENAI_PROMPTS)} rows" + (" (shared cache)" if shared else ""),
         unfused=unfused,
     )
     return row
 
 
+def genai_matches(model: torch.nn.Module, folder: str) -> int:
+    """How many rows of `GENAI_PROMPTS` onnxruntime-genai generates as ``generate()`` does from `folder`."""
+    import numpy as np
+    import onnxruntime_genai as og
+
+    with torch.no_grad():
+        expected = model.generate(
+            torch.tensor(GENAI_PROMPTS), max_new_tokens=GENAI_TOKENS, do_sample=False, pad_token_id=0
+        )[:, len(GENAI_PROMPTS[0]) :].tolist()
+    genai_model = og.Model(folder)
+    params = og.GeneratorParams(genai_model)
+    length = len(GENAI_PROMPTS[0]) + GENAI_TOKENS
+    params.set_search_options(max_length=length, do_sample=False, batch_size=len(GENAI_PROMPTS))
+    generator = og.Generator(genai_model, params)
+    generator.append_tokens(np.array(GENAI_PROMPTS, dtype=np.int32))
+    while not generator.is_done():
+        generator.generate_next_token()
+    produced = [list(generator.get_sequence(i))[len(GENAI_PROMPTS[0]) :] for i in range(len(GENAI_PROMPTS))]
+    return sum(p == e for p, e in zip(produced, expected))
+
+
 def table_line(row: dict) -> str:
     if "error" in row:
-        return f"| {row['arch']} | — | — | — | {row['error']} |"
+        return f"| {row['arch']} | — | — | — | {row['error']} | — |"
     layers = row["layers"]
     rotary = f"{row['rotary_fused']}/{2 * layers}" if row["rotary"] else "—"
     norms = f"{row['norms_fused']}/{row['norm_modules']} ({row['skip']} skip)"
-    return f"| {row['arch']} | {row['attention']}/{layers} | {rotary} | {norms} | {row['generate']} |"
+    return f"| {row['arch']} | {row['attention']}/{layers} | {rotary} | {norms} | {row['generate']} | {row['genai']} |"
 
 
 def main() -> None:
@@ -184,9 +214,10 @@ def main() -> None:
     args = parser.parse_args()
     print(f"torch {torch.__version__}, transformers {transformers.__version__}")
     print(
-        "| architecture | attention → GQA | rotary → RotaryEmbedding | norms in one kernel (with residual) | tokens = generate() |"
+        "| architecture | attention → GQA | rotary → RotaryEmbedding | norms in one kernel (with residual) "
+        "| tokens = generate() | onnxruntime-genai = generate() |"
     )
-    print("|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|")
     rows = []
     for name in args.archs.split(","):
         row = sweep_one(name)
