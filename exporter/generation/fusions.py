@@ -50,6 +50,7 @@ from exporter.generation.shared_cache import past_length_from_mask
 
 _LAYER = re.compile(r"\.\d+$")  # a ModuleList child: a decoder layer
 _MASKED = -1e9  # masked scores at or below this weigh exactly 0 after the softmax, wherever the mask puts them
+# attention on merged batch and heads (BLOOM's, XGLM's) moved to 4-D heads, before the attention rules
 BATCHED_HEADS = [*BatchedHeads.rule(alibi=True).commute(), *BatchedHeads.rule(alibi=False).commute()]
 # what a layer computes in standard ops when a part did not fuse: (the op left, what it is, the fused op)
 _UNFUSED = {
@@ -603,7 +604,7 @@ def fuse(model: ir.Model, positions: int) -> Fusion:
     _rewrite_where(model, "Split", [_SplitHeads.rule()])
     _rewrite_where(model, "RotaryEmbedding", [PartialInterleavedRotary.rule()])
     split_packed_heads(model.graph)
-    if BATCHED_HEADS and any(_transposes_batched(node) for node in model.graph):
+    if any(_transposes_batched(node) for node in model.graph):
         rewriter.rewrite(model, BATCHED_HEADS)
     rules = _attention_rules(model)
     rewriter.rewrite(model, rules)

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import onnx_ir as ir
 
-PAST_PREFIX = "past_key_values."
+_PAST_PREFIX = "past_key_values."
 _SEQUENCE_AXIS = 2  # of a (batch, heads, sequence, size) cache
 
 
@@ -27,7 +27,11 @@ def past_length_from_mask(graph: ir.Graph) -> int:
         return 0
     replaced = 0
     for node in list(graph):
-        if node.op_type != "Shape" or not _is_past(node.inputs[0]) or _axes(node) != range(2, 3):
+        if (
+            node.op_type != "Shape"
+            or not _is_past(node.inputs[0])
+            or _axes(node) != range(_SEQUENCE_AXIS, _SEQUENCE_AXIS + 1)
+        ):
             continue
         total = ir.node("Shape", [inputs["attention_mask"]], {"start": 1, "end": 2})
         new = ir.node("Shape", [inputs["input_ids"]], {"start": 1, "end": 2})
@@ -57,7 +61,7 @@ def shares_cache(graph: ir.Graph) -> bool:
 
 
 def _is_past(value: ir.Value | None) -> bool:
-    return value is not None and value.is_graph_input() and value.name.startswith(PAST_PREFIX)
+    return value is not None and value.is_graph_input() and value.name.startswith(_PAST_PREFIX)
 
 
 def _axes(shape: ir.Node) -> range:
