@@ -124,7 +124,15 @@ def pretrained_target(folder: str) -> Callable[[], Any]:
                 f"{folder}: transformers has no model class {name} (the config's architectures); load the model "
                 'in a function marked @exporter.export_target(task="text-generation") and export that'
             )
-        return model_class.from_pretrained(folder, dtype="float32").eval()
+        model, loading = model_class.from_pretrained(folder, dtype="float32", output_loading_info=True)
+        missing = sorted({*loading.get("missing_keys", ()), *(k for k, *_ in loading.get("mismatched_keys", ()))})
+        if missing:  # from_pretrained initialized them at random: that model is not the one saved
+            shown = ", ".join(missing[:3]) + (", …" if len(missing) > 3 else "")
+            raise TargetError(
+                f"{folder}: its checkpoint has no weights for {len(missing)} of the model's tensors ({shown}); "
+                "loaded, they would be random"
+            )
+        return model.eval()
 
     target.__name__ = target.__qualname__ = os.path.basename(folder.rstrip(os.sep)) or "model"
     setattr(target, DEFINED_AT_ATTRIBUTE, (os.path.join(folder, "config.json"), 1))  # where its results go

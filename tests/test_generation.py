@@ -332,18 +332,34 @@ def _saved_bert(folder):
     return folder / "bert"
 
 
+def _saved_with_a_weight_missing(folder):
+    """A tiny Llama folder whose checkpoint lost one tensor: from_pretrained would initialize it at random."""
+    from safetensors.torch import load_file, save_file
+
+    tiny_model("llama").save_pretrained(folder / "holey")
+    weights = load_file(folder / "holey" / "model.safetensors")
+    del weights["model.layers.0.mlp.up_proj.weight"]
+    save_file(weights, folder / "holey" / "model.safetensors", metadata={"format": "pt"})
+    return folder / "holey"
+
+
 @pytest.mark.parametrize(
     "make_target, flags, message",
     [
         (lambda tmp: tmp, [], "is a folder without config.json"),
         (_saved_bert, [], "bert/config.json: error: target bert: "),  # located at the folder's config
         (
+            _saved_with_a_weight_missing,
+            [],
+            "has no weights for 1 of the model's tensors (model.layers.0.mlp.up_proj.weight); loaded, they would be random",
+        ),
+        (
             lambda tmp: tmp / "models.py:small",
             ["--no-generation-check"],
             "--no-generation-check is for a text-generation",
         ),
     ],
-    ids=["folder_without_config", "not_a_generative_model", "check_flag_on_a_plain_export"],
+    ids=["folder_without_config", "not_a_generative_model", "weights_missing", "check_flag_on_a_plain_export"],
 )
 def test_cli_refuses_what_is_not_a_generation_export(tmp_path, make_target, flags, message):
     (tmp_path / "models.py").write_text(
