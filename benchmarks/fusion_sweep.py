@@ -38,7 +38,7 @@ import torch
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tests"))
 
 import transformers  # noqa: E402
-from tiny_lms import CONFIGS, DECODER, GPT_NEO_WINDOWED, MORE_CONFIGS, TOKENS  # noqa: E402
+from tiny_lms import CONFIGS, DECODER, GPT_NEO_WINDOWED, MORE_CONFIGS, TOKENS, genai_generate  # noqa: E402
 
 import exporter  # noqa: E402
 
@@ -179,22 +179,11 @@ def sweep_one(name: str) -> dict:
 
 def genai_matches(model: torch.nn.Module, folder: str) -> int:
     """How many rows of `GENAI_PROMPTS` onnxruntime-genai generates as ``generate()`` does from `folder`."""
-    import numpy as np
-    import onnxruntime_genai as og
-
     with torch.no_grad():
         expected = model.generate(
             torch.tensor(GENAI_PROMPTS), max_new_tokens=GENAI_TOKENS, do_sample=False, pad_token_id=0
         )[:, len(GENAI_PROMPTS[0]) :].tolist()
-    genai_model = og.Model(folder)
-    params = og.GeneratorParams(genai_model)
-    length = len(GENAI_PROMPTS[0]) + GENAI_TOKENS
-    params.set_search_options(max_length=length, do_sample=False, batch_size=len(GENAI_PROMPTS))
-    generator = og.Generator(genai_model, params)
-    generator.append_tokens(np.array(GENAI_PROMPTS, dtype=np.int32))
-    while not generator.is_done():
-        generator.generate_next_token()
-    produced = [list(generator.get_sequence(i))[len(GENAI_PROMPTS[0]) :] for i in range(len(GENAI_PROMPTS))]
+    produced = genai_generate(folder, GENAI_PROMPTS, GENAI_TOKENS)
     return sum(p == e for p, e in zip(produced, expected))
 
 

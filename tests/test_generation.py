@@ -22,7 +22,7 @@ import pytest
 import torch
 from helpers import console_script, validate_sarif
 from onnxscript import opset18 as op
-from tiny_lms import CONFIGS, MORE_CONFIGS, tiny_model
+from tiny_lms import CONFIGS, MORE_CONFIGS, genai_generate, tiny_model
 from transformers import AutoModelForCausalLM, BertConfig, BertModel, GenerationConfig
 
 import exporter
@@ -152,20 +152,6 @@ def right_padded(ids: list[list[int]], mask: list[list[int]], pad: int) -> list[
     """The rows' tokens padded on the right: onnxruntime-genai's layout (its tokenizer's encode_batch
     pads right; it masks `pad` at the end of a row and takes the logits of the row's last other token)."""
     return [[t for t, m in zip(row, row_mask) if m] + [pad] * row_mask.count(0) for row, row_mask in zip(ids, mask)]
-
-
-def genai_generate(folder: str | os.PathLike, ids: list[list[int]]) -> list[list[int]]:
-    """`NEW_TOKENS` greedy tokens per row with onnxruntime-genai from the folder."""
-    import onnxruntime_genai as og  # after onnxruntime, whose library it loads
-
-    genai_model = og.Model(str(folder))
-    params = og.GeneratorParams(genai_model)
-    params.set_search_options(max_length=len(ids[0]) + NEW_TOKENS, do_sample=False, batch_size=len(ids))
-    generator = og.Generator(genai_model, params)
-    generator.append_tokens(np.array(ids, dtype=np.int32))
-    while not generator.is_done():
-        generator.generate_next_token()
-    return [[int(t) for t in generator.get_sequence(i)][len(ids[0]) :] for i in range(len(ids))]
 
 
 wrong = onnxscript.values.Opset("onnxlens.test.wrong", 1)

@@ -18,7 +18,7 @@ import onnxruntime as ort
 import pytest
 import torch
 from onnx_ir.passes.common import InlinePass, RemoveUnusedNodesPass
-from tiny_lms import CONFIGS, DECODER, GPT_NEO_WINDOWED, TOKENS, tiny_model
+from tiny_lms import CONFIGS, DECODER, GPT_NEO_WINDOWED, TOKENS, genai_generate, tiny_model
 from transformers import (
     AutoModelForCausalLM,
     CodeGenConfig,
@@ -136,21 +136,12 @@ def test_every_layer_is_fused_and_generates_like_generate(fused):
 
 
 def test_onnxruntime_genai_generates_the_fused_model_like_generate(fused):
-    import onnxruntime_genai as og
-
     model, result = fused
     with torch.no_grad():
         expected = model.generate(torch.tensor(PROMPT), max_new_tokens=NEW_TOKENS, do_sample=False, pad_token_id=0)[
             :, 7:
         ].tolist()
-    genai_model = og.Model(result.output_dir)
-    params = og.GeneratorParams(genai_model)
-    params.set_search_options(max_length=7 + NEW_TOKENS, do_sample=False, batch_size=2)
-    generator = og.Generator(genai_model, params)
-    generator.append_tokens(np.array(PROMPT, dtype=np.int32))
-    while not generator.is_done():
-        generator.generate_next_token()
-    assert [list(generator.get_sequence(i))[7:] for i in range(2)] == expected
+    assert genai_generate(result.output_dir, PROMPT, NEW_TOKENS) == expected
 
 
 def test_onnxruntime_genai_right_padded_batch_generates_each_prompt_like_generate(fused):
@@ -159,8 +150,6 @@ def test_onnxruntime_genai_right_padded_batch_generates_each_prompt_like_generat
     positions, not at their slots. The cache is one buffer per layer, as long as the context (the graph
     reads the past's length from the mask, not from that buffer). Each row generates what ``generate()``
     does for its prompt alone."""
-    import onnxruntime_genai as og
-
     model, result = fused
     assert shares_cache(result)
     prompts = [PROMPT[0], PROMPT[1][:4]]
@@ -171,14 +160,7 @@ def test_onnxruntime_genai_right_padded_batch_generates_each_prompt_like_generat
             ].tolist()
             for p in prompts
         ]
-    genai_model = og.Model(result.output_dir)
-    params = og.GeneratorParams(genai_model)
-    params.set_search_options(max_length=7 + NEW_TOKENS, do_sample=False, batch_size=2)
-    generator = og.Generator(genai_model, params)
-    generator.append_tokens(np.array([prompts[0], prompts[1] + [0] * 3], dtype=np.int32))
-    while not generator.is_done():
-        generator.generate_next_token()
-    assert [list(generator.get_sequence(i))[7:] for i in range(2)] == expected
+    assert genai_generate(result.output_dir, [prompts[0], prompts[1] + [0] * 3], NEW_TOKENS) == expected
 
 
 def test_a_layer_that_does_not_fuse_is_located_at_its_module(tmp_path):

@@ -1,8 +1,12 @@
 """Tiny causal LMs of the architectures `exporter.export_for_generation` is tested on: 2 layers,
-hidden size 64, random weights (seed 0), vocabulary of 1000; token ids bos 1, eos 2, pad 0."""
+hidden size 64, random weights (seed 0), vocabulary of 1000; token ids bos 1, eos 2, pad 0. And
+`genai_generate`, greedy generation from an exported folder in onnxruntime-genai."""
 
 from __future__ import annotations
 
+import os
+
+import numpy as np
 import torch
 from transformers import (
     AutoModelForCausalLM,
@@ -73,3 +77,17 @@ MORE_CONFIGS = {
 def tiny_model(name: str) -> torch.nn.Module:
     torch.manual_seed(0)
     return AutoModelForCausalLM.from_config({**CONFIGS, **MORE_CONFIGS}[name]()).eval()
+
+
+def genai_generate(folder: str | os.PathLike, ids: list[list[int]], new_tokens: int = 16) -> list[list[int]]:
+    """`new_tokens` greedy tokens per row of `ids` (equal lengths) with onnxruntime-genai from the folder."""
+    import onnxruntime_genai as og  # after onnxruntime, whose library it loads
+
+    genai_model = og.Model(str(folder))
+    params = og.GeneratorParams(genai_model)
+    params.set_search_options(max_length=len(ids[0]) + new_tokens, do_sample=False, batch_size=len(ids))
+    generator = og.Generator(genai_model, params)
+    generator.append_tokens(np.array(ids, dtype=np.int32))
+    while not generator.is_done():
+        generator.generate_next_token()
+    return [[int(t) for t in generator.get_sequence(i)][len(ids[0]) :] for i in range(len(ids))]

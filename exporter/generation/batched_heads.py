@@ -45,22 +45,24 @@ class BatchedHeads(pattern.RewriteRuleClassBase):
 
     def check(self, context, query, key, value, mask, alibi=None, fill=None, **values) -> pattern.MatchResult:
         result = pattern.MatchResult()
-        heads = _dims(query, 4)
-        if any(_dims(x, 4) is None for x in (query, key, value, mask)):
+        values.update(query=query, key=key, value=value)
+        heads = [_dims(values[name], 4) for name in ("query", "key", "value")]
+        if None in heads or _dims(mask, 4) is None:
             return result.fail("q, k, v and the mask are not 4-D", query)
-        heads = heads[:2]
-        if not heads[1].is_Integer:
+        batch_and_heads = heads[0][:2]
+        if not batch_and_heads[1].is_Integer:
             return result.fail("the number of heads is not static", query)
-        if any(not all(_equal(a, b) for a, b in zip(_dims(x, 4)[:2], heads)) for x in (key, value)):
+        if any(not all(_equal(a, b) for a, b in zip(dims[:2], batch_and_heads)) for dims in heads[1:]):
             return result.fail("q, k and v have different (batch, heads)", key)
-        merges = [(query, "q3"), (key, "k3"), (value, "v3"), ("p4", "p3")] + ([] if self._alibi else [("c4", "c3")])
-        for source, target in merges:
-            source = values[source] if isinstance(source, str) else source
-            if not _merges(source, values[target]):
-                return result.fail("a reshape does not merge (batch, heads)", values[target])
+        merges = [("query", "q3"), ("key", "k3"), ("value", "v3"), ("p4", "p3")]
         splits = [("o3", "o4"), ("b3", "s4")] if self._alibi else [("o3", "o4"), ("s3", "s4"), ("softmax", "p4")]
+        if not self._alibi:
+            merges.append(("c4", "c3"))
+        for source, target in merges:
+            if not _merges(values[source], values[target]):
+                return result.fail("a reshape does not merge (batch, heads)", values[target])
         for source, target in splits:
-            if not _splits(values[source], values[target], heads):
+            if not _splits(values[source], values[target], batch_and_heads):
                 return result.fail("a reshape does not split (batch, heads)", values[target])
         if self._alibi:
             bias, scores = _dims(alibi, 3), _dims(values["s3"], 3)
