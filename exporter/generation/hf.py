@@ -8,7 +8,7 @@ import inspect
 import os
 import shutil
 import sys
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from typing import Any
 
 import torch
@@ -47,12 +47,19 @@ def copy_tokenizer(model: torch.nn.Module, tokenizer: Any, output_dir: str) -> l
     return copied
 
 
+# transformers routes SDPA through its math backend while tracing, for vision-language models whose
+# batch comes from a data-dependent op. A generation export's batch is an input dimension, and tracing
+# the math backend (its safe softmax, reductions and symbolic broadcasts) made an 8-layer decoder's
+# capture 1.2x slower (`benchmarks/capture_time.py`); the graph is the same less a no-op ``contiguous``.
+_UNNEEDED_PATCHES = frozenset({("torch.nn.functional", "scaled_dot_product_attention")})
+
+
 @contextlib.contextmanager
-def transformers_export_patches() -> Iterator[None]:
+def transformers_export_patches(unneeded: Collection[tuple[str, str]] = _UNNEEDED_PATCHES) -> Iterator[None]:
     """transformers' own patches for torch.export (sliding-window cache layers traced as full ones,
-    SDPA's math backend on CPU, …), where this transformers has them; those of model modules not
-    imported are left out (the model being exported uses none of them, and importing the 30-odd
-    vision and audio modules they patch took over a second)."""
+    …), where this transformers has them, less the `unneeded` ones (module, attribute). Those of model
+    modules not imported are left out (the model being exported uses none of them, and importing the
+    30-odd vision and audio modules they patch took over a second)."""
     try:
         import transformers.exporters.exporter_dynamo  # noqa: F401  (registers the "dynamo" patches)
         from transformers.exporters import utils
@@ -62,7 +69,9 @@ def transformers_export_patches() -> Iterator[None]:
     resolved = [
         (owner, attribute, factory)
         for path, attribute, factory in utils._PATCHES.get("dynamo", [])
-        if _imported_model_module(path) and (owner := utils.import_dotted_path(path, missing_ok=True)) is not None
+        if (path, attribute) not in unneeded
+        and _imported_model_module(path)
+        and (owner := utils.import_dotted_path(path, missing_ok=True)) is not None
     ]
     with utils.patch_attributes(resolved):
         yield
