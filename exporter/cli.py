@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import atexit
 import gc
+import logging
 import os
 import sys
 import time
@@ -19,6 +20,11 @@ DESCRIPTION = """Export PyTorch models to ONNX. A target is a function decorated
 `onnxlens-export check PATHS...` checks every target under the paths (for CI)."""
 CHECK_DESCRIPTION = """Export every target under PATHS in one process, print a table, write one SARIF log for
 GitHub code scanning (--sarif) and exit 1 when a target has an error (--fail-on warning: or a warning)."""
+
+# Loggers of dependencies that report on themselves at every run: torchao's "Failed to load" of kernels
+# built for GPUs, and torch's deprecation notes on torchao's pytree registrations (transformers imports
+# torchao wherever it is installed). Their errors still print.
+_DEPENDENCY_NOISE = ("torchao", "torch.utils._pytree")
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -112,6 +118,7 @@ def run(argv: list[str] | None = None) -> int:
     do not walk them again and again (with `main`'s pause while they load, ~0.5 s of a cold run).
     """
     argv = sys.argv[1:] if argv is None else argv
+    _quiet_dependencies()
     if argv[:1] == ["check"]:
         return run_check(argv[1:])
     args = parse_args(argv)
@@ -222,6 +229,14 @@ def _fails(kind: Kind, warnings_as_errors: bool) -> bool:
     """Whether an export of this outcome fails the command: no model or a wrong one (a degraded one too
     with --warnings-as-errors)."""
     return kind in (Kind.FAILED, Kind.WRONG) or (warnings_as_errors and kind == Kind.DEGRADED)
+
+
+def _quiet_dependencies() -> None:
+    """Keep `_DEPENDENCY_NOISE` and transformers' weight-loading progress bar (unless the environment asks
+    for progress bars) out of the command's output: it prints its own stages."""
+    for name in _DEPENDENCY_NOISE:
+        logging.getLogger(name).setLevel(logging.ERROR)
+    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")  # read when huggingface_hub is imported
 
 
 def _import_pipeline() -> None:

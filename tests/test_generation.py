@@ -285,6 +285,7 @@ def test_cli_exports_a_saved_model_folder_beside_it_and_checks_it(saved_folder):
     out = f"{saved_folder}-onnx"
     assert run.returncode == 0, run.stderr
     assert f"verified tiny-gpt2 for generation -> {out}" in run.stdout and "16 greedy tokens" in run.stdout
+    assert run.stderr == ""  # no dependency's notes about itself, no weight-loading progress bar
     assert {"model.onnx", "genai_config.json", "config.json", "model.sarif"} <= set(os.listdir(out))
 
 
