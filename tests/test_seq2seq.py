@@ -297,3 +297,15 @@ def test_cli_exports_an_encoder_decoder_target(tmp_path):
     assert f"verified translator for generation -> {out}" in run.stdout  # checked by generating: verified
     assert "16 greedy tokens for 2 prompts identical to generate()" in run.stdout
     assert {"encoder_model.onnx", "decoder_model_merged.onnx", "model.sarif"} <= set(os.listdir(out))
+
+
+def test_cli_exports_an_encoder_decoder_target_in_int8_and_reports_its_quality(tmp_path):
+    (tmp_path / "models.py").write_text(CLI_MODELS)
+    out = tmp_path / "out"
+    command = [console_script("onnxlens-export"), f"{tmp_path / 'models.py'}:translator", "-o", str(out)]
+    run = subprocess.run([*command, "--precision", "int8"], capture_output=True, text=True)
+    assert run.returncode == 0, run.stderr
+    assert f"exported translator for generation -> {out}" in run.stdout  # measured, not checked token for token
+    assert "int8: " in run.stdout and "of 32 greedy tokens agree with fp32 PyTorch" in run.stdout
+    encoder = onnx.load(str(out / "encoder_model.onnx"))
+    assert "MatMulNBits" in {n.op_type for n in encoder.graph.node}

@@ -280,20 +280,19 @@ def _lower_precision(
 ) -> quality.Quality | None:
     """Put the exported model's weights at `options.precision` (in place); with `minimum`, keep the
     most sensitive groups higher until the agreement meets it, and return that measure."""
-    InlinePass()(export_output.model)  # the quantizer sees the main graph only
+    if minimum is None:
+        export_output.model = quantize.quantize_all(export_output.model, options)
+        return None
+    InlinePass()(export_output.model)  # the quantizer reads graphs, not functions
     groups = quantize.weight_groups(export_output.model)
     fp32, cache = export_output.model, {}
 
     def lowered(keep: Collection[str] = (), only: Collection[str] | None = None) -> ir.Model:
         return quantize.quantize(fp32, options, groups, keep, only, cache)
 
-    measured = None
-    if minimum is None:
-        export_output.model = lowered()
-    else:
-        export_output.model, measured = quality.quantize_to_agreement(
-            lowered, list(groups), reference, options.precision, minimum
-        )
+    export_output.model, measured = quality.quantize_to_agreement(
+        lowered, list(groups), reference, options.precision, minimum
+    )
     return measured
 
 

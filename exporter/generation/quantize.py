@@ -29,6 +29,7 @@ from typing import Any
 
 import numpy as np
 import onnx_ir as ir
+from onnx_ir.passes.common import InlinePass
 
 from exporter.constants import METADATA_MODULE_STACK
 from exporter.generation.graph_constants import initializer, int64_initializer
@@ -41,13 +42,20 @@ _MS = "com.microsoft"
 Blocks = tuple[np.ndarray, np.ndarray, np.ndarray]  # a weight quantized: packed, scales, zero points
 
 
+def quantize_all(model: ir.Model, options: ExportOptions) -> ir.Model:
+    """A copy of `model` with every weight group at `options.precision` (its local functions inlined
+    first, in place: the quantizer reads graphs)."""
+    InlinePass()(model)
+    return quantize(model, options, weight_groups(model))
+
+
 def weight_groups(model: ir.Model) -> dict[str, list[str]]:
     """The quantizable MatMul nodes (a constant 2-D weight; and the Gemms `_as_matmul` takes) of
-    `model`'s main graph by group: the decoder layer they belong to (its module path), ``lm_head`` for
-    the one producing the logits, or their own module; in graph order."""
+    `model`'s graphs (an ``If``'s branches too) by group: the decoder layer they belong to (its module
+    path), ``lm_head`` for the one producing the logits, or their own module; in graph order."""
     groups: dict[str, list[str]] = {}
     logits = model.graph.outputs[0]
-    for node in model.graph:
+    for node in _nodes(model.graph):
         if node.domain != "" or not (node.op_type == "MatMul" and len(node.inputs) == 2 or _as_matmul(node)):
             continue
         weight = node.inputs[1]
@@ -139,7 +147,7 @@ class _MatMulNBits:
         self.quantized: dict[tuple[str, bool, int], tuple[ir.Value, ...]] = {}  # in this graph
         # the tied weights `E` read as ``Transpose(E)`` by one MatMul only (shared ones stay as they are)
         readers = collections.Counter(
-            _tied(n.inputs[1]) for n in self.graph if n.op_type == "MatMul" and n.domain == "" and n.inputs[1]
+            _tied(n.inputs[1]) for n in _nodes(self.graph) if n.op_type == "MatMul" and n.domain == "" and n.inputs[1]
         )
         self.untied = {e for e, count in readers.items() if e is not None and count == 1}
 
@@ -148,7 +156,7 @@ class _MatMulNBits:
         and each embedding lookup of a tied head reads the head's blocks."""
         replaced: list[ir.Value] = []
         heads: dict[ir.Value, tuple[ir.Value, ...]] = {}  # a tied `E`: its head's blocks
-        for node in [n for n in self.graph if n.name in bits_of]:
+        for node in [n for n in _nodes(self.graph) if n.name in bits_of]:
             weight = node.inputs[1]
             tied = _tied(weight)
             if tied is not None and tied not in self.untied:
@@ -195,7 +203,12 @@ class _MatMulNBits:
         new = [ir.node("MatMulNBits", [node.inputs[0], *blocks], attributes, domain=_MS, name=f"{node.name}_Q{bits}")]
         if node.op_type == "Gemm" and len(node.inputs) > 2 and node.inputs[2] is not None:
             new.append(ir.node("Add", [new[0].outputs[0], node.inputs[2]], name=f"{node.name}_bias"))
-        ir.convenience.replace_nodes_and_values(self.graph, node, [node], new, [node.outputs[0]], [new[-1].outputs[0]])
+        ir.convenience.replace_nodes_and_values(node.graph, node, [node], new, [node.outputs[0]], [new[-1].outputs[0]])
+
+
+def _nodes(graph: ir.Graph) -> list[ir.Node]:
+    """The nodes of `graph` and of its nodes' subgraphs."""
+    return list(ir.traversal.RecursiveGraphIterator(graph))
 
 
 def _trans_b(node: ir.Node) -> bool:
@@ -211,12 +224,13 @@ def _quantizer(options: ExportOptions, bits: int) -> Any:
 
 
 def _remove_if_unused(graph: ir.Graph, value: ir.Value) -> None:
-    """`value` gone if nothing reads it any more, with the ``Transpose`` that made it (and so on up)."""
+    """`value` gone if nothing reads it any more, with the ``Transpose`` that made it (and so on up);
+    `graph` is the main graph, which holds the initializers."""
     while value is not None and not value.uses() and not value.is_graph_output():
         producer = value.producer()
         if producer is not None:
             source = producer.inputs[0]
-            graph.remove(producer, safe=True)  # which detaches its inputs
+            producer.graph.remove(producer, safe=True)  # which detaches its inputs
             value = source
         else:
             if value.is_initializer():

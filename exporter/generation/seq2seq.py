@@ -14,6 +14,9 @@ an encoder graph and one decoder graph with its caches, in optimum's layout, ver
   cross-attention cache too, ``present.{i}.encoder.*``, and ``decoder_model_merged_genai.onnx`` is
   the decoder with defaults for the inputs genai does not feed (`write_genai_decoder`).
 
+A non-fp32 `precision` quantizes the weights of both graphs (`quantize.quantize_all`); such a folder is
+measured (`seq2seq_quality`), not checked token for token.
+
 Both graphs are captured from the model's own code (its ``forward`` with ``encoder_outputs`` and
 transformers' ``EncoderDecoderCache``), so a user's modified model exports as it runs. The
 cross-attention cache branch is the decoder run once with an empty cross cache, of which only the
@@ -38,7 +41,7 @@ from torch.export import Dim
 from exporter.api import Exporter
 from exporter.diagnostics import Level, rules
 from exporter.errors import OnnxExporterError
-from exporter.generation import seq2seq_config
+from exporter.generation import quality, quantize, seq2seq_config, seq2seq_quality
 from exporter.generation.hf import cache_argument, copy_tokenizer, transformers_export_patches
 from exporter.generation.seq2seq_check import Parity, check_seq2seq_generation
 from exporter.options import ExportOptions
@@ -64,9 +67,10 @@ class Seq2SeqExport:
     files: list[str]  # written, relative to output_dir
     export_output: ExportOutput  # the decoder's (its diagnostics hold the generation check)
     encoder_output: ExportOutput
-    parity: Parity | None  # None when not checked (verify_generation=False, fake mode)
+    parity: Parity | None  # None when not checked (verify_generation=False, fake mode, not fp32)
     export_seconds: float
     verify_seconds: float
+    quality: quality.Quality | None = None  # a non-fp32 export's quality report (FXE0023)
 
     @property
     def model_path(self) -> str:
@@ -78,6 +82,9 @@ class Seq2SeqExport:
 
     @property
     def check(self) -> str:
+        """What the generation check found, or the quality report of a non-fp32 export, in a sentence."""
+        if self.quality is not None:
+            return self.quality.summary()
         return self.parity.summary() if self.parity is not None else "generation not verified"
 
     def summary(self) -> str:
@@ -466,8 +473,12 @@ def export_seq2seq_for_generation(
     the graphs): `prompt` is the encoder's input (token ids, or Whisper's ``input_features``),
     `decoder_input_ids` the decoder's prompt (default: the decoder start token)."""
     export_options = export_options or ExportOptions()
-    if export_options.precision != "fp32" or min_token_agreement is not None:
-        raise ValueError(f"precision={export_options.precision!r}: encoder–decoder models export in fp32 for now.")
+    precision = export_options.precision
+    if min_token_agreement is not None:
+        raise ValueError(
+            "min_token_agreement keeps a decoder-only model's most sensitive layers at a higher precision; "
+            "an encoder–decoder model is quantized whole (its quality is still reported)"
+        )
     fixed = [name for name in ("dynamic_shapes", "op_level_debug", "verify") if getattr(export_options, name)]
     if fixed:
         raise ValueError(f"export_for_generation does not take {', '.join(fixed)} (its shapes and checks are its own)")
@@ -475,9 +486,16 @@ def export_seq2seq_for_generation(
     if fake_context is not None and model_state_dict is None and not fake_context.state_dict_paths:
         message = "Under fake mode the weights must come from somewhere: pass model_state_dict (a dict or checkpoint)."
         raise ValueError(message)
+    if precision == "fp16":  # onnxruntime's float16 converter breaks the merged decoder's cache branch (If)
+        raise ValueError("precision='fp16': an encoder–decoder model exports in fp32, int8 or int4")
+    if precision != "fp32" and fake_context is not None:
+        raise ValueError(f"precision={precision!r} lowers the weights' precision: it needs them (no fake mode).")
     output_dir = os.fspath(output_dir)
     start = time.perf_counter()
     encoder, decoder = export_graphs(model, dataclasses.replace(export_options, fused_kernels=False))
+    if precision != "fp32":
+        for graph in (encoder, decoder):
+            graph.model = quantize.quantize_all(graph.model, export_options)
     export_seconds = time.perf_counter() - start
     os.makedirs(output_dir, exist_ok=True)
     encoder.save(os.path.join(output_dir, ENCODER_FILE), model_state_dict=model_state_dict, strict=False)
@@ -489,20 +507,26 @@ def export_seq2seq_for_generation(
     files = [ENCODER_FILE, DECODER_FILE, *([write_genai_decoder(output_dir)] if is_speech(model) else [])]
     files += [*_weight_files(output_dir), *_write_configs(model, output_dir, tokenizer)]
     ctx = decoder.diagnostic_context
-    parity, verify_seconds = None, 0.0
+    parity, measured, verify_seconds = None, None, 0.0
+    paths = os.path.join(output_dir, ENCODER_FILE), os.path.join(output_dir, DECODER_FILE)
     if verify_generation and fake_context is not None:
         message = "Generation check skipped: the model was exported under fake mode (no weights to generate with)."
         ctx.report(rules.GENERATION_DIVERGENCE, Level.NOTE, message, generationCheck="skipped")
+    elif verify_generation and precision != "fp32":  # not token for token: measured (FXE0023)
+        start = time.perf_counter()
+        ref = seq2seq_quality.reference(model, prompt, attention_mask, decoder_input_ids, max_new_tokens)
+        measured = seq2seq_quality.measure(*paths, ref, precision)
+        quality.report(ctx, measured, None)
+        verify_seconds = time.perf_counter() - start
     elif verify_generation:
         start = time.perf_counter()
-        paths = os.path.join(output_dir, ENCODER_FILE), os.path.join(output_dir, DECODER_FILE)
         parity = check_seq2seq_generation(model, *paths, ctx, prompt, attention_mask, decoder_input_ids, max_new_tokens)
         verify_seconds = time.perf_counter() - start
     if sarif:
         decoder.save_diagnostics(os.path.join(output_dir, SARIF_FILE))
         encoder.save_diagnostics(os.path.join(output_dir, ENCODER_SARIF_FILE))
         files += [SARIF_FILE, ENCODER_SARIF_FILE]
-    result = Seq2SeqExport(output_dir, files, decoder, encoder, parity, export_seconds, verify_seconds)
+    result = Seq2SeqExport(output_dir, files, decoder, encoder, parity, export_seconds, verify_seconds, measured)
     errors = [*encoder.diagnostic_context.errors(), *ctx.errors()]
     if errors:
         raise OnnxExporterError(decoder, f"{errors[0].rule.id} {errors[0].message}")

@@ -87,6 +87,39 @@ def default_inputs(model: torch.nn.Module, pad: int) -> tuple[torch.Tensor, torc
     return default_prompt(config.get_text_config(decoder=True).vocab_size, pad)
 
 
+def check_inputs(
+    model: torch.nn.Module,
+    inputs: torch.Tensor | None,
+    attention_mask: torch.Tensor | None,
+    decoder_input_ids: torch.Tensor | None,
+) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor]:
+    """The encoder input, its mask (None for audio features) and the decoder prompt of the checks: the
+    given ones, else `default_inputs` and the decoder start token."""
+    _, pad, start = token_ids(model)
+    if inputs is None:
+        inputs, attention_mask = default_inputs(model, pad)
+    if attention_mask is None and not inputs.is_floating_point():
+        attention_mask = torch.ones_like(inputs)
+    if decoder_input_ids is None:
+        decoder_input_ids = torch.full((inputs.shape[0], 1), start, dtype=torch.long)
+    return inputs, attention_mask, decoder_input_ids
+
+
+def encoder_feeds(inputs: torch.Tensor, attention_mask: torch.Tensor | None) -> dict[str, np.ndarray]:
+    """The encoder graph's inputs: audio features, or token ids and their mask."""
+    if inputs.is_floating_point():
+        return {"input_features": inputs.numpy()}
+    return {"input_ids": inputs.numpy(), "attention_mask": attention_mask.numpy()}
+
+
+def sessions(encoder_path: str, decoder_path: str) -> tuple[Any, Any]:
+    """onnxruntime sessions (CPU) of the exported encoder and merged decoder."""
+    import onnxruntime as ort
+
+    options = {"providers": ["CPUExecutionProvider"]}
+    return ort.InferenceSession(encoder_path, **options), ort.InferenceSession(decoder_path, **options)
+
+
 def eager_generate(
     model: torch.nn.Module,
     inputs: torch.Tensor,
@@ -137,27 +170,17 @@ def check_seq2seq_generation(
     max_new_tokens: int = 16,
 ) -> Parity:
     """Generate greedily with the exported encoder and decoder and eagerly; report under FXE0022."""
-    import onnxruntime as ort
-
-    eos_ids, pad, start = token_ids(model)
-    if inputs is None:
-        inputs, attention_mask = default_inputs(model, pad)
-    speech = inputs.is_floating_point()
-    if attention_mask is None and not speech:
-        attention_mask = torch.ones_like(inputs)
-    if decoder_input_ids is None:
-        decoder_input_ids = torch.full((inputs.shape[0], 1), start, dtype=torch.long)
+    eos_ids, pad, _ = token_ids(model)
+    inputs, attention_mask, decoder_input_ids = check_inputs(model, inputs, attention_mask, decoder_input_ids)
     expected, eager_logits = eager_generate(model, inputs, attention_mask, decoder_input_ids, max_new_tokens)
-    encoder_inputs = (
-        {"input_features": inputs.numpy()}
-        if speech
-        else {"input_ids": inputs.numpy(), "attention_mask": attention_mask.numpy()}
-    )
     try:
-        options = {"providers": ["CPUExecutionProvider"]}
-        sessions = ort.InferenceSession(encoder_path, **options), ort.InferenceSession(decoder_path, **options)
         result = greedy_generate_seq2seq(
-            *sessions, encoder_inputs, decoder_input_ids.numpy(), max_new_tokens, eos_ids, pad
+            *sessions(encoder_path, decoder_path),
+            encoder_feeds(inputs, attention_mask),
+            decoder_input_ids.numpy(),
+            max_new_tokens,
+            eos_ids,
+            pad,
         )
     except Exception as e:
         reason = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"

@@ -1,0 +1,83 @@
+"""The quality report (FXE0023) of a non-fp32 encoder–decoder export: the fp32 PyTorch model's greedy
+continuations of the check's inputs, teacher-forced through the exported encoder and merged decoder
+(one decoder step over each whole continuation, its caches empty). It reports the share of those
+tokens the export predicts, and the continuations' perplexity under each model.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import numpy as np
+import torch
+
+from exporter.generation.check import empty_pasts
+from exporter.generation.quality import Quality
+from exporter.generation.seq2seq_check import check_inputs, eager_generate, encoder_feeds, sessions, token_ids
+
+
+@dataclasses.dataclass(frozen=True)
+class Reference:
+    """The fp32 PyTorch model's greedy continuations, computed once."""
+
+    encoder_inputs: dict[str, np.ndarray]
+    sequences: np.ndarray  # (batch, prompt + new) the decoder prompts and their continuations
+    scored: np.ndarray  # (batch, new) True up to and including a row's end of sequence
+    log_likelihood: float  # the fp32 model's mean log probability of the scored tokens
+
+
+def reference(
+    model: torch.nn.Module,
+    inputs: torch.Tensor | None,
+    attention_mask: torch.Tensor | None,
+    decoder_input_ids: torch.Tensor | None,
+    max_new_tokens: int,
+) -> Reference:
+    """Greedy-generate with the fp32 model from the check's inputs (`check_inputs`)."""
+    eos_ids, _, _ = token_ids(model)
+    inputs, attention_mask, decoder_input_ids = check_inputs(model, inputs, attention_mask, decoder_input_ids)
+    generated, logits = eager_generate(model, inputs, attention_mask, decoder_input_ids, max_new_tokens)
+    ended = np.isin(generated, list(eos_ids))
+    scored = np.cumsum(ended, axis=1) - ended == 0  # no end of sequence before
+    sequences = np.concatenate([decoder_input_ids.numpy(), generated], axis=1)
+    return Reference(
+        encoder_feeds(inputs, attention_mask),
+        sequences,
+        scored,
+        _mean_log_likelihood(np.stack(logits, axis=1), generated, scored),
+    )
+
+
+def measure(encoder_path: str, decoder_path: str, ref: Reference, precision: str) -> Quality:
+    """The exported graphs against the reference: the share of its tokens they predict, teacher-forced,
+    and the perplexity of its continuations (FXE0023's figures)."""
+    new = ref.scored.shape[1]
+    logits = _logits(*sessions(encoder_path, decoder_path), ref.encoder_inputs, ref.sequences[:, :-1])[:, -new:]
+    agree = (logits.argmax(-1) == ref.sequences[:, -new:]) & ref.scored
+    return Quality(
+        precision,
+        float(agree.sum() / ref.scored.sum()),
+        int(ref.scored.sum()),
+        float(np.exp(-ref.log_likelihood)),
+        float(np.exp(-_mean_log_likelihood(logits, ref.sequences[:, -new:], ref.scored))),
+    )
+
+
+def _logits(encoder: Any, decoder: Any, encoder_inputs: dict[str, np.ndarray], ids: np.ndarray) -> np.ndarray:
+    """The decoder's logits for whole decoder sequences `ids`, as its first step computes them."""
+    (hidden,) = encoder.run(["last_hidden_state"], encoder_inputs)
+    inputs = {i.name: i for i in decoder.get_inputs()}
+    feeds = {"input_ids": ids.astype(np.int64), "encoder_hidden_states": hidden, "use_cache_branch": np.array([False])}
+    if "encoder_attention_mask" in inputs:
+        feeds["encoder_attention_mask"] = encoder_inputs["attention_mask"].astype(np.int64)
+    feeds |= empty_pasts(inputs, [n for n in inputs if n.startswith("past_key_values.")], ids.shape[0])
+    return decoder.run(["logits"], feeds)[0].astype(np.float32)
+
+
+def _mean_log_likelihood(logits: np.ndarray, tokens: np.ndarray, scored: np.ndarray) -> float:
+    """The mean log probability, under `logits` (batch, steps, vocabulary), of the scored `tokens`."""
+    shifted = logits.astype(np.float64) - logits.max(-1, keepdims=True)
+    log_probs = shifted - np.log(np.exp(shifted).sum(-1, keepdims=True))
+    picked = np.take_along_axis(log_probs, tokens[..., None], axis=-1)[..., 0]
+    return float(picked[scored].mean())

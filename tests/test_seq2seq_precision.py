@@ -1,0 +1,221 @@
+"""`export_for_generation(..., precision=...)` of encoder–decoder models: int8/int4 MatMulNBits weights in
+both graphs (the decoder's cross-attention branch too) and the quality report (FXE0023), on a tiny BART
+trained here for a few seconds to continue a repeated sentence from a window of it (so that its greedy
+predictions are not random); and an int4 Whisper folder in onnxruntime-genai.
+
+Expected agreements are computed here: the fp32 model's greedy continuation from ``generate()``, and the
+exported graphs' argmax at each of its positions in onnxruntime (the decoder fed the whole continuation).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+import torch
+from test_seq2seq import NEW_TOKENS, features, genai_generator, genai_tokens
+from tiny_seq2seq import tiny_seq2seq
+from transformers import AutoModelForSeq2SeqLM, BartConfig
+
+import exporter
+from exporter.generation.seq2seq_check import greedy_generate_seq2seq
+from exporter.options import ExportOptions
+
+TEXT = "the quick brown fox jumps over the lazy dog, and the dog sleeps. "
+WINDOW = 8  # characters the encoder reads; ids are byte values
+STARTS = (3, 20, 40)  # of the check's windows
+
+
+def text_ids() -> torch.Tensor:
+    return torch.tensor(list((TEXT * 8).encode()))
+
+
+def windows(starts: tuple[int, ...], length: int, offset: int = 0) -> torch.Tensor:
+    data = text_ids()
+    return torch.stack([data[s + offset : s + offset + length] for s in starts])
+
+
+@pytest.fixture(scope="module")
+def trained() -> torch.nn.Module:
+    """A 2 + 2-layer BART (hidden 64) trained to continue the text after each window (300 steps, ~4 s)."""
+    torch.manual_seed(0)
+    config = BartConfig(
+        vocab_size=128,
+        d_model=64,
+        encoder_layers=2,
+        decoder_layers=2,
+        encoder_attention_heads=4,
+        decoder_attention_heads=4,
+        encoder_ffn_dim=128,
+        decoder_ffn_dim=128,
+        max_position_embeddings=64,
+        pad_token_id=0,
+        eos_token_id=2,
+        bos_token_id=1,
+        decoder_start_token_id=1,
+        forced_eos_token_id=None,
+    )
+    model = AutoModelForSeq2SeqLM.from_config(config)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=3e-3)
+    for _ in range(300):
+        starts = tuple(torch.randint(0, len(text_ids()) - WINDOW - NEW_TOKENS, (16,)).tolist())
+        inputs = windows(starts, WINDOW)
+        loss = model(input_ids=inputs, attention_mask=torch.ones_like(inputs), labels=windows(starts, 16, WINDOW)).loss
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+    return model.eval()
+
+
+@pytest.fixture(scope="module")
+def exports(trained, tmp_path_factory):
+    prompt = windows(STARTS, WINDOW)
+    return {
+        precision: exporter.export_for_generation(
+            trained,
+            tmp_path_factory.mktemp(precision),
+            prompt=prompt,
+            attention_mask=torch.ones_like(prompt),
+            max_new_tokens=NEW_TOKENS,
+            export_options=ExportOptions(precision=precision),
+        )
+        for precision in ("fp32", "int8", "int4")
+    }
+
+
+def graph_nodes(graph: onnx.GraphProto) -> list[onnx.NodeProto]:
+    """The nodes of `graph` and of its nodes' subgraphs (the decoder's If branches)."""
+    nodes = []
+    for node in graph.node:
+        nodes.append(node)
+        for attribute in node.attribute:
+            if attribute.type == onnx.AttributeProto.GRAPH:
+                nodes += graph_nodes(attribute.g)
+    return nodes
+
+
+def agreement(model: torch.nn.Module, folder: str) -> float:
+    """The share of the fp32 model's greedy tokens that the exported graphs predict at their position."""
+    prompt = windows(STARTS, WINDOW)
+    with torch.no_grad():
+        sequences = model.generate(
+            prompt, attention_mask=torch.ones_like(prompt), max_new_tokens=NEW_TOKENS, do_sample=False
+        ).numpy()
+    options = {"providers": ["CPUExecutionProvider"]}
+    encoder = ort.InferenceSession(os.path.join(folder, "encoder_model.onnx"), **options)
+    decoder = ort.InferenceSession(os.path.join(folder, "decoder_model_merged.onnx"), **options)
+    mask = np.ones(prompt.shape, dtype=np.int64)
+    (hidden,) = encoder.run(None, {"input_ids": prompt.numpy(), "attention_mask": mask})
+    feeds = {
+        "input_ids": sequences[:, :-1],
+        "encoder_hidden_states": hidden,
+        "encoder_attention_mask": mask,
+        "use_cache_branch": np.array([False]),
+    }
+    for i in decoder.get_inputs():
+        if i.name.startswith("past_key_values."):
+            length = 0 if ".decoder." in i.name else hidden.shape[1]  # the cross cache is computed (If)
+            feeds[i.name] = np.zeros((len(prompt), i.shape[1], length, i.shape[3]), dtype=np.float32)
+    logits = decoder.run(["logits"], feeds)[0]
+    return float((logits.argmax(-1) == sequences[:, 1:]).mean())
+
+
+def quality_result(result) -> dict:
+    with open(os.path.join(result.output_dir, "model.sarif")) as f:
+        log = json.load(f)
+    found = [r for r in log["runs"][0]["results"] if r["ruleId"] == "FXE0023"]
+    assert len(found) == 1
+    return found[0]
+
+
+def test_the_trained_model_continues_its_text(trained, exports):
+    """The fixture means something: the model continues each window with the text, and its fp32 export
+    generates the same, checked token for token (FXE0022)."""
+    prompt = windows(STARTS, WINDOW)
+    with torch.no_grad():
+        generated = trained.generate(prompt, attention_mask=torch.ones_like(prompt), max_new_tokens=NEW_TOKENS)
+    assert torch.equal(generated[:, 1:], windows(STARTS, NEW_TOKENS, WINDOW))
+    parity = exports["fp32"].parity
+    assert parity is not None and parity.divergence is None and exports["fp32"].quality is None
+    assert parity.produced == generated[:, 1:].tolist()
+
+
+@pytest.mark.parametrize("precision, bits", [("int8", 8), ("int4", 4)])
+def test_every_weight_of_both_graphs_is_matmulnbits(exports, precision, bits):
+    folder = exports[precision].output_dir
+    for name in ("encoder_model.onnx", "decoder_model_merged.onnx"):
+        model = onnx.load(os.path.join(folder, name))
+        weights = {i.name for i in model.graph.initializer}
+        nodes = graph_nodes(model.graph)
+        assert not [n.name for n in nodes if n.op_type in ("MatMul", "Gemm") and n.input[1] in weights]
+        quantized = [n for n in nodes if n.op_type == "MatMulNBits"]
+        assert quantized and {a.i for n in quantized for a in n.attribute if a.name == "bits"} == {bits}
+    branches = [n for n in onnx.load(os.path.join(folder, "decoder_model_merged.onnx")).graph.node if n.op_type == "If"]
+    assert [n for n in graph_nodes(branches[0].attribute[0].g) if n.op_type == "MatMulNBits"] or [
+        n for n in graph_nodes(branches[0].attribute[1].g) if n.op_type == "MatMulNBits"
+    ]  # the cross-attention cache's projections, computed in a branch
+
+
+def test_quantized_folders_are_smaller(exports):
+    def size(precision: str) -> int:
+        folder = exports[precision].output_dir
+        return sum(os.path.getsize(os.path.join(folder, f)) for f in os.listdir(folder))
+
+    assert size("int4") < size("int8") < size("fp32")
+
+
+@pytest.mark.parametrize("precision", ["int8", "int4"])
+def test_quality_report_is_in_the_sarif_log(trained, exports, precision):
+    result = exports[precision]
+    assert result.parity is None and result.quality is not None
+    expected = agreement(trained, result.output_dir)
+    sarif = quality_result(result)
+    properties = sarif["properties"]
+    assert properties["tokenAgreement"] == pytest.approx(expected)
+    assert properties["tokens"] == len(STARTS) * NEW_TOKENS and properties["precision"] == precision
+    assert properties["perplexityFp32"] < 1.5  # trained: the text is predictable
+    assert sarif["level"] == "note" and f"{expected:.1%}" in sarif["message"]["text"]
+    assert result.check == result.quality.summary()
+
+
+def test_int8_keeps_the_trained_models_answers(exports):
+    assert exports["int8"].quality.agreement == 1.0
+    assert abs(exports["int8"].quality.perplexity_change) < 0.05
+
+
+def test_int4_whisper_generates_in_onnxruntime_genai_as_in_onnxruntime(tmp_path):
+    """genai's decoder reads the encoder's quantized cross-attention cache; the merged decoder computes
+    its own in its If branch from the same quantized weights: the tokens are the same."""
+    model = tiny_seq2seq("whisper")
+    result = exporter.export_for_generation(
+        model, tmp_path, max_new_tokens=NEW_TOKENS, export_options=ExportOptions(precision="int4")
+    )
+    options = {"providers": ["CPUExecutionProvider"]}
+    encoder = ort.InferenceSession(result.encoder_path, **options)
+    decoder = ort.InferenceSession(result.model_path, **options)
+    inputs = {"input_features": features(1).numpy()}
+    onnxruntime = greedy_generate_seq2seq(encoder, decoder, inputs, np.ones((1, 1)), NEW_TOKENS, {2}, 0)
+    _, generator = genai_generator(result.output_dir, 1)
+    generator.set_model_input("input_features", inputs["input_features"])
+    generator.append_tokens(np.ones((1, 1), dtype=np.int32))
+    assert genai_tokens(generator, 1) == onnxruntime.tokens.tolist()
+
+
+def test_min_token_agreement_fp16_and_fake_mode_are_refused(tmp_path):
+    model = tiny_seq2seq("t5")
+    with pytest.raises(ValueError, match="fp32, int8 or int4"):
+        exporter.export_for_generation(model, tmp_path, export_options=ExportOptions(precision="fp16"))
+    with pytest.raises(ValueError, match="quantized whole"):
+        exporter.export_for_generation(
+            model, tmp_path, export_options=ExportOptions(precision="int8"), min_token_agreement=0.9
+        )
+    with exporter.enable_fake_mode() as ctx:
+        fake = tiny_seq2seq("t5")
+    with pytest.raises(ValueError, match="needs them"):
+        exporter.export_for_generation(
+            fake, tmp_path, export_options=ExportOptions(precision="int4", fake_context=ctx), model_state_dict={}
+        )
