@@ -9,7 +9,6 @@ exported graphs' argmax at each of its positions in onnxruntime (the decoder fed
 
 from __future__ import annotations
 
-import json
 import os
 
 import numpy as np
@@ -17,8 +16,9 @@ import onnx
 import onnxruntime as ort
 import pytest
 import torch
+from test_generation_precision import quality_result
 from test_seq2seq import NEW_TOKENS, features, genai_generator, genai_tokens
-from tiny_seq2seq import tiny_seq2seq
+from tiny_seq2seq import LAYERS, tiny_seq2seq
 from transformers import AutoModelForSeq2SeqLM, BartConfig
 
 import exporter
@@ -45,13 +45,7 @@ def trained() -> torch.nn.Module:
     torch.manual_seed(0)
     config = BartConfig(
         vocab_size=128,
-        d_model=64,
-        encoder_layers=2,
-        decoder_layers=2,
-        encoder_attention_heads=4,
-        decoder_attention_heads=4,
-        encoder_ffn_dim=128,
-        decoder_ffn_dim=128,
+        **LAYERS,
         max_position_embeddings=64,
         pad_token_id=0,
         eos_token_id=2,
@@ -122,14 +116,6 @@ def agreement(model: torch.nn.Module, folder: str) -> float:
             feeds[i.name] = np.zeros((len(prompt), i.shape[1], length, i.shape[3]), dtype=np.float32)
     logits = decoder.run(["logits"], feeds)[0]
     return float((logits.argmax(-1) == sequences[:, 1:]).mean())
-
-
-def quality_result(result) -> dict:
-    with open(os.path.join(result.output_dir, "model.sarif")) as f:
-        log = json.load(f)
-    found = [r for r in log["runs"][0]["results"] if r["ruleId"] == "FXE0023"]
-    assert len(found) == 1
-    return found[0]
 
 
 def test_the_trained_model_continues_its_text(trained, exports):
