@@ -1,7 +1,8 @@
 """`export_for_generation(..., precision=...)` of encoder–decoder models: int8/int4 MatMulNBits weights in
 both graphs (the decoder's cross-attention branch too) and the quality report (FXE0023), on a tiny BART
 trained here for a few seconds to continue a repeated sentence from a window of it (so that its greedy
-predictions are not random); and an int4 Whisper folder in onnxruntime-genai.
+predictions are not random); ``min_token_agreement`` on a random tiny Whisper, whose int4 answers change;
+and an int4 Whisper folder in onnxruntime-genai.
 
 Expected agreements are computed here: the fp32 model's greedy continuation from ``generate()``, and the
 exported graphs' argmax at each of its positions in onnxruntime (the decoder fed the whole continuation).
@@ -17,7 +18,7 @@ import onnxruntime as ort
 import pytest
 import torch
 from test_generation_precision import quality_result
-from test_seq2seq import NEW_TOKENS, features, genai_generator, genai_tokens
+from test_seq2seq import NEW_TOKENS, features, genai_generator, genai_tokens, generate
 from tiny_seq2seq import LAYERS, tiny_seq2seq
 from transformers import AutoModelForSeq2SeqLM, BartConfig
 
@@ -92,30 +93,33 @@ def graph_nodes(graph: onnx.GraphProto) -> list[onnx.NodeProto]:
     return nodes
 
 
-def agreement(model: torch.nn.Module, folder: str) -> float:
-    """The share of the fp32 model's greedy tokens that the exported graphs predict at their position."""
-    prompt = windows(STARTS, WINDOW)
-    with torch.no_grad():
-        sequences = model.generate(
-            prompt, attention_mask=torch.ones_like(prompt), max_new_tokens=NEW_TOKENS, do_sample=False
-        ).numpy()
+def agreement(model: torch.nn.Module, folder: str, inputs: torch.Tensor, mask: torch.Tensor | None = None) -> float:
+    """The share of the fp32 model's greedy tokens (up to a row's end of sequence) that the exported graphs
+    predict at their position; `inputs` are token ids (with their `mask`) or Whisper's audio features."""
+    generated = np.array(generate(model, inputs, mask))
     options = {"providers": ["CPUExecutionProvider"]}
     encoder = ort.InferenceSession(os.path.join(folder, "encoder_model.onnx"), **options)
     decoder = ort.InferenceSession(os.path.join(folder, "decoder_model_merged.onnx"), **options)
-    mask = np.ones(prompt.shape, dtype=np.int64)
-    (hidden,) = encoder.run(None, {"input_ids": prompt.numpy(), "attention_mask": mask})
-    feeds = {
-        "input_ids": sequences[:, :-1],
+    if mask is None:
+        (hidden, *_) = encoder.run(None, {"input_features": inputs.numpy()})
+        feeds = {}
+    else:
+        (hidden,) = encoder.run(None, {"input_ids": inputs.numpy(), "attention_mask": mask.numpy()})
+        feeds = {"encoder_attention_mask": mask.numpy()}
+    start = np.ones((len(generated), 1), dtype=np.int64)  # the decoder start token
+    feeds |= {
+        "input_ids": np.concatenate([start, generated[:, :-1]], axis=1),
         "encoder_hidden_states": hidden,
-        "encoder_attention_mask": mask,
         "use_cache_branch": np.array([False]),
     }
     for i in decoder.get_inputs():
         if i.name.startswith("past_key_values."):
             length = 0 if ".decoder." in i.name else hidden.shape[1]  # the cross cache is computed (If)
-            feeds[i.name] = np.zeros((len(prompt), i.shape[1], length, i.shape[3]), dtype=np.float32)
-    logits = decoder.run(["logits"], feeds)[0]
-    return float((logits.argmax(-1) == sequences[:, 1:]).mean())
+            feeds[i.name] = np.zeros((len(generated), i.shape[1], length, i.shape[3]), dtype=np.float32)
+    predicted = decoder.run(["logits"], feeds)[0].argmax(-1)
+    ends = generated == 2
+    scored = np.cumsum(ends, axis=1) - ends == 0  # up to and including the end of sequence
+    return float(((predicted == generated) & scored).sum() / scored.sum())
 
 
 def test_the_trained_model_continues_its_text(trained, exports):
@@ -158,7 +162,8 @@ def test_quantized_folders_are_smaller(exports):
 def test_quality_report_is_in_the_sarif_log(trained, exports, precision):
     result = exports[precision]
     assert result.parity is None and result.quality is not None
-    expected = agreement(trained, result.output_dir)
+    prompt = windows(STARTS, WINDOW)
+    expected = agreement(trained, result.output_dir, prompt, torch.ones_like(prompt))
     sarif = quality_result(result)
     properties = sarif["properties"]
     assert properties["tokenAgreement"] == pytest.approx(expected)
@@ -191,14 +196,35 @@ def test_int4_whisper_generates_in_onnxruntime_genai_as_in_onnxruntime(tmp_path)
     assert genai_tokens(generator, 1) == onnxruntime.tokens.tolist()
 
 
-def test_min_token_agreement_fp16_and_fake_mode_are_refused(tmp_path):
+def test_min_token_agreement_keeps_sensitive_layers_of_either_graph_higher(tmp_path):
+    """On random weights int4 changes a tiny Whisper's answers: weight groups of its encoder or decoder
+    move to int8 until 90 % of the tokens agree."""
+    model, audio = tiny_seq2seq("whisper"), torch.randn(2, 80, 3000, generator=torch.Generator().manual_seed(0))
+    common = dict(prompt=audio, max_new_tokens=NEW_TOKENS, export_options=ExportOptions(precision="int4"))
+    plain = exporter.export_for_generation(model, tmp_path / "plain", **common)
+    assert agreement(model, plain.output_dir, audio) < 0.9  # what the option has to fix
+    result = exporter.export_for_generation(model, tmp_path / "kept", min_token_agreement=0.9, **common)
+    assert result.quality.kept and result.quality.agreement >= 0.9
+    assert result.quality.agreement == pytest.approx(agreement(model, result.output_dir, audio))
+    bits = {
+        a.i
+        for name in ("encoder_model.onnx", "decoder_model_merged.onnx")
+        for n in graph_nodes(onnx.load(os.path.join(result.output_dir, name)).graph)
+        if n.op_type == "MatMulNBits"
+        for a in n.attribute
+        if a.name == "bits"
+    }
+    assert 8 in bits  # the kept groups'; with every group kept, int8 throughout
+    properties = quality_result(result)["properties"]
+    assert properties["keptGroups"] == list(result.quality.kept) and properties["minTokenAgreement"] == 0.9
+
+
+def test_fp16_fake_mode_and_min_token_agreement_at_fp32_are_refused(tmp_path):
     model = tiny_seq2seq("t5")
     with pytest.raises(ValueError, match="fp32, int8 or int4"):
         exporter.export_for_generation(model, tmp_path, export_options=ExportOptions(precision="fp16"))
-    with pytest.raises(ValueError, match="quantized whole"):
-        exporter.export_for_generation(
-            model, tmp_path, export_options=ExportOptions(precision="int8"), min_token_agreement=0.9
-        )
+    with pytest.raises(ValueError, match="is for a lower precision"):
+        exporter.export_for_generation(model, tmp_path, min_token_agreement=0.9)
     with exporter.enable_fake_mode() as ctx:
         fake = tiny_seq2seq("t5")
     with pytest.raises(ValueError, match="needs them"):

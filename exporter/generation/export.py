@@ -17,18 +17,17 @@ import inspect
 import json
 import os
 import time
-from collections.abc import Collection, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import onnx_ir as ir
 import torch
-from onnx_ir.passes.common import InlinePass
 from torch.export import Dim
 
 from exporter.api import Exporter
 from exporter.diagnostics import Level, rules
 from exporter.errors import OnnxExporterError
-from exporter.generation import fusions, genai_config, quality, quantize
+from exporter.generation import fusions, genai_config, quality
 from exporter.generation.check import Parity, check_generation, default_prompt
 from exporter.generation.hf import cache_argument, copy_tokenizer, transformers_export_patches
 from exporter.options import ExportOptions
@@ -224,7 +223,12 @@ def export_for_generation(
             verify_start = time.perf_counter()
             reference = quality.reference(model, prompt, attention_mask, max_new_tokens, tokenizer)
             verify_seconds = time.perf_counter() - verify_start
-        quality_report = _lower_precision(export_output, export_options, reference, min_token_agreement)
+        quality_report = quality.lower_precision(
+            [export_output],
+            export_options,
+            lambda models: quality.measure(models[0], reference, precision),
+            min_token_agreement,
+        )
     export_seconds = time.perf_counter() - start - verify_seconds
     uses_positions = "position_ids" in [v.name for v in export_output.model.graph.inputs]
 
@@ -273,27 +277,6 @@ def _prompt(
     if prompt is None:
         return default_prompt(model.config.get_text_config(decoder=True).vocab_size, 0)
     return prompt, mask if mask is not None else torch.ones_like(prompt)
-
-
-def _lower_precision(
-    export_output: ExportOutput, options: ExportOptions, reference: quality.Reference | None, minimum: float | None
-) -> quality.Quality | None:
-    """Put the exported model's weights at `options.precision` (in place); with `minimum`, keep the
-    most sensitive groups higher until the agreement meets it, and return that measure."""
-    if minimum is None:
-        export_output.model = quantize.quantize_all(export_output.model, options)
-        return None
-    InlinePass()(export_output.model)  # the quantizer reads graphs, not functions
-    groups = quantize.weight_groups(export_output.model)
-    fp32, cache = export_output.model, {}
-
-    def lowered(keep: Collection[str] = (), only: Collection[str] | None = None) -> ir.Model:
-        return quantize.quantize(fp32, options, groups, keep, only, cache)
-
-    export_output.model, measured = quality.quantize_to_agreement(
-        lowered, list(groups), reference, options.precision, minimum
-    )
-    return measured
 
 
 def export_graph(model: torch.nn.Module, options: ExportOptions | None = None) -> ExportOutput:

@@ -8,20 +8,25 @@ from __future__ import annotations
 import dataclasses
 import os
 import tempfile
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Collection
+from typing import Any, TypeVar
 
 import numpy as np
 import onnx_ir as ir
 import torch
+from onnx_ir.passes.common import InlinePass
 
 from exporter.diagnostics import DiagnosticContext, Level, rules
+from exporter.generation import quantize
+from exporter.options import ExportOptions
+from exporter.output.program import ExportOutput
 
 FIXED_TEXT = (
     "The quick brown fox jumps over the lazy dog. A journey of a thousand miles begins with a single step. "
     "Knowledge is power, and time is money; all that glitters is not gold."
 )
 _TWO_GIB = 2**31
+Model = TypeVar("Model")  # what a quantize function returns: a graph, or an encoder's and a decoder's
 
 
 @dataclasses.dataclass(frozen=True)
@@ -88,12 +93,12 @@ def reference(
 def measure(model: ir.Model | str, ref: Reference, precision: str) -> Quality:
     """`model` (in memory, or a path) against the reference: teacher-forced greedy agreement over the
     generated tokens and the perplexity on the fixed text."""
-    session = _session(model)
+    loaded = session(model)
     new = ref.scored.shape[1]
-    logits = _logits(session, ref.sequences, ref.mask)
+    logits = _logits(loaded, ref.sequences, ref.mask)
     predicted = logits[:, -new - 1 : -1].argmax(-1)
     agree = (predicted == ref.sequences[:, -new:]) & ref.scored
-    text_logits = _logits(session, ref.text, np.ones_like(ref.text))
+    text_logits = _logits(loaded, ref.text, np.ones_like(ref.text))
     return Quality(
         precision,
         float(agree.sum() / ref.scored.sum()),
@@ -103,22 +108,51 @@ def measure(model: ir.Model | str, ref: Reference, precision: str) -> Quality:
     )
 
 
+def lower_precision(
+    outputs: list[ExportOutput],
+    options: ExportOptions,
+    measure: Callable[[tuple[ir.Model, ...]], Quality] | None = None,
+    minimum: float | None = None,
+) -> Quality | None:
+    """Put the weights of the exported graphs `outputs` (a causal LM's one, an encoder–decoder's two) at
+    `options.precision`, in place; with `minimum`, keep the most sensitive weight groups of any of them
+    higher until their `measure` meets it (`quantize_to_agreement`), and return that measure."""
+    if minimum is None:
+        for output in outputs:
+            output.model = quantize.quantize_all(output.model, options)
+        return None
+    fp32 = [output.model for output in outputs]
+    for model in fp32:
+        InlinePass()(model)  # the quantizer reads graphs, not functions
+    groups = [quantize.weight_groups(model) for model in fp32]
+    caches: list[dict] = [{} for _ in fp32]
+
+    def lowered(keep: Collection[str] = (), only: Collection[str] | None = None) -> tuple[ir.Model, ...]:
+        return tuple(quantize.quantize(m, options, g, keep, only, c) for m, g, c in zip(fp32, groups, caches))
+
+    names = list(dict.fromkeys(name for g in groups for name in g))  # a decoder layer's cross-attention is in both
+    models, measured = quantize_to_agreement(lowered, measure, names, minimum)
+    for output, model in zip(outputs, models):
+        output.model = model
+    return measured
+
+
 def quantize_to_agreement(
-    quantize: Callable[..., ir.Model], groups: list[str], ref: Reference, precision: str, minimum: float
-) -> tuple[ir.Model, Quality]:
-    """The model `quantize(keep=[...])` with the fewest groups kept at a higher precision that meets
-    `minimum` agreement. Groups are kept most sensitive first: the ones whose quantization alone
-    (`quantize(only=[group])`, the others fp32) loses the most agreement."""
+    quantize: Callable[..., Model], measure: Callable[[Model], Quality], groups: list[str], minimum: float
+) -> tuple[Model, Quality]:
+    """The model `quantize(keep=[...])` (one graph, or an encoder–decoder's two) with the fewest groups
+    kept at a higher precision whose `measure` meets `minimum` agreement. Groups are kept most sensitive
+    first: the ones whose quantization alone (`quantize(only=[group])`, the others fp32) loses the most."""
     model = quantize(keep=[])
-    quality = measure(model, ref, precision)
+    quality = measure(model)
     if quality.agreement >= minimum:
         return model, quality
-    alone = {g: measure(quantize(only=[g]), ref, precision).agreement for g in groups}
+    alone = {g: measure(quantize(only=[g])).agreement for g in groups}
     kept: list[str] = []
     for group in sorted(groups, key=lambda g: alone[g]):
         kept.append(group)
         model = quantize(keep=kept)
-        quality = dataclasses.replace(measure(model, ref, precision), kept=tuple(kept))
+        quality = dataclasses.replace(measure(model), kept=tuple(kept))
         if quality.agreement >= minimum:
             break
     return model, quality
@@ -142,7 +176,8 @@ def report(ctx: DiagnosticContext, quality: Quality, minimum: float | None) -> N
     )
 
 
-def _session(model: ir.Model | str) -> Any:
+def session(model: ir.Model | str) -> Any:
+    """An onnxruntime (CPU) session of `model`, in memory or a path."""
     import onnxruntime as ort
 
     options = ort.SessionOptions()

@@ -14,8 +14,9 @@ an encoder graph and one decoder graph with its caches, in optimum's layout, ver
   cross-attention cache too, ``present.{i}.encoder.*``, and ``decoder_model_merged_genai.onnx`` is
   the decoder with defaults for the inputs genai does not feed (`write_genai_decoder`).
 
-A non-fp32 `precision` quantizes the weights of both graphs (`quantize.quantize_all`); such a folder is
-measured (`seq2seq_quality`), not checked token for token.
+A non-fp32 `precision` quantizes the weights of both graphs (`quality.lower_precision`; with
+`min_token_agreement`, the most sensitive layers of either stay higher); such a folder is measured
+(`seq2seq_quality`), not checked token for token.
 
 Both graphs are captured from the model's own code (its ``forward`` with ``encoder_outputs`` and
 transformers' ``EncoderDecoderCache``), so a user's modified model exports as it runs. The
@@ -41,7 +42,7 @@ from torch.export import Dim
 from exporter.api import Exporter
 from exporter.diagnostics import Level, rules
 from exporter.errors import OnnxExporterError
-from exporter.generation import quality, quantize, seq2seq_config, seq2seq_quality
+from exporter.generation import quality, seq2seq_config, seq2seq_quality
 from exporter.generation.hf import cache_argument, copy_tokenizer, transformers_export_patches
 from exporter.generation.seq2seq_check import Parity, check_seq2seq_generation
 from exporter.options import ExportOptions
@@ -474,11 +475,8 @@ def export_seq2seq_for_generation(
     `decoder_input_ids` the decoder's prompt (default: the decoder start token)."""
     export_options = export_options or ExportOptions()
     precision = export_options.precision
-    if min_token_agreement is not None:
-        raise ValueError(
-            "min_token_agreement keeps a decoder-only model's most sensitive layers at a higher precision; "
-            "an encoder–decoder model is quantized whole (its quality is still reported)"
-        )
+    if min_token_agreement is not None and not (precision != "fp32" and 0 <= min_token_agreement <= 1):
+        raise ValueError("min_token_agreement (0 … 1) is for a lower precision (int4, int8)")
     fixed = [name for name in ("dynamic_shapes", "op_level_debug", "verify") if getattr(export_options, name)]
     if fixed:
         raise ValueError(f"export_for_generation does not take {', '.join(fixed)} (its shapes and checks are its own)")
@@ -493,10 +491,19 @@ def export_seq2seq_for_generation(
     output_dir = os.fspath(output_dir)
     start = time.perf_counter()
     encoder, decoder = export_graphs(model, dataclasses.replace(export_options, fused_kernels=False))
+    ref, measured, verify_seconds = None, None, 0.0
     if precision != "fp32":
-        for graph in (encoder, decoder):
-            graph.model = quantize.quantize_all(graph.model, export_options)
-    export_seconds = time.perf_counter() - start
+        if verify_generation or min_token_agreement is not None:
+            verify_start = time.perf_counter()
+            ref = seq2seq_quality.reference(model, prompt, attention_mask, decoder_input_ids, max_new_tokens)
+            verify_seconds = time.perf_counter() - verify_start
+        measured = quality.lower_precision(
+            [encoder, decoder],
+            export_options,
+            lambda models: seq2seq_quality.measure(*models, ref, precision),
+            min_token_agreement,
+        )
+    export_seconds = time.perf_counter() - start - verify_seconds
     os.makedirs(output_dir, exist_ok=True)
     encoder.save(os.path.join(output_dir, ENCODER_FILE), model_state_dict=model_state_dict, strict=False)
     decoder_path = os.path.join(output_dir, DECODER_FILE)
@@ -507,17 +514,18 @@ def export_seq2seq_for_generation(
     files = [ENCODER_FILE, DECODER_FILE, *([write_genai_decoder(output_dir)] if is_speech(model) else [])]
     files += [*_weight_files(output_dir), *_write_configs(model, output_dir, tokenizer)]
     ctx = decoder.diagnostic_context
-    parity, measured, verify_seconds = None, None, 0.0
+    parity = None
     paths = os.path.join(output_dir, ENCODER_FILE), os.path.join(output_dir, DECODER_FILE)
     if verify_generation and fake_context is not None:
         message = "Generation check skipped: the model was exported under fake mode (no weights to generate with)."
         ctx.report(rules.GENERATION_DIVERGENCE, Level.NOTE, message, generationCheck="skipped")
-    elif verify_generation and precision != "fp32":  # not token for token: measured (FXE0023)
+    elif precision != "fp32":  # not token for token: measured (FXE0023)
         start = time.perf_counter()
-        ref = seq2seq_quality.reference(model, prompt, attention_mask, decoder_input_ids, max_new_tokens)
-        measured = seq2seq_quality.measure(*paths, ref, precision)
-        quality.report(ctx, measured, None)
-        verify_seconds = time.perf_counter() - start
+        if measured is None and verify_generation:  # measured from the folder's graphs, as shipped
+            measured = seq2seq_quality.measure(*paths, ref, precision)
+        if measured is not None:
+            quality.report(ctx, measured, min_token_agreement)
+        verify_seconds += time.perf_counter() - start
     elif verify_generation:
         start = time.perf_counter()
         parity = check_seq2seq_generation(model, *paths, ctx, prompt, attention_mask, decoder_input_ids, max_new_tokens)

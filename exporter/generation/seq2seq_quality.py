@@ -10,11 +10,12 @@ import dataclasses
 from typing import Any
 
 import numpy as np
+import onnx_ir as ir
 import torch
 
 from exporter.generation.check import empty_pasts
-from exporter.generation.quality import Quality
-from exporter.generation.seq2seq_check import check_inputs, eager_generate, encoder_feeds, sessions, token_ids
+from exporter.generation.quality import Quality, session
+from exporter.generation.seq2seq_check import check_inputs, eager_generate, encoder_feeds, token_ids
 
 
 @dataclasses.dataclass(frozen=True)
@@ -49,11 +50,11 @@ def reference(
     )
 
 
-def measure(encoder_path: str, decoder_path: str, ref: Reference, precision: str) -> Quality:
-    """The exported graphs against the reference: the share of its tokens they predict, teacher-forced,
-    and the perplexity of its continuations (FXE0023's figures)."""
+def measure(encoder: ir.Model | str, decoder: ir.Model | str, ref: Reference, precision: str) -> Quality:
+    """The exported graphs (in memory, or paths) against the reference: the share of its tokens they
+    predict, teacher-forced, and the perplexity of its continuations (FXE0023's figures)."""
     new = ref.scored.shape[1]
-    logits = _logits(*sessions(encoder_path, decoder_path), ref.encoder_inputs, ref.sequences[:, :-1])[:, -new:]
+    logits = _logits(session(encoder), session(decoder), ref.encoder_inputs, ref.sequences[:, :-1])[:, -new:]
     agree = (logits.argmax(-1) == ref.sequences[:, -new:]) & ref.scored
     return Quality(
         precision,
