@@ -87,7 +87,7 @@ def reference(
         text = sequences[:1, int((attention_mask[0] == 0).sum()) :]
     with torch.no_grad():
         logits = model(input_ids=text, attention_mask=torch.ones_like(text)).logits.float().numpy()
-    return Reference(sequences.numpy(), mask.numpy(), scored, text.numpy(), _mean_log_likelihood(logits, text.numpy()))
+    return Reference(sequences.numpy(), mask.numpy(), scored, text.numpy(), _text_log_likelihood(logits, text.numpy()))
 
 
 def measure(model: ir.Model | str, ref: Reference, precision: str) -> Quality:
@@ -104,7 +104,7 @@ def measure(model: ir.Model | str, ref: Reference, precision: str) -> Quality:
         float(agree.sum() / ref.scored.sum()),
         int(ref.scored.sum()),
         float(np.exp(-ref.text_log_likelihood)),
-        float(np.exp(-_mean_log_likelihood(text_logits, ref.text))),
+        float(np.exp(-_text_log_likelihood(text_logits, ref.text))),
     )
 
 
@@ -117,14 +117,14 @@ def lower_precision(
     """Put the weights of the exported graphs `outputs` (a causal LM's one, an encoder–decoder's two) at
     `options.precision`, in place; with `minimum`, keep the most sensitive weight groups of any of them
     higher until their `measure` meets it (`quantize_to_agreement`), and return that measure."""
-    if minimum is None:
-        for output in outputs:
-            output.model = quantize.quantize_all(output.model, options)
-        return None
     fp32 = [output.model for output in outputs]
     for model in fp32:
         InlinePass()(model)  # the quantizer reads graphs, not functions
     groups = [quantize.weight_groups(model) for model in fp32]
+    if minimum is None:
+        for output, model, model_groups in zip(outputs, fp32, groups):
+            output.model = quantize.quantize(model, options, model_groups)
+        return None
     caches: list[dict] = [{} for _ in fp32]
 
     def lowered(keep: Collection[str] = (), only: Collection[str] | None = None) -> tuple[ir.Model, ...]:
@@ -209,9 +209,15 @@ def _logits(session: Any, ids: np.ndarray, mask: np.ndarray) -> np.ndarray:
     return session.run(["logits"], feeds)[0].astype(np.float32)
 
 
-def _mean_log_likelihood(logits: np.ndarray, ids: np.ndarray) -> float:
-    """The mean log probability of each next token of `ids` (batch 1) under `logits`."""
-    shifted = logits[0, :-1].astype(np.float64)
-    shifted -= shifted.max(-1, keepdims=True)
+def mean_log_likelihood(logits: np.ndarray, tokens: np.ndarray, scored: np.ndarray | None = None) -> float:
+    """The mean log probability, under `logits` (batch, steps, vocabulary), of each step's token in
+    `tokens` (batch, steps) where `scored` (default: everywhere)."""
+    shifted = logits.astype(np.float64) - logits.max(-1, keepdims=True)
     log_probs = shifted - np.log(np.exp(shifted).sum(-1, keepdims=True))
-    return float(log_probs[np.arange(len(ids[0]) - 1), ids[0, 1:]].mean())
+    picked = np.take_along_axis(log_probs, tokens[..., None], axis=-1)[..., 0]
+    return float(picked.mean() if scored is None else picked[scored].mean())
+
+
+def _text_log_likelihood(logits: np.ndarray, ids: np.ndarray) -> float:
+    """The mean log probability of each next token of the text `ids` under its `logits`."""
+    return mean_log_likelihood(logits[:, :-1], ids[:, 1:])

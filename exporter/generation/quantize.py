@@ -29,7 +29,6 @@ from typing import Any
 
 import numpy as np
 import onnx_ir as ir
-from onnx_ir.passes.common import InlinePass
 
 from exporter.constants import METADATA_MODULE_STACK
 from exporter.generation.graph_constants import initializer, int64_initializer
@@ -40,13 +39,6 @@ _LAYER = re.compile(r"\.\d+$")  # a ModuleList child: a decoder layer
 _BITS = {"int4": 4, "int8": 8}
 _MS = "com.microsoft"
 Blocks = tuple[np.ndarray, np.ndarray, np.ndarray]  # a weight quantized: packed, scales, zero points
-
-
-def quantize_all(model: ir.Model, options: ExportOptions) -> ir.Model:
-    """A copy of `model` with every weight group at `options.precision` (its local functions inlined
-    first, in place: the quantizer reads graphs)."""
-    InlinePass()(model)
-    return quantize(model, options, weight_groups(model))
 
 
 def weight_groups(model: ir.Model) -> dict[str, list[str]]:

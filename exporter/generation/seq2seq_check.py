@@ -23,6 +23,7 @@ from exporter.generation.check import (
     empty_pasts,
     report,
 )
+from exporter.generation.quality import session
 
 __all__ = ["Parity", "check_seq2seq_generation", "greedy_generate_seq2seq"]
 
@@ -112,14 +113,6 @@ def encoder_feeds(inputs: torch.Tensor, attention_mask: torch.Tensor | None) -> 
     return {"input_ids": inputs.numpy(), "attention_mask": attention_mask.numpy()}
 
 
-def sessions(encoder_path: str, decoder_path: str) -> tuple[Any, Any]:
-    """onnxruntime sessions (CPU) of the exported encoder and merged decoder."""
-    import onnxruntime as ort
-
-    options = {"providers": ["CPUExecutionProvider"]}
-    return ort.InferenceSession(encoder_path, **options), ort.InferenceSession(decoder_path, **options)
-
-
 def eager_generate(
     model: torch.nn.Module,
     inputs: torch.Tensor,
@@ -175,7 +168,8 @@ def check_seq2seq_generation(
     expected, eager_logits = eager_generate(model, inputs, attention_mask, decoder_input_ids, max_new_tokens)
     try:
         result = greedy_generate_seq2seq(
-            *sessions(encoder_path, decoder_path),
+            session(encoder_path),
+            session(decoder_path),
             encoder_feeds(inputs, attention_mask),
             decoder_input_ids.numpy(),
             max_new_tokens,

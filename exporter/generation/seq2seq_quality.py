@@ -14,7 +14,7 @@ import onnx_ir as ir
 import torch
 
 from exporter.generation.check import empty_pasts
-from exporter.generation.quality import Quality, session
+from exporter.generation.quality import Quality, mean_log_likelihood, session
 from exporter.generation.seq2seq_check import check_inputs, eager_generate, encoder_feeds, token_ids
 
 
@@ -46,7 +46,7 @@ def reference(
         encoder_feeds(inputs, attention_mask),
         sequences,
         scored,
-        _mean_log_likelihood(np.stack(logits, axis=1), generated, scored),
+        mean_log_likelihood(np.stack(logits, axis=1), generated, scored),
     )
 
 
@@ -61,7 +61,7 @@ def measure(encoder: ir.Model | str, decoder: ir.Model | str, ref: Reference, pr
         float(agree.sum() / ref.scored.sum()),
         int(ref.scored.sum()),
         float(np.exp(-ref.log_likelihood)),
-        float(np.exp(-_mean_log_likelihood(logits, ref.sequences[:, -new:], ref.scored))),
+        float(np.exp(-mean_log_likelihood(logits, ref.sequences[:, -new:], ref.scored))),
     )
 
 
@@ -74,11 +74,3 @@ def _logits(encoder: Any, decoder: Any, encoder_inputs: dict[str, np.ndarray], i
         feeds["encoder_attention_mask"] = encoder_inputs["attention_mask"].astype(np.int64)
     feeds |= empty_pasts(inputs, [n for n in inputs if n.startswith("past_key_values.")], ids.shape[0])
     return decoder.run(["logits"], feeds)[0].astype(np.float32)
-
-
-def _mean_log_likelihood(logits: np.ndarray, tokens: np.ndarray, scored: np.ndarray) -> float:
-    """The mean log probability, under `logits` (batch, steps, vocabulary), of the scored `tokens`."""
-    shifted = logits.astype(np.float64) - logits.max(-1, keepdims=True)
-    log_probs = shifted - np.log(np.exp(shifted).sum(-1, keepdims=True))
-    picked = np.take_along_axis(log_probs, tokens[..., None], axis=-1)[..., 0]
-    return float(picked[scored].mean())
