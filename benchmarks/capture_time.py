@@ -1,10 +1,14 @@
 """Capture time of a decoder LLM's generation graph (`export_for_generation`'s wrapper, its example and
-dynamic shapes), in one process, interleaved (warm-up first), for two choices the exporter makes:
+dynamic shapes), in one process, interleaved (warm-up first), for choices the exporter makes:
 
 - torch's fake-tensor cache, on and off, for dynamic (as exported) and static captures: the exporter
   turns it off for dynamic captures only (`exporter/capture/extractor.py`);
 - transformers' patch that traces SDPA's math backend, applied and left out: the generation exports
-  leave it out (`exporter/generation/hf.py`).
+  leave it out (`exporter/generation/hf.py`);
+- the nodes' stack traces read from the live stack, user frames only, against torch's whole stack
+  symbolized for every node (`extractor._KeptFrames`);
+- ``tensor_meta`` without its memory format, against torch's contiguity checks in three layouts on
+  symbolic strides for every node (`extractor._tensor_meta_without_layout`).
 
 Each row prints the best time of each variant and the median per-round ratio changed / as exported.
 
@@ -15,6 +19,7 @@ Each row prints the best time of each variant and the median per-round ratio cha
 from __future__ import annotations
 
 import argparse
+import contextlib
 import statistics
 import sys
 import time
@@ -43,13 +48,12 @@ def main() -> None:
     model = transformers.AutoModelForCausalLM.from_config(config).eval()
     wrapper = CausalLMWithCache(model).eval()
     example, shapes = _example(model, uses_positions=True)
-    exported_cache = extractor._fake_tensor_cache
+    as_exported = {name: getattr(extractor, name) for name in ("_fake_tensor_cache", "_KeptFrames", "_tensor_meta_without_layout")}
 
-    def capture(dynamic: bool, cache: bool | None = None, sdpa_math: bool = False) -> float:
-        """Seconds of one capture; `cache` None: as the exporter decides."""
-        extractor._fake_tensor_cache = (
-            exported_cache if cache is None else lambda _: torch._dynamo.config.patch(fake_tensor_cache_enabled=cache)
-        )
+    def capture(dynamic: bool, sdpa_math: bool = False, **changed: object) -> float:
+        """Seconds of one capture, with `changed` attributes of `extractor` (the others as exported)."""
+        for name, value in {**as_exported, **changed}.items():
+            setattr(extractor, name, value)
         patches = transformers_export_patches(unneeded=()) if sdpa_math else transformers_export_patches()
         start = time.perf_counter()
         with torch.no_grad(), patches:
@@ -58,10 +62,21 @@ def main() -> None:
             )
         return time.perf_counter() - start
 
+    def cache(enabled: bool) -> object:
+        return lambda _: torch._dynamo.config.patch(fake_tensor_cache_enabled=enabled)
+
     rows = {
-        "dynamic, fake-tensor cache on": (lambda: capture(True), lambda: capture(True, cache=True)),
-        "static, fake-tensor cache off": (lambda: capture(False), lambda: capture(False, cache=False)),
+        "dynamic, fake-tensor cache on": (lambda: capture(True), lambda: capture(True, _fake_tensor_cache=cache(True))),
+        "static, fake-tensor cache off": (lambda: capture(False), lambda: capture(False, _fake_tensor_cache=cache(False))),
         "dynamic, transformers' SDPA math patch": (lambda: capture(True), lambda: capture(True, sdpa_math=True)),
+        "dynamic, whole stacks symbolized": (
+            lambda: capture(True),
+            lambda: capture(True, _KeptFrames=torch.utils._traceback.CapturedTraceback),
+        ),
+        "dynamic, tensor_meta memory format": (
+            lambda: capture(True),
+            lambda: capture(True, _tensor_meta_without_layout=contextlib.nullcontext),
+        ),
     }
     capture(True)  # imports, lazy initialization
     print(f"{'changed':<40} {'as exported s':>13} {'changed s':>9} {'changed / as exported':>22}")
