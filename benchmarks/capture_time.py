@@ -48,7 +48,9 @@ def main() -> None:
     model = transformers.AutoModelForCausalLM.from_config(config).eval()
     wrapper = CausalLMWithCache(model).eval()
     example, shapes = _example(model, uses_positions=True)
-    as_exported = {name: getattr(extractor, name) for name in ("_fake_tensor_cache", "_KeptFrames", "_tensor_meta_without_layout")}
+    as_exported = {
+        name: getattr(extractor, name) for name in ("_fake_tensor_cache", "_KeptFrames", "_tensor_meta_without_layout")
+    }
 
     def capture(dynamic: bool, sdpa_math: bool = False, **changed: object) -> float:
         """Seconds of one capture, with `changed` attributes of `extractor` (the others as exported)."""
@@ -67,7 +69,10 @@ def main() -> None:
 
     rows = {
         "dynamic, fake-tensor cache on": (lambda: capture(True), lambda: capture(True, _fake_tensor_cache=cache(True))),
-        "static, fake-tensor cache off": (lambda: capture(False), lambda: capture(False, _fake_tensor_cache=cache(False))),
+        "static, fake-tensor cache off": (
+            lambda: capture(False),
+            lambda: capture(False, _fake_tensor_cache=cache(False)),
+        ),
         "dynamic, transformers' SDPA math patch": (lambda: capture(True), lambda: capture(True, sdpa_math=True)),
         "dynamic, whole stacks symbolized": (
             lambda: capture(True),
