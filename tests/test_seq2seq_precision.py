@@ -1,8 +1,8 @@
 """`export_for_generation(..., precision=...)` of encoder–decoder models: int8/int4 MatMulNBits weights in
-both graphs (the decoder's cross-attention branch too) and the quality report (FXE0023), on a tiny BART
+both graphs (the decoder's cross-attention branch too), fp16 weights, and the quality report (FXE0023), on a tiny BART
 trained here for a few seconds to continue a repeated sentence from a window of it (so that its greedy
 predictions are not random); ``min_token_agreement`` on a random tiny Whisper, whose int4 answers change;
-and an int4 Whisper folder in onnxruntime-genai.
+and int4 and fp16 Whisper folders in onnxruntime-genai.
 
 Expected agreements are computed here: the fp32 model's greedy continuation from ``generate()``, and the
 exported graphs' argmax at each of its positions in onnxruntime (the decoder fed the whole continuation).
@@ -78,7 +78,7 @@ def exports(trained, tmp_path_factory):
             max_new_tokens=NEW_TOKENS,
             export_options=ExportOptions(precision=precision),
         )
-        for precision in ("fp32", "int8", "int4")
+        for precision in ("fp32", "int8", "int4", "fp16")
     }
 
 
@@ -150,15 +150,40 @@ def test_every_weight_of_both_graphs_is_matmulnbits(exports, precision, bits):
     ]  # the cross-attention cache's projections, computed in a branch
 
 
-def test_quantized_folders_are_smaller(exports):
+def test_fp16_weights_in_both_graphs_with_fp32_inputs_and_outputs(exports):
+    """Every float weight is fp16, in the If's branches too; inputs and outputs (the caches) stay fp32."""
+    folder = exports["fp16"].output_dir
+    for name in ("encoder_model.onnx", "decoder_model_merged.onnx"):
+        model = onnx.load(os.path.join(folder, name))
+        onnx.checker.check_model(model)  # topologically sorted: the converter's input Casts come after the If
+        floats = {i.data_type for i in model.graph.initializer} & {onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16}
+        assert floats == {onnx.TensorProto.FLOAT16}
+        interface = [*model.graph.input, *model.graph.output]
+        assert {v.type.tensor_type.elem_type for v in interface} <= {
+            onnx.TensorProto.FLOAT,
+            onnx.TensorProto.INT64,
+            onnx.TensorProto.BOOL,
+        }
+
+
+def test_lower_precision_folders_are_smaller(exports):
     def size(precision: str) -> int:
         folder = exports[precision].output_dir
         return sum(os.path.getsize(os.path.join(folder, f)) for f in os.listdir(folder))
 
+    def weight_bytes(precision: str) -> int:
+        folder = exports[precision].output_dir
+        graphs = [
+            onnx.load(os.path.join(folder, name)).graph for name in ("encoder_model.onnx", "decoder_model_merged.onnx")
+        ]
+        return sum(onnx.numpy_helper.to_array(w).nbytes for g in graphs for w in g.initializer)
+
     assert size("int4") < size("int8") < size("fp32")
+    assert size("fp16") < size("fp32")  # the graphs' node metadata is most of such a tiny model's files
+    assert weight_bytes("fp16") == pytest.approx(weight_bytes("fp32") / 2, rel=0.01)
 
 
-@pytest.mark.parametrize("precision", ["int8", "int4"])
+@pytest.mark.parametrize("precision", ["int8", "int4", "fp16"])
 def test_quality_report_is_in_the_sarif_log(trained, exports, precision):
     result = exports[precision]
     assert result.parity is None and result.quality is not None
@@ -173,17 +198,19 @@ def test_quality_report_is_in_the_sarif_log(trained, exports, precision):
     assert result.check == result.quality.summary()
 
 
-def test_int8_keeps_the_trained_models_answers(exports):
-    assert exports["int8"].quality.agreement == 1.0
-    assert abs(exports["int8"].quality.perplexity_change) < 0.05
+@pytest.mark.parametrize("precision", ["int8", "fp16"])
+def test_int8_and_fp16_keep_the_trained_models_answers(exports, precision):
+    assert exports[precision].quality.agreement == 1.0
+    assert abs(exports[precision].quality.perplexity_change) < 0.05
 
 
-def test_int4_whisper_generates_in_onnxruntime_genai_as_in_onnxruntime(tmp_path):
-    """genai's decoder reads the encoder's quantized cross-attention cache; the merged decoder computes
-    its own in its If branch from the same quantized weights: the tokens are the same."""
+@pytest.mark.parametrize("precision", ["int4", "fp16"])
+def test_whisper_generates_in_onnxruntime_genai_as_in_onnxruntime(tmp_path, precision):
+    """genai's decoder reads the encoder's cross-attention cache; the merged decoder computes its own in
+    its If branch from the same (quantized, fp16) weights: the tokens are the same."""
     model = tiny_seq2seq("whisper")
     result = exporter.export_for_generation(
-        model, tmp_path, max_new_tokens=NEW_TOKENS, export_options=ExportOptions(precision="int4")
+        model, tmp_path, max_new_tokens=NEW_TOKENS, export_options=ExportOptions(precision=precision)
     )
     options = {"providers": ["CPUExecutionProvider"]}
     encoder = ort.InferenceSession(result.encoder_path, **options)
@@ -219,10 +246,8 @@ def test_min_token_agreement_keeps_sensitive_layers_of_either_graph_higher(tmp_p
     assert properties["keptGroups"] == list(result.quality.kept) and properties["minTokenAgreement"] == 0.9
 
 
-def test_fp16_fake_mode_and_min_token_agreement_at_fp32_are_refused(tmp_path):
+def test_fake_mode_and_min_token_agreement_at_fp32_are_refused(tmp_path):
     model = tiny_seq2seq("t5")
-    with pytest.raises(ValueError, match="fp32, int8 or int4"):
-        exporter.export_for_generation(model, tmp_path, export_options=ExportOptions(precision="fp16"))
     with pytest.raises(ValueError, match="is for a lower precision"):
         exporter.export_for_generation(model, tmp_path, min_token_agreement=0.9)
     with exporter.enable_fake_mode() as ctx:

@@ -339,8 +339,8 @@ def merge_cross_cache(decoder: ir.Model, cross: ir.Model) -> None:
     cross_nodes, computed = _take(decoder, cross, outer, "cross_cache")
     bindings = outer | {past.name: value for past, value in zip(pasts, computed)}
     first_nodes, first_outputs = _take(decoder, first_step, bindings, "first_step")
-    for value in first_outputs:
-        value.name = f"first_step/{value.name}"
+    for value, prefix in [*((v, "cross_cache") for v in computed), *((v, "first_step") for v in first_outputs)]:
+        value.name = f"{prefix}/{value.name}"  # a branch's values must not take the names of the If's outputs
     nodes, outputs = list(graph), list(graph.outputs)
     graph.remove(nodes)
     graph.outputs.clear()
@@ -476,7 +476,7 @@ def export_seq2seq_for_generation(
     export_options = export_options or ExportOptions()
     precision = export_options.precision
     if min_token_agreement is not None and not (precision != "fp32" and 0 <= min_token_agreement <= 1):
-        raise ValueError("min_token_agreement (0 … 1) is for a lower precision (int4, int8)")
+        raise ValueError("min_token_agreement (0 … 1) is for a lower precision (int4, int8, fp16)")
     fixed = [name for name in ("dynamic_shapes", "op_level_debug", "verify") if getattr(export_options, name)]
     if fixed:
         raise ValueError(f"export_for_generation does not take {', '.join(fixed)} (its shapes and checks are its own)")
@@ -484,8 +484,6 @@ def export_seq2seq_for_generation(
     if fake_context is not None and model_state_dict is None and not fake_context.state_dict_paths:
         message = "Under fake mode the weights must come from somewhere: pass model_state_dict (a dict or checkpoint)."
         raise ValueError(message)
-    if precision == "fp16":  # onnxruntime's float16 converter breaks the merged decoder's cache branch (If)
-        raise ValueError("precision='fp16': an encoder–decoder model exports in fp32, int8 or int4")
     if precision != "fp32" and fake_context is not None:
         raise ValueError(f"precision={precision!r} lowers the weights' precision: it needs them (no fake mode).")
     output_dir = os.fspath(output_dir)
