@@ -119,7 +119,9 @@ def quantize(
         from onnxruntime.transformers.float16 import convert_float_to_float16
 
         proto = ir.serde.serialize_model(model)
-        model = ir.serde.deserialize_model(convert_float_to_float16(proto, keep_io_types=True, disable_shape_infer=True))
+        model = ir.serde.deserialize_model(
+            convert_float_to_float16(proto, keep_io_types=True, disable_shape_infer=True)
+        )
         model.graph.sort()  # the converter appends the inputs' Casts after the nodes that read them (an If's branches)
         return model
     bits = _BITS[options.precision]
