@@ -16,6 +16,8 @@ kernel covers, counted against the eager model independently of the fusion code:
 
 - genai: the folder in onnxruntime-genai (its KV cache one buffer per layer where ``genai_config.json``
   says ``past_present_share_buffer``), a batch of two 7-token prompts, 16 greedy tokens against ``generate()``.
+- fp16: an fp16 export's largest logit error on a 12-token prompt against the fp32 model, as a multiple of
+  PyTorch's own half-precision model's (about 1 or below: the graph rounds no worse than PyTorch does).
 
 An architecture that fails to export or to generate like ``generate()`` is listed with its error.
 """
@@ -24,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import copy
 import json
 import os
 import sys
@@ -32,7 +35,9 @@ import time
 import traceback
 from collections.abc import Callable
 
+import numpy as np
 import onnx
+import onnxruntime as ort
 import torch
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tests"))
@@ -162,6 +167,8 @@ def sweep_one(name: str) -> dict:
             shared = json.load(f)["search"]["past_present_share_buffer"]
         genai = genai_matches(model, out)
         unfused = [r["message"]["text"] for r in results if r["ruleId"] == "FXE0024" and r["level"] == "warning"]
+    with tempfile.TemporaryDirectory() as out:
+        fp16 = fp16_error(model, out)
     row.update(
         seconds=round(time.perf_counter() - start, 1),
         generate=f"{result.parity.steps}/{result.parity.steps}" if result.parity.matched else "DIFFER",
@@ -173,8 +180,29 @@ def sweep_one(name: str) -> dict:
         summary=result.check,
         genai=f"{genai}/{len(GENAI_PROMPTS)} rows" + (" (shared cache)" if shared else ""),
         unfused=unfused,
+        fp16=round(fp16, 2),
     )
     return row
+
+
+def fp16_error(model: torch.nn.Module, folder: str) -> float:
+    """The largest logit error of `model`'s fp16 export (in `folder`) against the fp32 model on a 12-token
+    prompt, divided by the error of PyTorch's half-precision model."""
+    exporter.export_for_generation(
+        model, folder, verify_generation=False, export_options=exporter.ExportOptions(precision="fp16")
+    )
+    ids = np.random.default_rng(0).integers(3, model.config.vocab_size, (1, 12))
+    session = ort.InferenceSession(os.path.join(folder, "model.onnx"), providers=["CPUExecutionProvider"])
+    feeds = {"input_ids": ids, "attention_mask": np.ones_like(ids), "position_ids": np.arange(12)[None]}
+    feeds = {k: v for k, v in feeds.items() if k in {i.name for i in session.get_inputs()}}
+    for value in session.get_inputs():
+        if value.name.startswith("past_key_values."):
+            feeds[value.name] = np.zeros((1, value.shape[1], 0, value.shape[3]), dtype=np.float32)
+    logits = session.run(["logits"], feeds)[0]
+    with torch.no_grad():
+        fp32 = model(torch.tensor(ids)).logits.numpy()
+        half = copy.deepcopy(model).half()(torch.tensor(ids)).logits.float().numpy()
+    return float(np.abs(logits - fp32).max() / np.abs(half - fp32).max())
 
 
 def genai_matches(model: torch.nn.Module, folder: str) -> int:
@@ -189,11 +217,14 @@ def genai_matches(model: torch.nn.Module, folder: str) -> int:
 
 def table_line(row: dict) -> str:
     if "error" in row:
-        return f"| {row['arch']} | — | — | — | {row['error']} | — |"
+        return f"| {row['arch']} | — | — | — | {row['error']} | — | — |"
     layers = row["layers"]
     rotary = f"{row['rotary_fused']}/{2 * layers}" if row["rotary"] else "—"
     norms = f"{row['norms_fused']}/{row['norm_modules']} ({row['skip']} skip)"
-    return f"| {row['arch']} | {row['attention']}/{layers} | {rotary} | {norms} | {row['generate']} | {row['genai']} |"
+    return (
+        f"| {row['arch']} | {row['attention']}/{layers} | {rotary} | {norms} | {row['generate']} | {row['genai']} "
+        f"| {row['fp16']} |"
+    )
 
 
 def main() -> None:
@@ -204,9 +235,9 @@ def main() -> None:
     print(f"torch {torch.__version__}, transformers {transformers.__version__}")
     print(
         "| architecture | attention → GQA | rotary → RotaryEmbedding | norms in one kernel (with residual) "
-        "| tokens = generate() | onnxruntime-genai = generate() |"
+        "| tokens = generate() | onnxruntime-genai = generate() | fp16 logit error / PyTorch half's |"
     )
-    print("|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|")
     rows = []
     for name in args.archs.split(","):
         row = sweep_one(name)

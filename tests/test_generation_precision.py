@@ -224,6 +224,30 @@ def test_fp16_halves_the_weights(trained, tmp_path):
     assert result.quality.agreement >= 0.9
 
 
+def test_fp16_moe_routes_tokens_as_the_half_precision_model(tmp_path):
+    """A Mixtral counts the tokens of each expert with ``torch.histc`` on float expert indices; halved by the
+    float16 converter, torchlib's last bin edge (the maximum plus one fp32 step) became the maximum, the last
+    expert's tokens fell in no bin and the logits were wrong (off by more than their scale). Its nodes stay
+    fp32: the fp16 graph is as close to the fp32 model as PyTorch's own half-precision model is."""
+    model = tiny_model("mixtral")
+    result = exporter.export_for_generation(
+        model, tmp_path, verify_generation=False, export_options=ExportOptions(precision="fp16")
+    )
+    ids = np.random.default_rng(0).integers(3, 1000, (1, 12))
+    session = ort.InferenceSession(result.model_path, providers=["CPUExecutionProvider"])
+    feeds = {"input_ids": ids, "attention_mask": np.ones_like(ids), "position_ids": np.arange(12)[None]}
+    for value in session.get_inputs():
+        if value.name.startswith("past_key_values."):
+            feeds[value.name] = np.zeros((1, value.shape[1], 0, value.shape[3]), dtype=np.float32)
+    logits = session.run(["logits"], feeds)[0]
+    with torch.no_grad():
+        fp32 = model(torch.tensor(ids)).logits.numpy()
+        half = model.half()(torch.tensor(ids)).logits.float().numpy()
+    assert np.abs(logits - fp32).max() <= 4 * np.abs(half - fp32).max()
+    histc = [n for n in onnx.load(result.model_path).graph.node if "aten.histc" in str(n.metadata_props)]
+    assert histc and all(a.i == onnx.TensorProto.FLOAT for n in histc if n.op_type == "Cast" for a in n.attribute)
+
+
 def test_precision_settings_are_declared_once():
     assert (
         SETTINGS["precision"].kind.choices == ("fp32", "fp16", "int8", "int4")

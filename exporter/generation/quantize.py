@@ -30,7 +30,7 @@ from typing import Any
 import numpy as np
 import onnx_ir as ir
 
-from exporter.constants import METADATA_MODULE_STACK
+from exporter.constants import METADATA_FX_NODE, METADATA_MODULE_STACK
 from exporter.generation.graph_constants import initializer, int64_initializer
 from exporter.options import ExportOptions
 
@@ -38,6 +38,10 @@ _HEAD = "lm_head"
 _LAYER = re.compile(r"\.\d+$")  # a ModuleList child: a decoder layer
 _BITS = {"int4": 4, "int8": 8}
 _MS = "com.microsoft"
+# ATen ops whose translation compares with constants rounded for fp32, left in fp32 by the float16 converter:
+# torchlib's histc moves its last bin edge up by one fp32 step so that the maximum falls in the last bin;
+# halved, the edge is the maximum, which then falls in no bin (a Mixtral's expert counts went wrong)
+_FP32_ONLY = ("aten.histc.",)
 Blocks = tuple[np.ndarray, np.ndarray, np.ndarray]  # a weight quantized: packed, scales, zero points
 
 
@@ -120,7 +124,9 @@ def quantize(
 
         proto = ir.serde.serialize_model(model)
         model = ir.serde.deserialize_model(
-            convert_float_to_float16(proto, keep_io_types=True, disable_shape_infer=True)
+            convert_float_to_float16(
+                proto, keep_io_types=True, disable_shape_infer=True, node_block_list=_fp32_only_nodes(model)
+            )
         )
         model.graph.sort()  # the converter appends the inputs' Casts after the nodes that read them (an If's branches)
         return model
@@ -133,6 +139,15 @@ def quantize(
     model = model.clone()
     _MatMulNBits(model, options, cache if cache is not None else {}).rewrite({**at_bits, **at_8_bits})
     return model
+
+
+def _fp32_only_nodes(model: ir.Model) -> list[str]:
+    """The names of the nodes translated from `_FP32_ONLY` ops."""
+    return [
+        node.name
+        for node in ir.traversal.RecursiveGraphIterator(model.graph)
+        if any(op in node.metadata_props.get(METADATA_FX_NODE, "") for op in _FP32_ONLY)
+    ]
 
 
 class _MatMulNBits:
