@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import types
 
 import numpy as np
 import onnx
@@ -411,3 +412,35 @@ def test_a_gemm_with_a_bias_is_quantized_as_matmulnbits_and_add(trans_b):
     expected = x @ weight + bias
     step = np.abs(weight).max() / 127  # an int8 step of the largest block
     assert np.abs(session.run(None, {"x": x})[0] - expected).max() <= np.abs(x).sum(-1).max() * step / 2
+
+
+def unrunnable(monkeypatch) -> None:
+    """Make every lowered model one onnxruntime refuses to load: a node of an op it has no kernel for."""
+    from exporter.generation import quantize
+
+    lower = quantize.quantize
+
+    def lowered(*args, **kwargs):
+        model = lower(*args, **kwargs)
+        value = ir.Value(name="unrunnable")
+        model.graph.append(ir.node("NoSuchOp", [model.graph.inputs[0]], outputs=[value], domain="onnxlens.test"))
+        model.graph.outputs.append(value)
+        model.opset_imports["onnxlens.test"] = 1
+        return model
+
+    monkeypatch.setattr(quantize, "quantize", lowered)
+
+
+@pytest.mark.parametrize("minimum", [None, 0.9])
+def test_a_lowered_model_onnxruntime_refuses_is_an_error_and_the_folder_is_written(monkeypatch, tmp_path, minimum):
+    """The quality report cannot measure a model onnxruntime will not load: FXE0023 says so as an error, the
+    export raises, and the folder is written at the precision asked for, for the user to look at."""
+    unrunnable(monkeypatch)
+    with pytest.raises(exporter.OnnxExporterError, match="FXE0023 onnxruntime cannot run the int4 model"):
+        exporter.export_for_generation(
+            tiny_model("llama"), tmp_path, min_token_agreement=minimum, export_options=ExportOptions(precision="int4")
+        )
+    graph = onnx.load(tmp_path / "model.onnx", load_external_data=False).graph
+    assert {"MatMulNBits", "NoSuchOp"} <= {n.op_type for n in graph.node}
+    result = quality_result(types.SimpleNamespace(output_dir=str(tmp_path)))
+    assert result["level"] == "error" and "NoSuchOp" in result["message"]["text"]

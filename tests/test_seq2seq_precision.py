@@ -11,13 +11,14 @@ exported graphs' argmax at each of its positions in onnxruntime (the decoder fed
 from __future__ import annotations
 
 import os
+import types
 
 import numpy as np
 import onnx
 import onnxruntime as ort
 import pytest
 import torch
-from test_generation_precision import quality_result
+from test_generation_precision import quality_result, unrunnable
 from test_seq2seq import NEW_TOKENS, features, genai_generator, genai_tokens, generate
 from tiny_seq2seq import LAYERS, tiny_seq2seq
 from transformers import AutoModelForSeq2SeqLM, BartConfig
@@ -256,3 +257,16 @@ def test_fake_mode_and_min_token_agreement_at_fp32_are_refused(tmp_path):
         exporter.export_for_generation(
             fake, tmp_path, export_options=ExportOptions(precision="int4", fake_context=ctx), model_state_dict={}
         )
+
+
+@pytest.mark.parametrize("minimum", [None, 0.9])
+def test_graphs_onnxruntime_refuses_are_an_error_and_the_folder_is_written(monkeypatch, tmp_path, minimum):
+    unrunnable(monkeypatch)
+    with pytest.raises(exporter.OnnxExporterError, match="FXE0023 onnxruntime cannot run the int8 model"):
+        exporter.export_for_generation(
+            tiny_seq2seq("t5"), tmp_path, min_token_agreement=minimum, export_options=ExportOptions(precision="int8")
+        )
+    for name in ("encoder_model.onnx", "decoder_model_merged.onnx"):
+        assert "NoSuchOp" in {n.op_type for n in onnx.load(tmp_path / name, load_external_data=False).graph.node}
+    result = quality_result(types.SimpleNamespace(output_dir=str(tmp_path)))
+    assert result["level"] == "error" and "NoSuchOp" in result["message"]["text"]

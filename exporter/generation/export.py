@@ -223,11 +223,14 @@ def export_for_generation(
             verify_start = time.perf_counter()
             reference = quality.reference(model, prompt, attention_mask, max_new_tokens, tokenizer)
             verify_seconds = time.perf_counter() - verify_start
-        quality_report = quality.lower_precision(
-            [export_output],
-            export_options,
-            lambda models: quality.measure(models[0], reference, precision),
-            min_token_agreement,
+        quality_report = quality.measured(
+            export_output.diagnostic_context,
+            lambda: quality.lower_precision(
+                [export_output],
+                export_options,
+                lambda models: quality.measure(models[0], reference, precision),
+                min_token_agreement,
+            ),
         )
     export_seconds = time.perf_counter() - start - verify_seconds
     uses_positions = "position_ids" in [v.name for v in export_output.model.graph.inputs]
@@ -237,8 +240,11 @@ def export_for_generation(
     parity = None
     if precision != "fp32":  # not token for token: measured (FXE0023)
         start = time.perf_counter()
-        if quality_report is None and verify_generation:  # measured from the folder's model, as shipped
-            quality_report = quality.measure(os.path.join(output_dir, MODEL_FILE), reference, precision)
+        if quality_report is None and min_token_agreement is None and verify_generation:  # the folder's model
+            path = os.path.join(output_dir, MODEL_FILE)
+            quality_report = quality.measured(
+                export_output.diagnostic_context, lambda: quality.measure(path, reference, precision)
+            )
         if quality_report is not None:
             quality.report(export_output.diagnostic_context, quality_report, min_token_agreement)
         verify_seconds += time.perf_counter() - start

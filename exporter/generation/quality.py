@@ -1,14 +1,16 @@
 """The quality report of a non-fp32 generation export (FXE0023): greedy-token agreement with the fp32
 PyTorch model and the perplexity change on a fixed text; with a minimum agreement, the most sensitive
-weight groups kept at a higher precision until it is met (`quantize_to_agreement`).
+weight groups kept at a higher precision until it is met (`quantize_to_agreement`). A lowered model
+onnxruntime refuses to load or run is an FXE0023 error (`measured`); the folder is still written.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 import tempfile
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Iterator
 from typing import Any, TypeVar
 
 import numpy as np
@@ -52,6 +54,32 @@ class Quality:
         )
 
 
+class Unmeasured(RuntimeError):
+    """onnxruntime refused to load or run an exported model at a lower precision."""
+
+
+@contextlib.contextmanager
+def refusals(precision: str) -> Iterator[None]:
+    """Raise onnxruntime's refusal to load or run the `precision` model as `Unmeasured`."""
+    from onnxruntime.capi import onnxruntime_pybind11_state as state
+
+    errors = tuple(v for v in vars(state).values() if isinstance(v, type) and issubclass(v, Exception))
+    try:
+        yield
+    except errors as e:
+        reason = str(e).strip().splitlines()[0] if str(e).strip() else ""
+        raise Unmeasured(f"onnxruntime cannot run the {precision} model: {type(e).__name__}: {reason}") from e
+
+
+def measured(ctx: DiagnosticContext, measure: Callable[[], Quality | None]) -> Quality | None:
+    """`measure()`; where onnxruntime refuses the model (`Unmeasured`), an FXE0023 error and None."""
+    try:
+        return measure()
+    except Unmeasured as e:
+        ctx.report(rules.QUANTIZATION_QUALITY, Level.ERROR, f"{e}.", exception=e)
+        return None
+
+
 @dataclasses.dataclass(frozen=True)
 class Reference:
     """The fp32 PyTorch model's greedy continuations and fixed text, computed once."""
@@ -93,12 +121,13 @@ def reference(
 def measure(model: ir.Model | str, ref: Reference, precision: str) -> Quality:
     """`model` (in memory, or a path) against the reference: teacher-forced greedy agreement over the
     generated tokens and the perplexity on the fixed text."""
-    loaded = session(model)
     new = ref.scored.shape[1]
-    logits = _logits(loaded, ref.sequences, ref.mask)
+    with refusals(precision):
+        loaded = session(model)
+        logits = _logits(loaded, ref.sequences, ref.mask)
+        text_logits = _logits(loaded, ref.text, np.ones_like(ref.text))
     predicted = logits[:, -new - 1 : -1].argmax(-1)
     agree = (predicted == ref.sequences[:, -new:]) & ref.scored
-    text_logits = _logits(loaded, ref.text, np.ones_like(ref.text))
     return Quality(
         precision,
         float(agree.sum() / ref.scored.sum()),
@@ -131,10 +160,15 @@ def lower_precision(
         return tuple(quantize.quantize(m, options, g, keep, only, c) for m, g, c in zip(fp32, groups, caches))
 
     names = list(dict.fromkeys(name for g in groups for name in g))  # a decoder layer's cross-attention is in both
-    models, measured = quantize_to_agreement(lowered, measure, names, minimum)
+    try:
+        models, quality = quantize_to_agreement(lowered, measure, names, minimum)
+    except Unmeasured:
+        for output, model in zip(outputs, lowered()):  # the graphs at the precision asked for, unmeasured
+            output.model = model
+        raise
     for output, model in zip(outputs, models):
         output.model = model
-    return measured
+    return quality
 
 
 def quantize_to_agreement(

@@ -495,11 +495,14 @@ def export_seq2seq_for_generation(
             verify_start = time.perf_counter()
             ref = seq2seq_quality.reference(model, prompt, attention_mask, decoder_input_ids, max_new_tokens)
             verify_seconds = time.perf_counter() - verify_start
-        measured = quality.lower_precision(
-            [encoder, decoder],
-            export_options,
-            lambda models: seq2seq_quality.measure(*models, ref, precision),
-            min_token_agreement,
+        measured = quality.measured(
+            decoder.diagnostic_context,
+            lambda: quality.lower_precision(
+                [encoder, decoder],
+                export_options,
+                lambda models: seq2seq_quality.measure(*models, ref, precision),
+                min_token_agreement,
+            ),
         )
     export_seconds = time.perf_counter() - start - verify_seconds
     os.makedirs(output_dir, exist_ok=True)
@@ -519,8 +522,8 @@ def export_seq2seq_for_generation(
         ctx.report(rules.GENERATION_DIVERGENCE, Level.NOTE, message, generationCheck="skipped")
     elif precision != "fp32":  # not token for token: measured (FXE0023)
         start = time.perf_counter()
-        if measured is None and verify_generation:  # measured from the folder's graphs, as shipped
-            measured = seq2seq_quality.measure(*paths, ref, precision)
+        if measured is None and min_token_agreement is None and verify_generation:  # the folder's graphs
+            measured = quality.measured(ctx, lambda: seq2seq_quality.measure(*paths, ref, precision))
         if measured is not None:
             quality.report(ctx, measured, min_token_agreement)
         verify_seconds += time.perf_counter() - start

@@ -14,7 +14,7 @@ import onnx_ir as ir
 import torch
 
 from exporter.generation.check import empty_pasts
-from exporter.generation.quality import Quality, mean_log_likelihood, session
+from exporter.generation.quality import Quality, mean_log_likelihood, refusals, session
 from exporter.generation.seq2seq_check import check_inputs, eager_generate, encoder_feeds, token_ids
 
 
@@ -54,7 +54,8 @@ def measure(encoder: ir.Model | str, decoder: ir.Model | str, ref: Reference, pr
     """The exported graphs (in memory, or paths) against the reference: the share of its tokens they
     predict, teacher-forced, and the perplexity of its continuations (FXE0023's figures)."""
     new = ref.scored.shape[1]
-    logits = _logits(session(encoder), session(decoder), ref.encoder_inputs, ref.sequences[:, :-1])[:, -new:]
+    with refusals(precision):
+        logits = _logits(session(encoder), session(decoder), ref.encoder_inputs, ref.sequences[:, :-1])[:, -new:]
     agree = (logits.argmax(-1) == ref.sequences[:, -new:]) & ref.scored
     return Quality(
         precision,
