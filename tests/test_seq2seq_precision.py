@@ -10,6 +10,7 @@ exported graphs' argmax at each of its positions in onnxruntime (the decoder fed
 
 from __future__ import annotations
 
+import copy
 import os
 import types
 
@@ -197,6 +198,28 @@ def test_quality_report_is_in_the_sarif_log(trained, exports, precision):
     assert properties["perplexityFp32"] < 1.5  # trained: the text is predictable
     assert sarif["level"] == "note" and f"{expected:.1%}" in sarif["message"]["text"]
     assert result.check == result.quality.summary()
+    if precision == "fp16":  # compared with PyTorch's own fp16 model, teacher-forced here
+        assert properties["pytorchTokenAgreement"] == pytest.approx(half_agreement(trained, prompt))
+
+
+def half_agreement(model: torch.nn.Module, prompt: torch.Tensor) -> float:
+    """The share of the fp32 model's greedy tokens (up to a row's end of sequence) that PyTorch's fp16 model
+    predicts, fed the whole continuation."""
+    generated = torch.tensor(generate(model, prompt, torch.ones_like(prompt)))
+    start = torch.ones((len(generated), 1), dtype=torch.long)  # the decoder start token
+    with torch.no_grad():
+        logits = (
+            copy.deepcopy(model)
+            .half()(
+                input_ids=prompt,
+                attention_mask=torch.ones_like(prompt),
+                decoder_input_ids=torch.cat([start, generated[:, :-1]], 1),
+            )
+            .logits
+        )
+    ends = generated == 2
+    scored = torch.cumsum(ends, 1) - ends.long() == 0
+    return float(((logits.argmax(-1) == generated) & scored).sum() / scored.sum())
 
 
 @pytest.mark.parametrize("precision", ["int8", "fp16"])

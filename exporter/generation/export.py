@@ -221,7 +221,7 @@ def export_for_generation(
         if verify_generation or min_token_agreement is not None:
             prompt, attention_mask = _prompt(model, prompt, attention_mask)
             verify_start = time.perf_counter()
-            reference = quality.reference(model, prompt, attention_mask, max_new_tokens, tokenizer)
+            reference = quality.reference(model, prompt, attention_mask, max_new_tokens, tokenizer, precision)
             verify_seconds = time.perf_counter() - verify_start
         quality_report = quality.measured(
             export_output.diagnostic_context,

@@ -493,7 +493,7 @@ def export_seq2seq_for_generation(
     if precision != "fp32":
         if verify_generation or min_token_agreement is not None:
             verify_start = time.perf_counter()
-            ref = seq2seq_quality.reference(model, prompt, attention_mask, decoder_input_ids, max_new_tokens)
+            ref = seq2seq_quality.reference(model, prompt, attention_mask, decoder_input_ids, max_new_tokens, precision)
             verify_seconds = time.perf_counter() - verify_start
         measured = quality.measured(
             decoder.diagnostic_context,

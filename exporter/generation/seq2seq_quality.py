@@ -1,7 +1,8 @@
 """The quality report (FXE0023) of a non-fp32 encoder–decoder export: the fp32 PyTorch model's greedy
 continuations of the check's inputs, teacher-forced through the exported encoder and merged decoder
 (one decoder step over each whole continuation, its caches empty). It reports the share of those
-tokens the export predicts, and the continuations' perplexity under each model.
+tokens the export predicts, and the continuations' perplexity under each model; for an fp16 export,
+PyTorch's own fp16 model's share too (`quality.report` compares them).
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import onnx_ir as ir
 import torch
 
 from exporter.generation.check import empty_pasts
-from exporter.generation.quality import Quality, mean_log_likelihood, refusals, session
+from exporter.generation.quality import Quality, half_logits, mean_log_likelihood, refusals, session
 from exporter.generation.seq2seq_check import check_inputs, eager_generate, encoder_feeds, token_ids
 
 
@@ -26,6 +27,7 @@ class Reference:
     sequences: np.ndarray  # (batch, prompt + new) the decoder prompts and their continuations
     scored: np.ndarray  # (batch, new) True up to and including a row's end of sequence
     log_likelihood: float  # the fp32 model's mean log probability of the scored tokens
+    half_agreement: float | None  # PyTorch's own fp16 model's share of the tokens (an fp16 export's reference)
 
 
 def reference(
@@ -34,20 +36,24 @@ def reference(
     attention_mask: torch.Tensor | None,
     decoder_input_ids: torch.Tensor | None,
     max_new_tokens: int,
+    precision: str,
 ) -> Reference:
-    """Greedy-generate with the fp32 model from the check's inputs (`check_inputs`)."""
+    """Greedy-generate with the fp32 model from the check's inputs (`check_inputs`); for an fp16 export,
+    teacher-force PyTorch's own fp16 model with them too."""
     eos_ids, _, _ = token_ids(model)
     inputs, attention_mask, decoder_input_ids = check_inputs(model, inputs, attention_mask, decoder_input_ids)
     generated, logits = eager_generate(model, inputs, attention_mask, decoder_input_ids, max_new_tokens)
     ended = np.isin(generated, list(eos_ids))
     scored = np.cumsum(ended, axis=1) - ended == 0  # no end of sequence before
     sequences = np.concatenate([decoder_input_ids.numpy(), generated], axis=1)
-    return Reference(
-        encoder_feeds(inputs, attention_mask),
-        sequences,
-        scored,
-        mean_log_likelihood(np.stack(logits, axis=1), generated, scored),
-    )
+    feeds = encoder_feeds(inputs, attention_mask)
+    half = None
+    if precision == "fp16":
+        encoder_inputs = {name: torch.from_numpy(value) for name, value in feeds.items()}
+        predicted = half_logits(model, **encoder_inputs, decoder_input_ids=torch.from_numpy(sequences[:, :-1]))
+        new = generated.shape[1]
+        half = float(((predicted[:, -new:].argmax(-1) == generated) & scored).sum() / scored.sum())
+    return Reference(feeds, sequences, scored, mean_log_likelihood(np.stack(logits, axis=1), generated, scored), half)
 
 
 def measure(encoder: ir.Model | str, decoder: ir.Model | str, ref: Reference, precision: str) -> Quality:
@@ -63,6 +69,7 @@ def measure(encoder: ir.Model | str, decoder: ir.Model | str, ref: Reference, pr
         int(ref.scored.sum()),
         float(np.exp(-ref.log_likelihood)),
         float(np.exp(-mean_log_likelihood(logits, ref.sequences[:, -new:], ref.scored))),
+        pytorch_agreement=ref.half_agreement,
     )
 
 
