@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import argparse
 import collections
-import copy
 import json
 import os
 import sys
@@ -37,13 +36,20 @@ from collections.abc import Callable
 
 import numpy as np
 import onnx
-import onnxruntime as ort
 import torch
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tests"))
 
 import transformers  # noqa: E402
-from tiny_lms import CONFIGS, DECODER, GPT_NEO_WINDOWED, MORE_CONFIGS, TOKENS, genai_generate  # noqa: E402
+from tiny_lms import (  # noqa: E402
+    CONFIGS,
+    DECODER,
+    GPT_NEO_WINDOWED,
+    MORE_CONFIGS,
+    TOKENS,
+    fp16_logit_errors,
+    genai_generate,
+)
 
 import exporter  # noqa: E402
 
@@ -191,18 +197,12 @@ def fp16_error(model: torch.nn.Module, folder: str) -> float:
     exporter.export_for_generation(
         model, folder, verify_generation=False, export_options=exporter.ExportOptions(precision="fp16")
     )
-    ids = np.random.default_rng(0).integers(3, model.config.vocab_size, (1, 12))
-    session = ort.InferenceSession(os.path.join(folder, "model.onnx"), providers=["CPUExecutionProvider"])
-    feeds = {"input_ids": ids, "attention_mask": np.ones_like(ids), "position_ids": np.arange(12)[None]}
-    feeds = {k: v for k, v in feeds.items() if k in {i.name for i in session.get_inputs()}}
-    for value in session.get_inputs():
-        if value.name.startswith("past_key_values."):
-            feeds[value.name] = np.zeros((1, value.shape[1], 0, value.shape[3]), dtype=np.float32)
-    logits = session.run(["logits"], feeds)[0]
-    with torch.no_grad():
-        fp32 = model(torch.tensor(ids)).logits.numpy()
-        half = copy.deepcopy(model).half()(torch.tensor(ids)).logits.float().numpy()
-    return float(np.abs(logits - fp32).max() / np.abs(half - fp32).max())
+    onnx_error, half_error = fp16_logit_errors(
+        model,
+        os.path.join(folder, "model.onnx"),
+        np.random.default_rng(0).integers(3, model.config.vocab_size, (1, 12)),
+    )
+    return onnx_error / half_error
 
 
 def genai_matches(model: torch.nn.Module, folder: str) -> int:

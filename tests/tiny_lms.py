@@ -1,6 +1,7 @@
 """Tiny causal LMs of the architectures `exporter.export_for_generation` is tested on: 2 layers,
 hidden size 64, random weights (seed 0), vocabulary of 1000; token ids bos 1, eos 2, pad 0. And
-`genai_generate`, greedy generation from an exported folder in onnxruntime-genai."""
+`genai_generate`, greedy generation from an exported folder in onnxruntime-genai, and
+`fp16_logit_errors`, an fp16 export's logits against PyTorch's own half-precision model's."""
 
 from __future__ import annotations
 
@@ -91,3 +92,24 @@ def genai_generate(folder: str | os.PathLike, ids: list[list[int]], new_tokens: 
     while not generator.is_done():
         generator.generate_next_token()
     return [[int(t) for t in generator.get_sequence(i)][len(ids[0]) :] for i in range(len(ids))]
+
+
+def fp16_logit_errors(model: torch.nn.Module, onnx_path: str | os.PathLike, ids: np.ndarray) -> tuple[float, float]:
+    """The largest logit error against the fp32 `model` on the prompt `ids` (batch 1, no past) of its fp16
+    export at `onnx_path` (fp32 inputs and outputs) and of PyTorch's own half-precision model."""
+    import copy
+
+    import onnxruntime as ort
+
+    session = ort.InferenceSession(str(onnx_path), providers=["CPUExecutionProvider"])
+    names = {value.name for value in session.get_inputs()}
+    feeds = {"input_ids": ids, "attention_mask": np.ones_like(ids), "position_ids": np.arange(ids.shape[1])[None]}
+    feeds = {name: value for name, value in feeds.items() if name in names}
+    for value in session.get_inputs():
+        if value.name.startswith("past_key_values."):
+            feeds[value.name] = np.zeros((1, value.shape[1], 0, value.shape[3]), dtype=np.float32)
+    logits = session.run(["logits"], feeds)[0]
+    with torch.no_grad():
+        fp32 = model(torch.tensor(ids)).logits.numpy()
+        half = copy.deepcopy(model).half()(torch.tensor(ids)).logits.float().numpy()
+    return float(np.abs(logits - fp32).max()), float(np.abs(half - fp32).max())
