@@ -127,6 +127,9 @@ def test_every_layer_is_fused_and_generates_like_generate(fused):
     assert not {"Softmax", "ReduceMean", "Neg"} & {op for _, op in found}
     # one MatMul per layer for q/k/v (packed into GQA, no Split), o, gate, up, down; and the head
     assert (found[("ai.onnx", "MatMul")], found[("ai.onnx", "Split")]) == (2 * 5 + 1, 0)
+    # GQA's output is (batch, sequence, hidden) already: the output projection reads it as it is
+    readers = {name: node.op_type for node in graph.node for name in node.input}
+    assert {readers[n.output[0]] for n in graph.node if n.op_type == "GroupQueryAttention"} == {"MatMul"}
     used = {name for node in graph.node for name in node.input}
     assert [i.name for i in graph.initializer if i.name not in used] == []  # no weight left behind by the merge
     assert result.parity.matched and result.parity.steps == NEW_TOKENS  # the left-padded batch, 16/16

@@ -341,6 +341,25 @@ def test_floor_division_and_whole_mean_lose_their_no_op_nodes():
     assert sorted(ops) == sorted(["Less", "Mod", "Cast", "And", "Cast", "Div", "Sub", "ReduceMean"])
 
 
+class CausalPaddingMask(nn.Module):
+    """transformers' attention mask, reduced: ``True & (kv <= q)`` and each row's padding, expanded to
+    the shape the ``&`` already broadcast it to."""
+
+    def forward(self, scores: torch.Tensor, padding: torch.Tensor) -> torch.Tensor:
+        s, t = scores.shape[1], scores.shape[2]
+        causal = torch.ones((), dtype=torch.bool) & (torch.arange(t)[None, :] <= torch.arange(s)[:, None] + (t - s))
+        mask = (causal[None] & padding[:, None, :]).expand(scores.shape[0], s, t)
+        return scores.masked_fill(~mask, float("-inf")).softmax(-1)
+
+
+def test_a_mask_loses_its_and_with_true_and_its_expand_to_the_same_shape():
+    """With dynamic sizes too: the shapes are compared by their symbolic dims."""
+    scores, padding = torch.randn(2, 3, 5), torch.ones(2, 5, dtype=torch.bool)
+    padding[1, :2] = False
+    ops = _op_types(_export(CausalPaddingMask(), scores, padding, dynamic_shapes=True).model_proto)
+    assert "Expand" not in ops and ops.count("And") == 1
+
+
 def test_merged_reshapes_leave_every_shape_a_node_reads():
     """Reshape(Reshape(x, a), b) becomes Reshape(x, b) without a new initializer: onnxscript's rule
     names the one it writes "<output>/shape", and its rewriter then drops an existing initializer of

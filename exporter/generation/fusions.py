@@ -47,6 +47,7 @@ from exporter.generation.heads_first import move_heads_first
 from exporter.generation.interleaved_rotary import InterleavedRotary, PartialInterleavedRotary
 from exporter.generation.packed_heads import split_packed_heads
 from exporter.generation.shared_cache import past_length_from_mask
+from exporter.onnx_passes.optimize import known_dims
 
 _LAYER = re.compile(r"\.\d+$")  # a ModuleList child: a decoder layer
 _MASKED = -1e9  # masked scores at or below this weigh exactly 0 after the softmax, wherever the mask puts them
@@ -317,7 +318,8 @@ class _GroupQueryAttention(pattern.RewriteRuleClassBase):
             else:
                 probs = op.Softmax(op.Add(scores, bias), axis=-1)
         out = op.Transpose(op.MatMul(probs, value), perm=[0, 2, 1, 3])
-        return op.Reshape(out, out_shape, _allow_other_attributes=True), present_key, present_value
+        attention = op.Reshape(out, out_shape, _allow_other_attributes=True, _outputs=["attention"])
+        return attention, present_key, present_value
 
     def check(self, context, q_lin, k_lin, v_lin, past_key, bias, **scales) -> pattern.MatchResult:
         result = pattern.MatchResult()
@@ -360,6 +362,7 @@ class _GroupQueryAttention(pattern.RewriteRuleClassBase):
         q_normed=None,
         k_normed=None,
         q_rotary=None,
+        attention=None,
         **scales,
     ):
         size = past_key.shape[-1]
@@ -402,6 +405,10 @@ class _GroupQueryAttention(pattern.RewriteRuleClassBase):
             num_heads=heads, kv_num_heads=kv_heads, scale=scale, **in_kernel, **capped,
             _domain="com.microsoft", _outputs=3,
         )  # fmt: skip
+        batch_and_sequence = (known_dims(q_lin) or [None, None])[:2]
+        if None not in batch_and_sequence and known_dims(attention) == [*batch_and_sequence, heads * size]:
+            out.shape, out.type = attention.shape, attention.type  # already the layout the output projection takes
+            return out, present_key, present_value
         return op.Reshape(out, out_shape), present_key, present_value  # the layout the output projection takes
 
 

@@ -284,7 +284,8 @@ def portable_rules(opset_version: int, target: bool | str) -> list[pattern.Rewri
 
     rules = [
         _ReshapeDropAllowzero.rule(), _SwapLastAxes.rule(), _UnmaskedSoftmax.rule(), _NoOpReshape.rule(), _NoOpSlice.rule(),
-        _ReshapeOfUnitAxesTranspose.rule(), _EqualTrue.rule(), *(_SqueezedReduction.rule(r) for r in _REDUCTIONS),
+        _NoOpExpand.rule(), _ReshapeOfUnitAxesTranspose.rule(), _WithTrue.rule("Equal"), *_WithTrue.rule("And").commute(),
+        *(_SqueezedReduction.rule(r) for r in _REDUCTIONS),
         *_layer_norm.layer_normalization_rules,
     ]  # fmt: skip
     if opset_version >= _RMS_NORMALIZATION_OPSET:
@@ -446,7 +447,7 @@ class _SwapLastAxes(pattern.RewriteRuleClassBase):
 
     def check(self, context, x, flat, out, **_) -> pattern.MatchResult:
         result = pattern.MatchResult()
-        dims = [_known_dims(v) for v in (x, flat, out)]
+        dims = [known_dims(v) for v in (x, flat, out)]
         if any(d is None for d in dims):
             return result.fail("A shape is not known.")
         x_dims, flat_dims, out_dims = dims
@@ -520,10 +521,23 @@ class _NoOpReshape(pattern.RewriteRuleClassBase):
 
 def _same_known_shape(x: ir.Value, out: ir.Value) -> pattern.MatchResult:
     """A match where `out` is known to have `x`'s shape."""
-    dims = _known_dims(x)
-    if dims is None or dims != _known_dims(out):
+    dims = known_dims(x)
+    if dims is None or dims != known_dims(out):
         return pattern.MatchResult().fail("The shape is not known to stay the same.")
     return pattern.MatchResult()
+
+
+class _NoOpExpand(pattern.RewriteRuleClassBase):
+    """An Expand to the shape its input has (transformers' mask, expanded after the ``&`` that broadcast it)."""
+
+    def pattern(self, op, x, shape):
+        return op.Expand(x, shape, _outputs=["out"])
+
+    def check(self, context, x, out, **_) -> pattern.MatchResult:
+        return _same_known_shape(x, out)
+
+    def rewrite(self, op, x, **_):
+        return op.Identity(x)
 
 
 class _NoOpSlice(pattern.RewriteRuleClassBase):
@@ -579,7 +593,7 @@ class _LinearAsGemm(pattern.RewriteRuleClassBase):
 
     def check(self, context, x, w, b, **_) -> pattern.MatchResult:
         result = pattern.MatchResult()
-        dims = _known_dims(x)
+        dims = known_dims(x)
         if x.dtype != ir.DataType.FLOAT or dims is None or len(dims) < 3 or not all(isinstance(d, int) for d in dims):
             return result.fail("Not a float batch of static shape.", x)
         if w.shape is None or w.shape.rank() != 2 or b.shape is None or list(b.shape) != [w.shape[1]]:
@@ -591,12 +605,16 @@ class _LinearAsGemm(pattern.RewriteRuleClassBase):
         return op.Reshape(op.Gemm(flat, w, b), op.Constant(value_ints=[*x.shape[:-1], w.shape[1]]))
 
 
-class _EqualTrue(pattern.RewriteRuleClassBase):
-    """``Equal(b, True)`` of a Boolean ``b`` is ``b`` (torchlib's signed floor division, once the
-    divisor's sign is folded)."""
+class _WithTrue(pattern.RewriteRuleClassBase):
+    """``Equal(b, True)`` and ``And(b, True)`` of a Boolean ``b`` are ``b`` (torchlib's signed floor
+    division, once the divisor's sign is folded; transformers' causal mask, ``True & (kv <= q)``)."""
+
+    def __init__(self, op_type: str) -> None:
+        super().__init__(name=f"{op_type}True")
+        self._op_type = op_type
 
     def pattern(self, op, b, true):
-        return op.Equal(b, true)
+        return getattr(op, self._op_type)(b, true)
 
     def check(self, context, b, true) -> pattern.MatchResult:
         result = pattern.MatchResult()
@@ -653,7 +671,7 @@ def _broadcasts_into(shape: ir.Shape, target: ir.Shape | None) -> bool:
     return all(d == 1 or d == t for d, t in zip(reversed(list(shape)), reversed(list(target))))
 
 
-def _known_dims(value: ir.Value) -> list[int | str] | None:
+def known_dims(value: ir.Value) -> list[int | str] | None:
     """The dims of `value`'s shape (symbolic ones by name), or None when any is unknown."""
     if value.shape is None:
         return None
