@@ -12,9 +12,10 @@ only: decompositions become the ops of that opset (``LayerNormalization``, ``Gel
 ``RMSNormalization`` from 23; not onnxscript's opset-23 RotaryEmbedding fusion, whose result
 onnxruntime refuses with dynamic shapes), constant ``Reshape`` shapes drop ``allowzero`` (which
 stops onnxruntime from merging reshapes), and before opset 20 GELU takes the form onnxruntime's
-graph optimizer fuses. Known shapes and constants remove steps that change nothing (reshapes and
-slices to the same shape, transposes of size-1 axes before a reshape, an all-True attention mask,
-``Equal(b, True)``, a squeezed reduction that kept its axes), and linear layers on static batches
+graph optimizer fuses. Known shapes and constants remove steps that change nothing (reshapes,
+slices and expands to the same shape, transposes of size-1 axes before a reshape, an all-True
+attention mask, ``Equal(b, True)`` and ``And(b, True)``, a squeezed reduction that kept its axes;
+symbolic dimensions compare by name), and linear layers on static batches
 become ``Gemm`` between reshapes that merge with their neighbours. With
 ``optimize="onnxruntime"`` it also runs onnxscript's onnxruntime fusions, whose contrib ops
 (``com.microsoft``) only onnxruntime runs.
