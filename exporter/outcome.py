@@ -2,8 +2,10 @@
 
 - **failed**: no usable model.
 - **wrong**: a model exists but a check says it is wrong: a verification divergence (an FXE0021 error,
-  which keeps the model and its reproducer), or an op that computes other numbers than PyTorch (an FXE0013
-  warning: op-level debug, or a function the user registered, such as the quick fix's stub).
+  which keeps the model and its reproducer), an op that computes other numbers than PyTorch (an FXE0013
+  warning: op-level debug, or a function the user registered, such as the quick fix's stub), or a lower
+  precision's quality report below its bar (an FXE0023 warning: `min_token_agreement` not met, or an fp16
+  model further from fp32 than PyTorch's own fp16 model).
 - **degraded**: asked dynamic, came out static (an FXE0020 warning), or options that fix a dimension to a
   number (a spec such as ``{"x": {0: 2}}``): the graph accepts only those sizes. Not the second-size
   check's numerics warning (a static graph is as far from eager at those sizes): the headline says it.
@@ -28,6 +30,7 @@ from exporter.diagnostics.rules import (
     DIMENSION_SPECIALIZED,
     GENERATION_DIVERGENCE,
     OP_LEVEL_DEBUGGING,
+    QUANTIZATION_QUALITY,
     Level,
     Rule,
 )
@@ -121,7 +124,11 @@ def decide(
         reason = failure or (f"{errors[0].rule.id} {errors[0].message}" if errors else "no model was written")
         return Outcome(Kind.FAILED, f"Export of {subject} failed: {_first_line(reason)}")
     wrong = [d for d in errors if _is(d, ACCURACY_DIVERGENCE) or _is(d, GENERATION_DIVERGENCE)]
-    wrong += [d for d in diagnostics if _is(d, OP_LEVEL_DEBUGGING) and d.level >= Level.WARNING]
+    wrong += [
+        d
+        for d in diagnostics
+        if (_is(d, OP_LEVEL_DEBUGGING) or _is(d, QUANTIZATION_QUALITY)) and d.level >= Level.WARNING
+    ]
     if wrong:
         owner = f"{name}'s model" if name else "The model"
         more = f" (and {len(wrong) - 1} more)" if len(wrong) > 1 else ""
@@ -203,7 +210,7 @@ def _what_is_wrong(d: DiagnosticLike) -> str:
     """Which output or op is wrong and where (``output 0 diverges at model.py:12 (floor_divide)``)."""
     where = f" at {os.path.basename(d.location.path)}:{d.location.line}" if d.location else ""
     op = _op_name(d.properties.get(Prop.FX_TARGET, ""))
-    if _is(d, GENERATION_DIVERGENCE):
+    if _is(d, GENERATION_DIVERGENCE) or _is(d, QUANTIZATION_QUALITY):
         return f"{_first_line(d.message)}{where}"
     if _is(d, OP_LEVEL_DEBUGGING):
         registered = "the ONNX function registered for " if d.properties.get("custom") else ""

@@ -115,6 +115,13 @@ def stubbed():
     return Triples(), (torch.randn(2, 4),)
 
 
+@exporter.export_target(task="text-generation", precision="fp16")
+def mixtral_fp16():
+    from tiny_lms import tiny_model
+
+    return tiny_model("mixtral")
+
+
 def export(fn, tmp_path, **overrides):
     stem = str(tmp_path / fn.__name__)
     return export_target(fn, {}, overrides, stem + ".onnx", stem + ".sarif")
@@ -170,6 +177,20 @@ def test_a_stub_inserted_by_the_quick_fix_is_a_wrong_model(tmp_path):
         f"stubbed's model is wrong: the ONNX function registered for tripled computes other numbers than PyTorch "
         f"at test_outcome.py:{line}"
     )
+
+
+def test_an_fp16_model_further_from_fp32_than_pytorchs_fp16_is_wrong(monkeypatch, tmp_path):
+    """A generation folder written and measured (FXE0023), whose fp16 graph agrees with fp32 on far fewer
+    tokens than PyTorch's own fp16 model (the Mixtral with its histc halved again): not a success."""
+    from exporter.generation import quantize
+
+    monkeypatch.setattr(quantize, "_FP32_ONLY", ())
+    result = export_target(mixtral_fp16, {}, {}, str(tmp_path / "folder"), str(tmp_path / "log.sarif"))
+    assert result.status == "ok" and os.path.isfile(tmp_path / "folder" / "model.onnx")
+    assert (result.outcome.kind, result.outcome.severity) == ("wrong", "error")
+    assert result.outcome.headline.startswith("mixtral_fp16's model is wrong: Quality of the fp16: ")
+    assert result.outcome.headline.endswith("so the export loses more than fp16 rounding does.")
+    assert logged_outcome(result)["kind"] == "wrong"
 
 
 def test_dynamic_shapes_that_all_come_out_static_is_a_degraded_warning(tmp_path):
