@@ -14,9 +14,9 @@ an encoder graph and one decoder graph with its caches, in optimum's layout, ver
   cross-attention cache too, ``present.{i}.encoder.*``, and ``decoder_model_merged_genai.onnx`` is
   the decoder with defaults for the inputs genai does not feed (`write_genai_decoder`).
 
-A non-fp32 `precision` quantizes the weights of both graphs (`quality.lower_precision`; with
-`min_token_agreement`, the most sensitive layers of either stay higher); such a folder is measured
-(`seq2seq_quality`), not checked token for token.
+A non-fp32 `precision` lowers the weights of both graphs (int8/int4 ``MatMulNBits``, or fp16:
+`quality.lower_precision`; with `min_token_agreement`, the most sensitive layers of either stay higher);
+such a folder is measured (`seq2seq_quality`), not checked token for token.
 
 Both graphs are captured from the model's own code (its ``forward`` with ``encoder_outputs`` and
 transformers' ``EncoderDecoderCache``), so a user's modified model exports as it runs. The
