@@ -339,8 +339,9 @@ def merge_cross_cache(decoder: ir.Model, cross: ir.Model) -> None:
     cross_nodes, computed = _take(decoder, cross, outer, "cross_cache")
     bindings = outer | {past.name: value for past, value in zip(pasts, computed)}
     first_nodes, first_outputs = _take(decoder, first_step, bindings, "first_step")
-    for value, prefix in [*((v, "cross_cache") for v in computed), *((v, "first_step") for v in first_outputs)]:
-        value.name = f"{prefix}/{value.name}"  # a branch's values must not take the names of the If's outputs
+    for prefix, values in (("cross_cache", computed), ("first_step", first_outputs)):
+        for value in values:  # a branch's values must not take the names of the If's outputs
+            value.name = f"{prefix}/{value.name}"
     nodes, outputs = list(graph), list(graph.outputs)
     graph.remove(nodes)
     graph.outputs.clear()

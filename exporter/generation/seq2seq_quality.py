@@ -15,7 +15,7 @@ import onnx_ir as ir
 import torch
 
 from exporter.generation.check import empty_pasts
-from exporter.generation.quality import Quality, half_logits, mean_log_likelihood, refusals, session
+from exporter.generation.quality import Quality, agreement, half_logits, mean_log_likelihood, refusals, session
 from exporter.generation.seq2seq_check import check_inputs, eager_generate, encoder_feeds, token_ids
 
 
@@ -50,9 +50,8 @@ def reference(
     half = None
     if precision == "fp16":
         encoder_inputs = {name: torch.from_numpy(value) for name, value in feeds.items()}
-        predicted = half_logits(model, **encoder_inputs, decoder_input_ids=torch.from_numpy(sequences[:, :-1]))
-        new = generated.shape[1]
-        half = float(((predicted[:, -new:].argmax(-1) == generated) & scored).sum() / scored.sum())
+        logits_half = half_logits(model, **encoder_inputs, decoder_input_ids=torch.from_numpy(sequences[:, :-1]))
+        half = agreement(logits_half[:, -generated.shape[1] :], generated, scored)
     return Reference(feeds, sequences, scored, mean_log_likelihood(np.stack(logits, axis=1), generated, scored), half)
 
 
@@ -62,10 +61,9 @@ def measure(encoder: ir.Model | str, decoder: ir.Model | str, ref: Reference, pr
     new = ref.scored.shape[1]
     with refusals(precision):
         logits = _logits(session(encoder), session(decoder), ref.encoder_inputs, ref.sequences[:, :-1])[:, -new:]
-    agree = (logits.argmax(-1) == ref.sequences[:, -new:]) & ref.scored
     return Quality(
         precision,
-        float(agree.sum() / ref.scored.sum()),
+        agreement(logits, ref.sequences[:, -new:], ref.scored),
         int(ref.scored.sum()),
         float(np.exp(-ref.log_likelihood)),
         float(np.exp(-mean_log_likelihood(logits, ref.sequences[:, -new:], ref.scored))),
