@@ -21,6 +21,7 @@ _EXPORTS = {
     "ExportOptions": "exporter.options",
     "ExportOutput": "exporter.output.program",
     "ExportOutputSerializer": "exporter.output.program",
+    "GenerationCheckError": "exporter.errors",
     "GenerationExport": "exporter.generation.export",
     "Exporter": "exporter.api",
     "FXGraphExtractor": "exporter.capture.extractor",

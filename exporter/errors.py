@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from exporter.output.program import ExportOutput
@@ -17,6 +17,15 @@ class OnnxExporterError(RuntimeError):
     def __init__(self, export_output: ExportOutput, message: str) -> None:
         super().__init__(message)
         self.export_output = export_output
+
+
+class GenerationCheckError(OnnxExporterError):
+    """`export_for_generation` wrote its folder, then a check of it failed (FXE0022, FXE0023): a model that
+    exists but is wrong. `written` is what was written (`GenerationExport` or `Seq2SeqExport`)."""
+
+    def __init__(self, written: Any, message: str) -> None:
+        super().__init__(written.export_output, message)
+        self.written = written
 
 
 def is_out_of_memory(error: BaseException) -> bool:

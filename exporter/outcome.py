@@ -2,7 +2,8 @@
 
 - **failed**: no usable model.
 - **wrong**: a model exists but a check says it is wrong: a verification divergence (an FXE0021 error,
-  which keeps the model and its reproducer), an op that computes other numbers than PyTorch (an FXE0013
+  which keeps the model and its reproducer), a generation folder whose check fails (an FXE0022 or FXE0023
+  error: the folder is kept), an op that computes other numbers than PyTorch (an FXE0013
   warning: op-level debug, or a function the user registered, such as the quick fix's stub), or a lower
   precision's quality report below its bar (an FXE0023 warning: `min_token_agreement` not met, or an fp16
   model further from fp32 than PyTorch's own fp16 model).

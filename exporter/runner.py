@@ -166,7 +166,6 @@ def _export_for_generation(
     check: bool,
 ) -> ExportResult:
     import exporter
-    from exporter.generation.export import SARIF_FILE
 
     progress(Stage.BUILD_TARGET.value, {})
     asked = sorted(name for name in GENERATION_FIXED if values.get(name))
@@ -182,18 +181,33 @@ def _export_for_generation(
         result = exporter.export_for_generation(
             model, output, verify_generation=check, export_options=options, sarif=sarif is None, **check_inputs
         )
+    except exporter.GenerationCheckError as e:  # the folder is written, and its check says it is wrong
+        return _generation_result(e.written, fn, output, sarif, check, failure=str(e))
     except exporter.OnnxExporterError as e:
         ctx = e.export_output.diagnostic_context
         outcome = decide(ctx.diagnostics, name=_name(fn), model=False, failure=str(e))
         _save_log(e.export_output, sarif, outcome, fn)
         return ExportResult("failed", str(e), sarif=sarif, stages=dict(ctx.timings), context=ctx, outcome=outcome)
-    ctx = result.export_output.diagnostic_context
-    outcome = decide(ctx.diagnostics, name=_name(fn), model=True)
-    _save_log(result.export_output, sarif, outcome, fn)
-    summary = {**_summary(result.export_output), "generation": result.check}
-    stages = {**ctx.timings, **({"generation check": result.verify_seconds} if check else {})}
+    return _generation_result(result, fn, output, sarif, check)
+
+
+def _generation_result(
+    written: Any, fn: Callable[..., Any], output: str, sarif: str | None, check: bool, failure: str = ""
+) -> ExportResult:
+    """The result of a generation export that wrote its folder (`written`, a `GenerationExport` or
+    `Seq2SeqExport`); `failure`: the check's error that makes it wrong."""
+    from exporter.generation.export import SARIF_FILE
+
+    ctx = written.export_output.diagnostic_context
+    outcome = decide(ctx.diagnostics, name=_name(fn), model=True, failure=failure)
+    _save_log(written.export_output, sarif, outcome, fn)
+    summary = {**_summary(written.export_output), "generation": written.check}
+    stages = {**ctx.timings, **({"generation check": written.verify_seconds} if check else {})}
     log = sarif or os.path.join(output, SARIF_FILE)
-    return ExportResult("ok", "", result.model_path, log, result.files, stages, summary, context=ctx, outcome=outcome)
+    status = "failed" if failure else "ok"
+    return ExportResult(
+        status, failure, written.model_path, log, written.files, stages, summary, context=ctx, outcome=outcome
+    )
 
 
 def _save_log(export_output: Any, sarif: str | None, outcome: Outcome, fn: Callable[..., Any]) -> None:

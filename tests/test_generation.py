@@ -172,8 +172,10 @@ def test_wrong_rotary_translation_is_a_divergence_at_its_step(tmp_path):
     model = tiny_model("llama")
     registry = exporter.OnnxRegistry()
     registry.register_op(cos_wrong_from_10, "aten", "cos")
-    with pytest.raises(exporter.OnnxExporterError, match="FXE0022 Generation diverges at step") as info:
+    with pytest.raises(exporter.GenerationCheckError, match="FXE0022 Generation diverges at step") as info:
         exporter.export_for_generation(model, tmp_path, export_options=exporter.ExportOptions(onnx_registry=registry))
+    written = info.value.written  # what was written, for the user to look at
+    assert written.model_path == str(tmp_path / "model.onnx") and sorted(written.files) == sorted(os.listdir(tmp_path))
     (error,) = info.value.export_output.diagnostic_context.errors()
     step, row = error.properties["step"], error.properties["row"]
     # The default prompt's first row has 7 tokens (positions 0-6): step k runs position 6 + k, and

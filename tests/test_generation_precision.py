@@ -457,10 +457,11 @@ def test_a_lowered_model_onnxruntime_refuses_is_an_error_and_the_folder_is_writt
     """The quality report cannot measure a model onnxruntime will not load: FXE0023 says so as an error, the
     export raises, and the folder is written at the precision asked for, for the user to look at."""
     unrunnable(monkeypatch)
-    with pytest.raises(exporter.OnnxExporterError, match="FXE0023 onnxruntime cannot run the int4 model"):
+    with pytest.raises(exporter.GenerationCheckError, match="FXE0023 onnxruntime cannot run the int4 model") as info:
         exporter.export_for_generation(
             tiny_model("llama"), tmp_path, min_token_agreement=minimum, export_options=ExportOptions(precision="int4")
         )
+    assert info.value.written.model_path == str(tmp_path / "model.onnx")
     graph = onnx.load(tmp_path / "model.onnx", load_external_data=False).graph
     assert {"MatMulNBits", "NoSuchOp"} <= {n.op_type for n in graph.node}
     result = quality_result(types.SimpleNamespace(output_dir=str(tmp_path)))

@@ -10,6 +10,7 @@ import os
 import onnx
 import onnxscript
 import torch
+import transformers
 from helpers import validate_sarif
 from onnxscript import opset18 as op
 
@@ -122,6 +123,26 @@ def mixtral_fp16():
     return tiny_model("mixtral")
 
 
+class FloorDividingLM(transformers.GPT2LMHeadModel):
+    """A GPT-2 whose token 7 gets a bonus of 100 × (10·n − n // 0.1), n the tokens it is given: 100 in PyTorch
+    (which floors n / 0.1 to 10·n − 1), 0 in onnxruntime (which floors it to 10·n)."""
+
+    def forward(self, input_ids=None, **kwargs):
+        out = super().forward(input_ids, **kwargs)
+        n = (input_ids >= 0).sum(-1, keepdim=True).float()
+        bonus = torch.nn.functional.one_hot(torch.tensor(7), self.config.vocab_size) * 100 * (10 * n - n // 0.1)
+        out.logits = out.logits + bonus.unsqueeze(1)
+        return out
+
+
+@exporter.export_target(task="text-generation")
+def floor_dividing_lm():
+    from tiny_lms import CONFIGS
+
+    torch.manual_seed(0)
+    return FloorDividingLM(CONFIGS["gpt2"]()).eval()
+
+
 def export(fn, tmp_path, **overrides):
     stem = str(tmp_path / fn.__name__)
     return export_target(fn, {}, overrides, stem + ".onnx", stem + ".sarif")
@@ -190,6 +211,21 @@ def test_an_fp16_model_further_from_fp32_than_pytorchs_fp16_is_wrong(monkeypatch
     assert (result.outcome.kind, result.outcome.severity) == ("wrong", "error")
     assert result.outcome.headline.startswith("mixtral_fp16's model is wrong: Quality of the fp16: ")
     assert result.outcome.headline.endswith("so the export loses more than fp16 rounding does.")
+    assert logged_outcome(result)["kind"] == "wrong"
+
+
+def test_a_generation_divergence_is_a_wrong_model_whose_folder_is_kept(tmp_path):
+    n = torch.arange(1, 64, dtype=torch.float32)
+    assert ((10 * n - n // 0.1) == 1).all()  # what PyTorch computes: eager always chooses token 7, by 100
+    folder = tmp_path / "folder"
+    result = export_target(floor_dividing_lm, {}, {}, str(folder), str(tmp_path / "log.sarif"))
+    assert result.status == "failed" and result.message.startswith("FXE0022 Generation diverges at step 0")
+    assert result.onnx == str(folder / "model.onnx") and {"model.onnx", "model.onnx.data"} <= set(result.files)
+    assert all(os.path.isfile(folder / name) for name in result.files)  # the folder is kept to inspect
+    assert (result.outcome.kind, result.outcome.severity) == ("wrong", "error")
+    assert result.outcome.headline.startswith(
+        "floor_dividing_lm's model is wrong: Generation diverges at step 0 (prompt 0): generate() chose token 7,"
+    )
     assert logged_outcome(result)["kind"] == "wrong"
 
 

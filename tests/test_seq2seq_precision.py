@@ -285,10 +285,11 @@ def test_fake_mode_and_min_token_agreement_at_fp32_are_refused(tmp_path):
 @pytest.mark.parametrize("minimum", [None, 0.9])
 def test_graphs_onnxruntime_refuses_are_an_error_and_the_folder_is_written(monkeypatch, tmp_path, minimum):
     unrunnable(monkeypatch)
-    with pytest.raises(exporter.OnnxExporterError, match="FXE0023 onnxruntime cannot run the int8 model"):
+    with pytest.raises(exporter.GenerationCheckError, match="FXE0023 onnxruntime cannot run the int8 model") as info:
         exporter.export_for_generation(
             tiny_seq2seq("t5"), tmp_path, min_token_agreement=minimum, export_options=ExportOptions(precision="int8")
         )
+    assert info.value.written.model_path == str(tmp_path / "decoder_model_merged.onnx")
     for name in ("encoder_model.onnx", "decoder_model_merged.onnx"):
         assert "NoSuchOp" in {n.op_type for n in onnx.load(tmp_path / name, load_external_data=False).graph.node}
     result = quality_result(types.SimpleNamespace(output_dir=str(tmp_path)))

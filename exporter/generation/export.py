@@ -26,7 +26,7 @@ from torch.export import Dim
 
 from exporter.api import Exporter
 from exporter.diagnostics import Level, rules
-from exporter.errors import OnnxExporterError
+from exporter.errors import GenerationCheckError
 from exporter.generation import fusions, genai_config, quality
 from exporter.generation.check import Parity, check_generation, default_prompt
 from exporter.generation.hf import cache_argument, copy_tokenizer, transformers_export_patches
@@ -157,8 +157,8 @@ def export_for_generation(
     With `verify_generation` (default), the exported model greedily generates `max_new_tokens` from
     `prompt` (default: a left-padded batch of 2 random prompts; `attention_mask` marks padding) in
     onnxruntime with its KV cache, token for token against ``model.generate(do_sample=False)``
-    (rule FXE0022). A divergence raises `OnnxExporterError` after the folder is written; its
-    ``export_output`` holds the diagnostics.
+    (rule FXE0022). A divergence raises `GenerationCheckError` (an `OnnxExporterError`) after the folder
+    is written; its ``written`` is this function's result, its ``export_output`` holds the diagnostics.
 
     `export_options` as for `dynamo_export`, except that the graph's dynamic shapes are its own and
     its checks are the generation check (`dynamic_shapes`, `op_level_debug`, `verify` must be unset;
@@ -272,7 +272,7 @@ def export_for_generation(
     result = GenerationExport(output_dir, files, export_output, parity, export_seconds, verify_seconds, quality_report)
     errors = export_output.diagnostic_context.errors()
     if errors:
-        raise OnnxExporterError(export_output, f"{errors[0].rule.id} {errors[0].message}")
+        raise GenerationCheckError(result, f"{errors[0].rule.id} {errors[0].message}")
     return result
 
 

@@ -41,7 +41,7 @@ from torch.export import Dim
 
 from exporter.api import Exporter
 from exporter.diagnostics import Level, rules
-from exporter.errors import OnnxExporterError
+from exporter.errors import GenerationCheckError
 from exporter.generation import quality, seq2seq_config, seq2seq_quality
 from exporter.generation.hf import cache_argument, copy_tokenizer, transformers_export_patches
 from exporter.generation.seq2seq_check import Parity, check_seq2seq_generation
@@ -539,7 +539,7 @@ def export_seq2seq_for_generation(
     result = Seq2SeqExport(output_dir, files, decoder, encoder, parity, export_seconds, verify_seconds, measured)
     errors = [*encoder.diagnostic_context.errors(), *ctx.errors()]
     if errors:
-        raise OnnxExporterError(decoder, f"{errors[0].rule.id} {errors[0].message}")
+        raise GenerationCheckError(result, f"{errors[0].rule.id} {errors[0].message}")
     return result
 
 
