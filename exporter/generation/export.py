@@ -177,6 +177,8 @@ def export_for_generation(
     external data in ``model_initializers/``. Without real weights there is nothing to generate with:
     the generation check is skipped (a note says so).
     """
+    export_options = export_options or ExportOptions()
+    _refuse_what_it_cannot_take(export_options, model_state_dict, min_token_agreement)
     if getattr(model.config, "is_encoder_decoder", False):  # Whisper, T5, BART, Marian, …: two graphs (seq2seq.py)
         from exporter.generation.seq2seq import export_seq2seq_for_generation
 
@@ -193,22 +195,7 @@ def export_for_generation(
             sarif=sarif,
             min_token_agreement=min_token_agreement,
         )
-    export_options = export_options or ExportOptions()
-    fixed = [name for name in ("dynamic_shapes", "op_level_debug", "verify") if getattr(export_options, name)]
-    if fixed:
-        raise ValueError(
-            f"export_for_generation does not take {', '.join(fixed)} (its shapes and checks are fixed: it is checked by generating)"
-        )
-    fake_context = export_options.fake_context
-    if fake_context is not None and model_state_dict is None and not fake_context.state_dict_paths:
-        raise ValueError(
-            "Under fake mode the weights must come from somewhere: pass model_state_dict (a state dict or checkpoint path)."
-        )
-    precision = export_options.precision
-    if precision != "fp32" and fake_context is not None:
-        raise ValueError(f"precision={precision!r} lowers the weights' precision: it needs them (no fake mode).")
-    if min_token_agreement is not None and not (precision != "fp32" and 0 <= min_token_agreement <= 1):
-        raise ValueError("min_token_agreement (0 … 1) is for a non-fp32 precision (int4, int8, fp16)")
+    precision, fake_context = export_options.precision, export_options.fake_context
     output_dir = os.fspath(output_dir)
     start = time.perf_counter()
     export_output = export_graph(model, export_options)
@@ -274,6 +261,26 @@ def export_for_generation(
     if errors:
         raise GenerationCheckError(result, f"{errors[0].rule.id} {errors[0].message}")
     return result
+
+
+def _refuse_what_it_cannot_take(
+    options: ExportOptions, model_state_dict: Any, min_token_agreement: float | None
+) -> None:
+    """Raise `ValueError` for the arguments `export_for_generation` cannot take, causal or encoder–decoder."""
+    fixed = [name for name in ("dynamic_shapes", "op_level_debug", "verify") if getattr(options, name)]
+    if fixed:
+        raise ValueError(
+            f"export_for_generation does not take {', '.join(fixed)} (its shapes and checks are fixed: it is checked by generating)"
+        )
+    fake_context, precision = options.fake_context, options.precision
+    if fake_context is not None and model_state_dict is None and not fake_context.state_dict_paths:
+        raise ValueError(
+            "Under fake mode the weights must come from somewhere: pass model_state_dict (a state dict or checkpoint path)."
+        )
+    if precision != "fp32" and fake_context is not None:
+        raise ValueError(f"precision={precision!r} lowers the weights' precision: it needs them (no fake mode).")
+    if min_token_agreement is not None and not (precision != "fp32" and 0 <= min_token_agreement <= 1):
+        raise ValueError("min_token_agreement (0 … 1) is for a lower precision (int4, int8, fp16)")
 
 
 def _prompt(

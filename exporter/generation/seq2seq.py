@@ -43,8 +43,9 @@ from exporter.api import Exporter
 from exporter.diagnostics import Level, rules
 from exporter.errors import GenerationCheckError
 from exporter.generation import quality, seq2seq_config, seq2seq_quality
+from exporter.generation.export import GenerationExport
 from exporter.generation.hf import cache_argument, copy_tokenizer, transformers_export_patches
-from exporter.generation.seq2seq_check import Parity, check_seq2seq_generation
+from exporter.generation.seq2seq_check import check_seq2seq_generation
 from exporter.options import ExportOptions
 from exporter.output.external_data import WEIGHT_META, WEIGHT_NAMES_META
 from exporter.output.program import ExportOutput
@@ -60,18 +61,12 @@ DECODER_SEQUENCE, PAST = "decoder_sequence_length", "past_decoder_sequence_lengt
 TOTAL, ENCODER_PAST = "total_decoder_sequence_length", "encoder_sequence_length_out"
 
 
-@dataclasses.dataclass
-class Seq2SeqExport:
-    """What `export_for_generation` wrote for an encoder–decoder model, and what its check found."""
+@dataclasses.dataclass(kw_only=True)
+class Seq2SeqExport(GenerationExport):
+    """What `export_for_generation` wrote for an encoder–decoder model, and what its check found: its
+    `export_output` is the decoder's (whose diagnostics hold the generation check)."""
 
-    output_dir: str
-    files: list[str]  # written, relative to output_dir
-    export_output: ExportOutput  # the decoder's (its diagnostics hold the generation check)
     encoder_output: ExportOutput
-    parity: Parity | None  # None when not checked (verify_generation=False, fake mode, not fp32)
-    export_seconds: float
-    verify_seconds: float
-    quality: quality.Quality | None = None  # a non-fp32 export's quality report (FXE0023)
 
     @property
     def model_path(self) -> str:
@@ -80,16 +75,6 @@ class Seq2SeqExport:
     @property
     def encoder_path(self) -> str:
         return os.path.join(self.output_dir, ENCODER_FILE)
-
-    @property
-    def check(self) -> str:
-        """What the generation check found, or the quality report of a non-fp32 export, in a sentence."""
-        if self.quality is not None:
-            return self.quality.summary()
-        return self.parity.summary() if self.parity is not None else "generation not verified"
-
-    def summary(self) -> str:
-        return f"{len(self.files)} files in {self.output_dir} ({', '.join(self.files)}); {self.check}"
 
 
 def is_encoder_decoder(model: torch.nn.Module) -> bool:
@@ -466,27 +451,15 @@ def export_seq2seq_for_generation(
     attention_mask: torch.Tensor | None = None,
     decoder_input_ids: torch.Tensor | None = None,
     tokenizer: Any = None,
-    export_options: ExportOptions | None = None,
+    export_options: ExportOptions,
     model_state_dict: dict[str, Any] | str | os.PathLike | None = None,
     sarif: bool = True,
     min_token_agreement: float | None = None,
 ) -> Seq2SeqExport:
-    """`exporter.export_for_generation` for an encoder–decoder model (its docstring; the module's for
-    the graphs): `prompt` is the encoder's input (token ids, or Whisper's ``input_features``),
-    `decoder_input_ids` the decoder's prompt (default: the decoder start token)."""
-    export_options = export_options or ExportOptions()
-    precision = export_options.precision
-    if min_token_agreement is not None and not (precision != "fp32" and 0 <= min_token_agreement <= 1):
-        raise ValueError("min_token_agreement (0 … 1) is for a lower precision (int4, int8, fp16)")
-    fixed = [name for name in ("dynamic_shapes", "op_level_debug", "verify") if getattr(export_options, name)]
-    if fixed:
-        raise ValueError(f"export_for_generation does not take {', '.join(fixed)} (its shapes and checks are its own)")
-    fake_context = export_options.fake_context
-    if fake_context is not None and model_state_dict is None and not fake_context.state_dict_paths:
-        message = "Under fake mode the weights must come from somewhere: pass model_state_dict (a dict or checkpoint)."
-        raise ValueError(message)
-    if precision != "fp32" and fake_context is not None:
-        raise ValueError(f"precision={precision!r} lowers the weights' precision: it needs them (no fake mode).")
+    """`exporter.export_for_generation` for an encoder–decoder model, its arguments checked there (its
+    docstring; the module's for the graphs): `prompt` is the encoder's input (token ids, or Whisper's
+    ``input_features``), `decoder_input_ids` the decoder's prompt (default: the decoder start token)."""
+    precision, fake_context = export_options.precision, export_options.fake_context
     output_dir = os.fspath(output_dir)
     start = time.perf_counter()
     encoder, decoder = export_graphs(model, dataclasses.replace(export_options, fused_kernels=False))
@@ -536,7 +509,9 @@ def export_seq2seq_for_generation(
         decoder.save_diagnostics(os.path.join(output_dir, SARIF_FILE))
         encoder.save_diagnostics(os.path.join(output_dir, ENCODER_SARIF_FILE))
         files += [SARIF_FILE, ENCODER_SARIF_FILE]
-    result = Seq2SeqExport(output_dir, files, decoder, encoder, parity, export_seconds, verify_seconds, measured)
+    result = Seq2SeqExport(
+        output_dir, files, decoder, parity, export_seconds, verify_seconds, measured, encoder_output=encoder
+    )
     errors = [*encoder.diagnostic_context.errors(), *ctx.errors()]
     if errors:
         raise GenerationCheckError(result, f"{errors[0].rule.id} {errors[0].message}")
