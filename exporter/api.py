@@ -14,7 +14,7 @@ from exporter.capture import extractor as capture
 from exporter.capture.fake import check_fake_consistency
 from exporter.constants import Stage
 from exporter.diagnostics import DiagnosticContext, Level, dynamic_report, rules
-from exporter.diagnostics.explain import explain
+from exporter.diagnostics.explain import explain, explain_eager
 from exporter.diagnostics.torch_logs import captured_logs
 from exporter.errors import OnnxExporterError, is_out_of_memory
 from exporter.onnx_passes import finalize
@@ -202,7 +202,12 @@ class Exporter:
                     **details,
                 )
                 raise OnnxExporterErrorWithin(message) from first
-            explanation = next((x for a in e.attempts if (x := explain(a.error, e.location))), None)
+            location = e.location
+            eager = capture.eager_error(self.model, self.model_args, self.model_kwargs) if fake_mode is None else None
+            if eager is not None:  # not the export's failure: the model's own
+                explanation, location = explain_eager(eager), capture.user_frames_of(eager) or location
+            else:
+                explanation = next((x for a in e.attempts if (x := explain(a.error, location))), None)
             if explanation is None:
                 message, details = f"Could not capture the model: {torch_message}", {}
             else:
@@ -212,14 +217,14 @@ class Exporter:
                 rules.GRAPH_CAPTURE,
                 Level.ERROR,
                 message,
-                stack=e.location,
+                stack=location,
                 exception=first,
                 strategies=[a.strategy for a in e.attempts],
                 **details,
             )
-            raise OnnxExporterErrorWithin(
-                f"Could not capture the model as an FX graph: {message}" if explanation else str(e)
-            ) from first
+            if eager is None:
+                message = f"Could not capture the model as an FX graph: {message}" if explanation else str(e)
+            raise OnnxExporterErrorWithin(message) from first
         self._dims = dynamic.requested_dims(program, self.options.dynamic_shapes)
         dynamic_report.report_specialized(
             self.ctx, program, self._dims, extractor.specializations, self._arguments(), extractor.assumptions

@@ -108,6 +108,24 @@ def test_capture_failure_is_located_at_the_offending_line(tmp_path):
     }
 
 
+def test_a_model_that_pytorch_cannot_run_is_told_so_at_its_line(tmp_path):
+    model, x = models.FailsInPyTorch(), torch.randn(4, 5)
+    with pytest.raises(TypeError) as eager:  # PyTorch's own verdict, on copies
+        models.FailsInPyTorch()(x.clone())
+    statistics, before = model.norm.running_mean.clone(), x.clone()
+    failed = export_failure(model, x)
+    assert torch.equal(model.norm.running_mean, statistics) and model.norm.num_batches_tracked.item() == 0
+    assert torch.equal(x, before)  # neither the model's state nor the example changed
+    log = save(failed, tmp_path)
+    (error,) = [r for r in results(log, "FXE0017") if r["level"] == "error"]
+    assert primary(error) == ("located_models.py", line_of("fails-in-pytorch"))
+    assert error["message"]["text"] == (
+        f"The model raises TypeError when PyTorch runs it on the example inputs, before any export: {eager.value}. "
+        "Fix the model or its example inputs so that PyTorch runs it, then export again."
+    )
+    assert error["properties"]["cause"] == "eager-failure"
+
+
 def test_info_verbosity_has_no_per_node_trail_and_debug_adds_it(tmp_path):
     model, x = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.ReLU()), torch.randn(2, 4)
     info = exporter.dynamo_export(model, x)

@@ -197,6 +197,28 @@ class FXGraphExtractor:
         raise GraphCaptureError(self.attempts, location)
 
 
+def eager_error(
+    model: torch.nn.Module | Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> Exception | None:
+    """What `model` raises when PyTorch runs it on copies of the example, if it raises: a capture failure that
+    is the model's own. Its buffers (a training-mode BatchNorm's running statistics) are restored after."""
+    buffers = dict(model.named_buffers()) if isinstance(model, torch.nn.Module) else {}
+    saved = {name: buffer.clone() for name, buffer in buffers.items()}
+    args, kwargs = torch.utils._pytree.tree_map_only(torch.Tensor, torch.clone, (args, kwargs))
+    try:
+        with torch.no_grad():
+            model(*args, **kwargs)
+    except Exception as e:
+        if is_out_of_memory(e):
+            raise
+        return e
+    finally:
+        with torch.no_grad():
+            for name, buffer in buffers.items():
+                buffer.copy_(saved[name])
+    return None
+
+
 def register_hf_pytrees(module: torch.nn.Module) -> None:
     """Let torch.export flatten Hugging Face cache objects (transformers registers ModelOutput only)."""
     transformers = sys.modules.get("transformers")

@@ -32,6 +32,17 @@ class Explanation:
     fix: str
 
 
+def explain_eager(error: BaseException) -> Explanation:
+    """The capture failed because the model itself raises `error` when PyTorch runs it."""
+    first = (str(error).strip().splitlines() or [""])[0].rstrip(".")
+    return Explanation(
+        "eager-failure",
+        f"The model raises {type(error).__name__} when PyTorch runs it on the example inputs, before any export: "
+        f"{first}.",
+        "Fix the model or its example inputs so that PyTorch runs it, then export again.",
+    )
+
+
 def explain(error: BaseException, location: list[Frame]) -> Explanation | None:
     """What `error` (a capture failure) means at the innermost user frame of `location`, if it is a known kind."""
     text = f"{type(error).__name__}: {error}"
