@@ -1,5 +1,5 @@
 """The ops torchlib does not translate (issue 31): cdist, searchsorted/bucketize, cumprod, erfinv,
-cummax/cummin, signbit, adaptive max pooling. Each is exported whole (no decomposition), static and
+cummax/cummin, signbit, adaptive max pooling, masked_select. Each is exported whole (no decomposition), static and
 with dynamic shapes, and compared with eager PyTorch in onnxruntime over edge values (zeros, negatives,
 ties, ±inf, NaN where the op defines them, empty tensors), the dynamic export also at a second size."""
 
@@ -147,6 +147,22 @@ def _cases():
             (torch.tensor([0.0, -0.0, -2.0, 3.0, -INF]), torch.tensor([5, -1, 0, -7])),
             0,
         ),
+        "masked_select_broadcast": (
+            lambda x, m, s: (torch.masked_select(x, m), torch.masked_select(x, x > 0), torch.masked_select(s, m)),
+            (_with_nan(_ragged((3, 4))), torch.rand(4) > 0.5, torch.tensor(2.5)),
+            (_ragged((5, 2)), torch.tensor([True, False]), torch.tensor(-1.0)),
+            0,
+        ),
+        "masked_select_none_and_all": (
+            lambda x: (
+                torch.masked_select(x, x > INF),
+                torch.masked_select(x, x == x),
+                torch.masked_select(x[:0], x[:0] > 0),
+            ),
+            (_ragged((2, 3, 4)),),
+            (_ragged((3, 1, 2)),),
+            0,
+        ),
         "adaptive_max_pool2d": (
             torch.nn.AdaptiveMaxPool2d((2, 3), return_indices=True),
             (_with_nan(_ragged((1, 2, 7, 9))),),
@@ -191,6 +207,7 @@ def test_matches_eager_over_edge_values(name, dynamic):
         "cummax_ties_nan",
         "signbit",
         "adaptive_max_pool2d",
+        "masked_select_broadcast",
     ],
 )
 def test_kept_whole(name):

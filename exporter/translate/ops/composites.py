@@ -108,6 +108,16 @@ def _kth_smallest(self, k, dim: int, keepdim: bool):
 
 
 @_traced
+def masked_select(self, mask):
+    """The elements of `self` where `mask` is True, the two broadcast together, in row-major order as one
+    axis (its length is data-dependent): a ``Compress`` of both flattened."""
+    self = op.Expand(self, op.Shape(mask))
+    mask = op.Expand(mask, op.Shape(self))
+    flat = op.Constant(value_ints=[-1])
+    return op.Compress(op.Reshape(self, flat), op.Reshape(mask, flat), axis=0)
+
+
+@_traced
 def sym_numel(self):
     """``x.numel()`` of a tensor with symbolic sizes."""
     return op.ReduceProd(op.Shape(self), keepdims=0)
@@ -165,6 +175,7 @@ FUNCTIONS = {
     OpName("aten", "median", "dim"): median_dim,
     OpName("aten", "median"): median,
     OpName("aten", "kthvalue"): kthvalue,
+    OpName("aten", "masked_select"): masked_select,
     OpName("aten", "squeeze", "dims"): corrections.squeeze_dims,  # torchlib has squeeze.dim only
     OpName("transformers", "grouped_mm_fallback"): corrections.grouped_mm,  # transformers' MoE experts
     OpName("aten", "adaptive_avg_pool2d"): adaptive_avg_pool2d,
