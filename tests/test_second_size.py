@@ -234,26 +234,26 @@ def test_the_same_axis_of_two_inputs_is_probed_at_one_size():
     np.testing.assert_allclose(actual, expected.numpy(), rtol=1e-5, atol=1e-6)
 
 
-class Noisy(torch.nn.Module):
-    """Fresh noise at every call: no graph computes what eager does at any size, a static graph no more
-    than the dynamic one (a stand-in for outputs that amplify float differences, as a detector's boxes
-    rounded to whole pixels do)."""
+class FloorDivides(torch.nn.Module):
+    """Floors n / 0.1 for whole numbers n >= 1: 10·n in onnxruntime, 10·n - 1 in PyTorch. No graph computes what
+    eager does at any size, a static graph no more than the dynamic one (a stand-in for outputs that amplify
+    float differences, as a detector's boxes rounded to whole pixels do)."""
 
     def forward(self, x):
-        return x + torch.rand_like(x)
+        return (x.round().abs() + 1) // 0.1
 
 
 def test_a_difference_a_static_graph_has_too_is_numerics_not_a_refusal():
     export_output = exporter.dynamo_export(
-        Noisy(), torch.randn(EXAMPLE), export_options=exporter.ExportOptions(dynamic_shapes=IMAGE)
+        FloorDivides(), torch.randn(EXAMPLE), export_options=exporter.ExportOptions(dynamic_shapes=IMAGE)
     )
     found = [
         d for d in export_output.diagnostic_context.diagnostics if d.properties.get("secondSizeCheck") == "numerics"
     ]
     (warning,) = found
     assert warning.rule.id == "FXE0020" and warning.level.name == "WARNING"
-    assert re.match(  # |U - U'| over a few thousand elements: close to 1
-        rf"At {re.escape(spelled(KEEPS_RATIO))}, output 0 differs from eager PyTorch \(max abs error (0\.9|1;)",
+    assert re.match(
+        rf"At {re.escape(spelled(KEEPS_RATIO))}, output 0 differs from eager PyTorch \(max abs error 1;",
         warning.message,
     )
     assert "A graph exported statically at those sizes differs as much" in warning.message

@@ -25,7 +25,7 @@ from exporter.constants import SOURCE_LINE, Prop, ir_version
 from exporter.diagnostics import DiagnosticContext, Level, rules
 from exporter.diagnostics.context import Diagnostic, io_properties
 from exporter.diagnostics.locations import stack_of
-from exporter.verify import divergence, numerics, ort_session
+from exporter.verify import divergence, numerics, ort_session, seeded
 from exporter.verify.reproducer import Reproducer, directory_for
 
 
@@ -94,29 +94,40 @@ class Verifier:
             )
         outputs = numerics.compare_outputs(actual, expected, self.tolerances, histogram=True)
         del actual
-        result = Verification(ok=all(c.ok for c in outputs), outputs=outputs, ort_sessions=1, ort_runs=1)
+        drawn = seeded.random_outputs(self.program, [v.name for v in self.model.graph.outputs])
+        compared = [c for i, c in enumerate(outputs) if i not in drawn]
+        result = Verification(ok=all(c.ok for c in compared), outputs=outputs, ort_sessions=1, ort_runs=1)
         if result.ok:
             result.seconds = time.perf_counter() - start
-            ctx.report(
-                rules.ACCURACY_DIVERGENCE,
-                Level.NOTE,
-                f"Verified in onnxruntime against eager PyTorch: {len(outputs)} output{' matches' if len(outputs) == 1 else 's match'} ({_outputs_summary(outputs)}).",
-                outputs=[c.properties() for c in outputs],
-                ortSessions=1,
-                ortRuns=1,
-                seconds=round(result.seconds, 3),
-            )
+            matches = f"{len(compared)} output{' matches' if len(compared) == 1 else 's match'}"
+            message = f"Verified in onnxruntime against eager PyTorch: {matches} ({_outputs_summary(compared)})."
+            timing = {"ortSessions": 1, "ortRuns": 1, "seconds": round(result.seconds, 3)}
+            if drawn:  # not a verified model: some outputs could not be compared
+                ctx.report(
+                    rules.ACCURACY_DIVERGENCE,
+                    Level.WARNING,
+                    _not_compared(drawn, matches if compared else ""),
+                    node=next(iter(drawn.values())),
+                    outputs=[c.properties() for c in compared],
+                    randomOutputs=sorted(drawn),
+                    **timing,
+                )
+            else:
+                ctx.report(
+                    rules.ACCURACY_DIVERGENCE, Level.NOTE, message, outputs=[c.properties() for c in outputs], **timing
+                )
             self.last = result
             return result
-        self._locate(result, feeds, expected, args, kwargs, ctx, start)
+        self._locate(result, feeds, expected, args, kwargs, ctx, start, set(drawn))
         self.last = result
         return result
 
     def _locate(
-        self, result: Verification, feeds, expected, args, kwargs, ctx: DiagnosticContext, start: float
+        self, result: Verification, feeds, expected, args, kwargs, ctx: DiagnosticContext, start: float, drawn: set[int]
     ) -> None:
-        """Bisect to the first divergence, check the unoptimized model, report the one error."""
-        diverging = [i for i, c in enumerate(result.outputs) if not c.ok]
+        """Bisect to the first divergence, check the unoptimized model, report the one error (outputs that
+        depend on random numbers, `drawn`, are not compared)."""
+        diverging = [i for i, c in enumerate(result.outputs) if not c.ok and i not in drawn]
         outputs_text = "; ".join(f"output {i}: {result.outputs[i].describe()}" for i in diverging)
         properties: dict[str, Any] = {
             "outputs": [c.properties() for c in result.outputs],
@@ -137,7 +148,9 @@ class Verifier:
                 result.ort_sessions += 1
                 result.ort_runs += 1
                 result.unoptimized_matches = all(
-                    c.ok for c in numerics.compare_outputs(actual, expected, self.tolerances)
+                    c.ok
+                    for i, c in enumerate(numerics.compare_outputs(actual, expected, self.tolerances))
+                    if i not in drawn
                 )
             except Exception as e:
                 properties["unoptimizedError"] = f"{type(e).__name__}: {_first_line(e)}"
@@ -287,6 +300,18 @@ def _run(model: ir.Model, inputs: list[np.ndarray]) -> tuple[dict[str, np.ndarra
     session = ort_session.session(model)
     feeds = {i.name: x for i, x in zip(session.get_inputs(), inputs)}
     return feeds, session.run(None, feeds)
+
+
+def _not_compared(drawn: dict[int, torch.fx.Node], matches: str) -> str:
+    """Why the outputs in `drawn` (index → the node that drew their random numbers) were not compared."""
+    indices = sorted(drawn)
+    which = f"output {indices[0]} depends" if len(indices) == 1 else f"outputs {', '.join(map(str, indices))} depend"
+    ops = ", ".join(dict.fromkeys(str(node.target) for node in drawn.values()))
+    verdict = f"the other {matches}" if matches else "no other output to compare"
+    return (
+        f"Not verified: {which} on random numbers ({ops}), which onnxruntime draws apart from PyTorch, so "
+        f"{'it' if len(indices) == 1 else 'they'} cannot be compared; {verdict}."
+    )
 
 
 def _outputs_summary(outputs: list[numerics.Comparison]) -> str:

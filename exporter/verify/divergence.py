@@ -8,8 +8,9 @@ values are compared with onnxruntime's in topological order, a chunk of outputs 
 at most about two chunks of activations are held at once (``budget_bytes`` each).
 
 A node *diverges* when its value is out of tolerance; a value without an ONNX counterpart inherits
-the divergence of its inputs. The *first* divergence is the first node in topological order that
-diverges while none of its inputs do; later diverging nodes with a diverging input only inherit it.
+the divergence of its inputs; values that depend on random numbers (`seeded`) are not compared. The
+*first* divergence is the first node in topological order that diverges while none of its inputs do;
+later diverging nodes with a diverging input only inherit it.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ import onnx_ir.passes.common as common_passes
 import torch
 
 from exporter.constants import METADATA_FX_NODE
-from exporter.verify import ort_session
+from exporter.verify import ort_session, seeded
 from exporter.verify.numerics import Comparison, compare, dtype_name, to_numpy
 from exporter.verify.op_debug import placeholder_feeds
 
@@ -112,7 +113,7 @@ def bisect(
     diverges from PyTorch's on `args`/`kwargs`."""
     probe, mapped = probe_model(model, program)
     session = ort_session.session(probe)
-    walker = _Walker(program, probe.graph, mapped, session, feeds, tols, budget_bytes)
+    walker = _Walker(program, probe.graph, mapped, session, feeds, tols, budget_bytes, seeded.random_sources(program))
     with torch.no_grad():
         walker.run(*placeholder_feeds(program, args, kwargs, {**program.state_dict, **program.constants}))
     walker.flush()
@@ -136,8 +137,9 @@ class _Walker(torch.fx.Interpreter):
     """Runs the FX graph, collecting the mapped nodes' values; every `budget_bytes` of them, runs
     onnxruntime for the same values and compares, deciding which nodes diverge."""
 
-    def __init__(self, program, graph: ir.Graph, mapped, session, feeds, tols, budget_bytes: int) -> None:
+    def __init__(self, program, graph: ir.Graph, mapped, session, feeds, tols, budget_bytes: int, random) -> None:
         super().__init__(program.graph_module)
+        self.random = random  # values that depend on random numbers: onnxruntime draws its own, not compared
         self.onnx_graph, self.mapped, self.session, self.feeds, self.tols = graph, mapped, session, feeds, tols
         self.budget_bytes = budget_bytes
         self.pending: dict[torch.fx.Node, torch.Tensor] = {}
@@ -153,7 +155,7 @@ class _Walker(torch.fx.Interpreter):
 
     def run_node(self, n: torch.fx.Node) -> Any:
         result = super().run_node(n)
-        if n in self.mapped:
+        if n in self.mapped and n not in self.random:
             self.pending[n] = result
             self.inputs.update({i: self.env[i] for i in n.all_input_nodes if i in self.env})
             self.pending_bytes += result.numel() * result.element_size()

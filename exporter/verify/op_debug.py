@@ -26,7 +26,7 @@ from exporter.constants import SOURCE_LINE, Prop, ir_version
 from exporter.diagnostics import Level, rules
 from exporter.diagnostics.context import io_properties
 from exporter.diagnostics.locations import Frame, stack_of
-from exporter.verify import numerics
+from exporter.verify import numerics, seeded
 
 if TYPE_CHECKING:
     from exporter.diagnostics import DiagnosticContext
@@ -203,6 +203,9 @@ def _check_node(node, onnx_nodes, translator, values, initializers, graph, funct
     check = OpCheck(node, op_types, ok=True)
     if not onnx_nodes or node.target is operator.getitem:
         check.skipped = "no ONNX nodes of its own"
+        return check
+    if seeded.draws(node):
+        check.skipped = "draws random numbers: onnxruntime's are not PyTorch's"
         return check
     if any(
         attr.type in (ir.AttributeType.GRAPH, ir.AttributeType.GRAPHS)

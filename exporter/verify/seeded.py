@@ -1,0 +1,42 @@
+"""Values drawn at random (``torch.rand``, ``randn_like``, training-mode dropout, ``bernoulli``, …) and what
+depends on them: onnxruntime draws other numbers than PyTorch, so these values cannot be compared.
+
+An op draws when torch tags it ``nondeterministic_seeded``, unless its ``train`` argument is False
+(``aten.dropout`` in evaluation is the identity).
+"""
+
+from __future__ import annotations
+
+import torch
+
+
+def draws(node: torch.fx.Node) -> bool:
+    """Whether `node` draws random numbers."""
+    target = node.target
+    if not isinstance(target, torch._ops.OpOverload) or torch.Tag.nondeterministic_seeded not in target.tags:
+        return False
+    for index, argument in enumerate(target._schema.arguments):
+        if argument.name == "train":
+            train = node.args[index] if index < len(node.args) else node.kwargs.get("train", True)
+            return bool(train)
+    return True
+
+
+def random_sources(program: torch.export.ExportedProgram) -> dict[torch.fx.Node, torch.fx.Node]:
+    """Each node whose value depends on random numbers → the first node (in graph order) that drew them."""
+    sources: dict[torch.fx.Node, torch.fx.Node] = {}
+    for node in program.graph.nodes:
+        if draws(node):
+            sources[node] = node
+            continue
+        source = next((sources[i] for i in node.all_input_nodes if i in sources), None)
+        if source is not None:
+            sources[node] = source
+    return sources
+
+
+def random_outputs(program: torch.export.ExportedProgram, names: list[str]) -> dict[int, torch.fx.Node]:
+    """Index of each output (of the ONNX model, its values named after FX nodes: `names`) that depends on
+    random numbers → the node that drew them."""
+    sources = {node.name: source for node, source in random_sources(program).items()}
+    return {i: sources[name] for i, name in enumerate(names) if name in sources}
