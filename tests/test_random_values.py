@@ -41,6 +41,18 @@ class NoisyAndWrong(torch.nn.Module):
         return x + torch.rand_like(x), counts // 0.1  # MARK: floor-divide
 
 
+class Attends(torch.nn.Module):
+    """Ops torch tags as drawing that draw nothing here: attention without dropout, an LSTM's dropout in evaluation."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lstm = torch.nn.LSTM(8, 8, num_layers=2, dropout=0.5, batch_first=True)
+
+    def forward(self, x):
+        attended = F.scaled_dot_product_attention(x, x, x, is_causal=True)
+        return self.lstm(attended)[0]
+
+
 def export(model, *args, **options):
     return exporter.dynamo_export(model, *args, export_options=exporter.ExportOptions(**options))
 
@@ -59,10 +71,12 @@ def test_what_draws_random_numbers():
         "dropout in training": graph.call_function(aten.dropout.default, (x, 0.5, True)),
         "dropout in evaluation": graph.call_function(aten.dropout.default, (x, 0.5, False)),
         "native_dropout, train by name": graph.call_function(aten.native_dropout.default, (x, 0.5), {"train": False}),
+        "attention": graph.call_function(aten.scaled_dot_product_attention.default, (x, x, x)),  # dropout_p 0
+        "attention with dropout": graph.call_function(aten.scaled_dot_product_attention.default, (x, x, x, None, 0.1)),
         "add": graph.call_function(aten.add.Tensor, (x, x)),
     }
     drawn = {name for name, node in nodes.items() if seeded.draws(node)}
-    assert drawn == {"rand_like", "bernoulli", "dropout in training"}
+    assert drawn == {"rand_like", "bernoulli", "dropout in training", "attention with dropout"}
 
 
 def test_verification_leaves_out_the_outputs_drawn_at_random_and_says_where(tmp_path):
@@ -77,6 +91,16 @@ def test_verification_leaves_out_the_outputs_drawn_at_random_and_says_where(tmp_
     )
     outcome = decide(result.diagnostic_context.diagnostics, name="noisy", model=True)
     assert outcome.kind == "exported"  # neither wrong nor verified
+
+
+def test_ops_that_draw_nothing_here_are_verified():
+    torch.manual_seed(0)
+    result = export(Attends().eval(), torch.randn(2, 5, 8), verify=True)
+    (note,) = fxe(result, "FXE0021")
+    assert note.level == Level.NOTE and note.message.startswith(
+        "Verified in onnxruntime against eager PyTorch: 1 output"
+    )
+    assert decide(result.diagnostic_context.diagnostics, name="attends", model=True).kind == "verified"
 
 
 def test_a_real_divergence_beside_random_numbers_is_still_found_at_its_line():

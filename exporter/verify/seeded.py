@@ -1,13 +1,16 @@
 """Values drawn at random (``torch.rand``, ``randn_like``, training-mode dropout, ``bernoulli``, …) and what
 depends on them: onnxruntime draws other numbers than PyTorch, so these values cannot be compared.
 
-An op draws when torch tags it ``nondeterministic_seeded``, unless its ``train`` argument is False
-(``aten.dropout`` in evaluation is the identity).
+An op draws when torch tags it ``nondeterministic_seeded``, unless an argument turns the drawing off: ``train``
+False (``aten.dropout`` in evaluation is the identity, an LSTM's dropout between layers too), ``dropout_p`` 0
+(``scaled_dot_product_attention``'s default).
 """
 
 from __future__ import annotations
 
 import torch
+
+_OFF = {"train": False, "training": False, "dropout_p": 0.0, "dropout": 0.0}  # an argument at which it draws nothing
 
 
 def draws(node: torch.fx.Node) -> bool:
@@ -16,9 +19,12 @@ def draws(node: torch.fx.Node) -> bool:
     if not isinstance(target, torch._ops.OpOverload) or torch.Tag.nondeterministic_seeded not in target.tags:
         return False
     for index, argument in enumerate(target._schema.arguments):
-        if argument.name == "train":
-            train = node.args[index] if index < len(node.args) else node.kwargs.get("train", True)
-            return bool(train)
+        if argument.name in _OFF:
+            value = (
+                node.args[index] if index < len(node.args) else node.kwargs.get(argument.name, argument.default_value)
+            )
+            if value == _OFF[argument.name]:
+                return False
     return True
 
 
