@@ -22,16 +22,18 @@ def line_of(text: str) -> int:
 
 
 class Noisy(torch.nn.Module):
-    """A deterministic output beside two drawn at random (a diffusion step's noise, training-mode dropout)."""
+    """A deterministic output beside three drawn at random: a diffusion step's noise, dropout, and a training-mode
+    LSTM's dropout between its layers (an output of a node with several: through ``getitem``)."""
 
     def __init__(self) -> None:
         super().__init__()
         self.fc = torch.nn.Linear(8, 8)
+        self.lstm = torch.nn.LSTM(8, 8, num_layers=2, dropout=0.5)
 
     def forward(self, x):
         y = self.fc(x)
         noisy = y + 0.1 * torch.randn_like(y)  # MARK: noise
-        return y.relu(), noisy, F.dropout(y, 0.5, training=True)
+        return y.relu(), noisy, F.dropout(y, 0.5, training=True), self.lstm(y)[0]
 
 
 class NoisyAndWrong(torch.nn.Module):
@@ -81,13 +83,14 @@ def test_what_draws_random_numbers():
 
 def test_verification_leaves_out_the_outputs_drawn_at_random_and_says_where(tmp_path):
     torch.manual_seed(0)
-    result = export(Noisy(), torch.randn(3, 8), verify=True)  # no error: nothing diverged that can be compared
+    result = export(Noisy(), torch.randn(3, 2, 8), verify=True)  # no error: nothing diverged that can be compared
     (warning,) = fxe(result, "FXE0021")
     assert warning.level == Level.WARNING and warning.location.line == line_of("# MARK: noise")
-    assert warning.properties["randomOutputs"] == [1, 2] and len(warning.properties["outputs"]) == 1
+    assert warning.properties["randomOutputs"] == [1, 2, 3] and len(warning.properties["outputs"]) == 1
     assert warning.message == (
-        "Not verified: outputs 1, 2 depend on random numbers (aten.randn_like.default, aten.dropout.default), "
-        "which onnxruntime draws apart from PyTorch, so they cannot be compared; the other 1 output matches."
+        "Not verified: outputs 1, 2, 3 depend on random numbers (aten.randn_like.default, aten.dropout.default, "
+        "aten.lstm.input), which onnxruntime draws apart from PyTorch, so they cannot be compared; the other 1 "
+        "output matches."
     )
     outcome = decide(result.diagnostic_context.diagnostics, name="noisy", model=True)
     assert outcome.kind == "exported"  # neither wrong nor verified
@@ -116,7 +119,7 @@ def test_a_real_divergence_beside_random_numbers_is_still_found_at_its_line():
 
 def test_the_second_size_check_and_op_level_debug_leave_them_out():
     torch.manual_seed(0)
-    result = export(Noisy(), torch.randn(3, 8), dynamic_shapes=True, op_level_debug=True)
+    result = export(Noisy(), torch.randn(3, 2, 8), dynamic_shapes=True, op_level_debug=True)
     checks = [d.message for d in fxe(result, "FXE0020") if "Second-size check" in d.message]
     assert len(checks) == 1 and checks[0].startswith("Second-size check passed at "), checks
     assert not [d for d in fxe(result, "FXE0020") if d.level >= Level.WARNING]  # not even as numerics

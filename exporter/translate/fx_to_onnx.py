@@ -49,6 +49,15 @@ def torch_dtype_to_onnx(dtype: torch.dtype) -> ir.DataType:
     return from_torch_dtype(dtype)
 
 
+def value_name(node: torch.fx.Node) -> str:
+    """The name of the ONNX value that holds `node`'s tensor: the node's own, or ``<node>_<i>`` for output i of
+    a node with several, which the FX graph reads through ``getitem``."""
+    if node.target is operator.getitem:
+        parent, index = node.args
+        return f"{parent.name}_{index}"
+    return node.name
+
+
 def _is_const(d: Any) -> bool:
     """A static dim. (No int() on SymInts: that would add a guard and specialize the symbol.)"""
     return isinstance(d, int) or bool(d.node.expr.is_number)

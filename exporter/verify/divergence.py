@@ -25,6 +25,7 @@ import onnx_ir.passes.common as common_passes
 import torch
 
 from exporter.constants import METADATA_FX_NODE
+from exporter.translate.fx_to_onnx import value_name
 from exporter.verify import ort_session, seeded
 from exporter.verify.numerics import Comparison, compare, dtype_name, to_numpy
 from exporter.verify.op_debug import placeholder_feeds
@@ -76,11 +77,8 @@ def map_values(program: torch.export.ExportedProgram, graph: ir.Graph) -> dict[t
     for node in program.graph.nodes:
         if node.op != "call_function" or not isinstance(node.meta.get("val"), torch.Tensor):
             continue
-        owner, name = node.name, node.name
-        if node.target is operator.getitem:
-            parent, index = node.args
-            owner, name = parent.name, f"{parent.name}_{index}"
-        value = values.get(name)
+        owner = node.args[0].name if node.target is operator.getitem else node.name
+        value = values.get(value_name(node))
         if value is not None and onnx_name(value.producer()) == owner:
             mapped[node] = value
     return mapped

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import torch
 
+from exporter.translate.fx_to_onnx import value_name
+
 _OFF = {"train": False, "training": False, "dropout_p": 0.0, "dropout": 0.0}  # an argument at which it draws nothing
 
 
@@ -42,7 +44,7 @@ def random_sources(program: torch.export.ExportedProgram) -> dict[torch.fx.Node,
 
 
 def random_outputs(program: torch.export.ExportedProgram, names: list[str]) -> dict[int, torch.fx.Node]:
-    """Index of each output (of the ONNX model, its values named after FX nodes: `names`) that depends on
-    random numbers → the node that drew them."""
-    sources = {node.name: source for node, source in random_sources(program).items()}
+    """Index of each output that depends on random numbers (of the ONNX model whose output values are `names`,
+    named after FX nodes: `value_name`) → the node that drew them."""
+    sources = {value_name(node): source for node, source in random_sources(program).items()}
     return {i: sources[name] for i, name in enumerate(names) if name in sources}
