@@ -17,8 +17,9 @@ need none: `exporter.translate.ops.composites` translates them):
 
 A program whose mutations cannot be rewritten locally (in-place ops on inputs, buffers or other views),
 that decomposes ops on complex tensors (whose real representation the spliced shape arithmetic
-would not know), or with a node whose decomposition cannot be traced on its own inputs, still goes
-through `run_decompositions` as a whole.
+would not know), with a node whose decomposition cannot be traced on its own inputs, or with a region
+that turns autocast on (whose casts only a re-trace makes explicit), still goes through
+`run_decompositions` as a whole.
 """
 
 from __future__ import annotations
@@ -71,6 +72,8 @@ def decompose(program: torch.export.ExportedProgram, registry: OnnxRegistry) -> 
     Returns `program` itself when every operator already has a direct translation.
     """
     nodes = _untranslatable_nodes(program, registry)
+    if _turns_autocast_on(program):  # only a re-trace applies autocast: its casts become nodes of the graph
+        return program.run_decompositions(onnx_friendly_decomposition_table(registry, {n.target for n in nodes}))
     if not nodes:
         return program
     for node in nodes:  # in graph order: a rewrite makes the next in-place op on the tensor rewritable
@@ -94,6 +97,16 @@ def decompose(program: torch.export.ExportedProgram, registry: OnnxRegistry) -> 
             module.recompile()
         return program.run_decompositions(table)
     return program
+
+
+def _turns_autocast_on(program: torch.export.ExportedProgram) -> bool:
+    """Whether `program` has a region that runs in autocast's lower precision (``with torch.autocast("cpu",
+    dtype=torch.float16):``; regions that turn it off are inlined before, `inline_grad_regions`)."""
+    return any(
+        node.target is torch.ops.higher_order.wrap_with_autocast
+        for module in _graph_modules(program)
+        for node in module.graph.nodes
+    )
 
 
 def _graph_modules(program: torch.export.ExportedProgram) -> list[torch.fx.GraphModule]:

@@ -6,8 +6,8 @@ torch.export keeps such a region as ``wrap_with_set_grad_enabled(enabled, submod
 ``wrap_with_autocast(device, dtype, enabled, cache_enabled, submodule, *operands)``: a higher-order
 operator around a graph of its own. An inference graph has no gradients, and it is captured without
 autocast, so the region's nodes move into the graph that calls it, keeping their source lines. A
-region that turns autocast on (lower precision than the captured graph) is left alone: an unsupported
-operator at its line.
+region that turns autocast on (lower precision than the captured graph) is left to `decompose`, whose
+re-trace of the program applies autocast: its casts to the lower precision become nodes of the graph.
 """
 
 from __future__ import annotations
