@@ -474,10 +474,10 @@ class LSTMTagger(nn.Module):
         return self.out(seq), (h_n, c_n)
 
 
-# torch.export (2.13) specializes an RNN's sequence length: only the batch stays dynamic.
-@case("lstm", dims={"x": ("x_dim_0", 6, 8)}, second={"batch": 3}, tags=("rnn", "nested"))
-def build_lstm(batch: int = 2) -> Built:
-    return LSTMTagger(), (torch.randn(batch, 6, 8),), {}
+# torch.export alone specializes an RNN's sequence length; onnxlens keeps it dynamic (capture/recurrent.py).
+@case("lstm", dims={"x": ("x_dim_0", "x_dim_1", 8)}, second={"batch": 3, "steps": 9}, tags=("rnn", "nested"))
+def build_lstm(batch: int = 2, steps: int = 6) -> Built:
+    return LSTMTagger(), (torch.randn(batch, steps, 8),), {}
 
 
 class ProjectedLSTM(nn.Module):
@@ -510,10 +510,15 @@ class BiGRUEncoder(nn.Module):
         return self.gru(x, h0)
 
 
-# torch.export (2.13) specializes an RNN's sequence length: only the batch stays dynamic.
-@case("gru_bidirectional", dims={"x": ("x_dim_0", 7, 8), "h0": (2, "x_dim_0", 12)}, second={"batch": 3}, tags=("rnn",))
-def build_gru_bidirectional(batch: int = 2) -> Built:
-    return BiGRUEncoder(), (torch.randn(batch, 7, 8), torch.zeros(2, batch, 12)), {}
+# torch.export alone specializes an RNN's sequence length; onnxlens keeps it dynamic (capture/recurrent.py).
+@case(
+    "gru_bidirectional",
+    dims={"x": ("x_dim_0", "x_dim_1", 8), "h0": (2, "x_dim_0", 12)},
+    second={"batch": 3, "steps": 4},
+    tags=("rnn",),
+)
+def build_gru_bidirectional(batch: int = 2, steps: int = 7) -> Built:
+    return BiGRUEncoder(), (torch.randn(batch, steps, 8), torch.zeros(2, batch, 12)), {}
 
 
 # --------------------------------------------------------------------------------------

@@ -16,7 +16,7 @@ from typing import Any
 import sympy
 import torch
 
-from exporter.capture import dynamic, packed_sequences, vision
+from exporter.capture import dynamic, packed_sequences, recurrent, vision
 from exporter.capture.adapters import flatten_outputs
 from exporter.diagnostics import DiagnosticContext, Level, rules
 from exporter.diagnostics.locations import EXPORTER_ROOT, Frame, is_user_file, parse_stack_trace
@@ -156,6 +156,7 @@ class FXGraphExtractor:
                         full_user_stacks(),
                         _tensor_meta_without_layout(),
                         packed_sequences.capturing(),
+                        recurrent.capturing(),
                         vision.capturing(),
                         dynamic.capturing(shapes is not None, mode.oblivious) as fixed,
                     ):

@@ -176,6 +176,8 @@ FUNCTIONS = {
     OpName("aten", "median"): median,
     OpName("aten", "kthvalue"): kthvalue,
     OpName("aten", "masked_select"): masked_select,
+    OpName("onnxlens", "lstm"): core.aten_lstm,  # aten.lstm.input with a symbolic length (capture/recurrent.py)
+    OpName("onnxlens", "gru"): core.aten_gru,
     OpName("aten", "squeeze", "dims"): corrections.squeeze_dims,  # torchlib has squeeze.dim only
     OpName("transformers", "grouped_mm_fallback"): corrections.grouped_mm,  # transformers' MoE experts
     OpName("aten", "adaptive_avg_pool2d"): adaptive_avg_pool2d,
