@@ -22,7 +22,7 @@ _EXPORTS = {
     "ExportOutput": "exporter.output.program",
     "ExportOutputSerializer": "exporter.output.program",
     "GenerationCheckError": "exporter.errors",
-    "GenerationExport": "exporter.generation.export",
+    "GenerationExport": "exporter.generation.written",
     "Exporter": "exporter.api",
     "FXGraphExtractor": "exporter.capture.extractor",
     "ONNXFakeContext": "exporter.capture.fake",

@@ -28,42 +28,14 @@ from exporter.api import Exporter
 from exporter.diagnostics import Level, rules
 from exporter.errors import GenerationCheckError
 from exporter.generation import fusions, genai_config, quality
-from exporter.generation.check import Parity, check_generation, default_prompt
+from exporter.generation.check import check_generation, default_prompt
 from exporter.generation.hf import cache_argument, copy_tokenizer, transformers_export_patches
+from exporter.generation.written import MODEL_FILE, SARIF_FILE, GenerationExport
 from exporter.options import ExportOptions
 from exporter.output.program import ExportOutput
 
-MODEL_FILE = "model.onnx"
-SARIF_FILE = "model.sarif"
 DEFAULT_CONTEXT = 4096  # the rotary caches' positions when the config has no context length
 BATCH, SEQUENCE, PAST, TOTAL = "batch_size", "sequence_length", "past_sequence_length", "total_sequence_length"
-
-
-@dataclasses.dataclass
-class GenerationExport:
-    """What `export_for_generation` wrote, and what its generation check found."""
-
-    output_dir: str
-    files: list[str]  # written, relative to output_dir
-    export_output: ExportOutput
-    parity: Parity | None  # None when not checked (verify_generation=False, fake mode, no kernels, not fp32)
-    export_seconds: float
-    verify_seconds: float
-    quality: quality.Quality | None = None  # a non-fp32 export's quality report (FXE0023)
-
-    @property
-    def model_path(self) -> str:
-        return os.path.join(self.output_dir, MODEL_FILE)
-
-    @property
-    def check(self) -> str:
-        """What the generation check found, or the quality report of a non-fp32 export, in a sentence."""
-        if self.quality is not None:
-            return self.quality.summary()
-        return self.parity.summary() if self.parity is not None else "generation not verified"
-
-    def summary(self) -> str:
-        return f"{len(self.files)} files in {self.output_dir} ({', '.join(self.files)}); {self.check}"
 
 
 class CausalLMWithCache(torch.nn.Module):

@@ -43,9 +43,9 @@ from exporter.api import Exporter
 from exporter.diagnostics import Level, rules
 from exporter.errors import GenerationCheckError
 from exporter.generation import quality, seq2seq_config, seq2seq_quality
-from exporter.generation.export import GenerationExport
 from exporter.generation.hf import cache_argument, copy_tokenizer, transformers_export_patches
 from exporter.generation.seq2seq_check import check_seq2seq_generation
+from exporter.generation.written import SARIF_FILE, GenerationExport
 from exporter.options import ExportOptions
 from exporter.output.external_data import WEIGHT_META, WEIGHT_NAMES_META
 from exporter.output.program import ExportOutput
@@ -53,7 +53,6 @@ from exporter.output.program import ExportOutput
 ENCODER_FILE = "encoder_model.onnx"
 DECODER_FILE = "decoder_model_merged.onnx"
 GENAI_DECODER_FILE = "decoder_model_merged_genai.onnx"  # Whisper: the same graph and weights, for onnxruntime-genai
-SARIF_FILE = "model.sarif"
 ENCODER_SARIF_FILE = "encoder_model.sarif"
 PROCESSOR_FILES = ("preprocessor_config.json", "processor_config.json", "normalizer.json")
 BATCH, ENCODER_SEQUENCE = "batch_size", "encoder_sequence_length"
