@@ -227,7 +227,13 @@ class Exporter:
             raise OnnxExporterErrorWithin(message) from first
         self._dims = dynamic.requested_dims(program, self.options.dynamic_shapes)
         dynamic_report.report_specialized(
-            self.ctx, program, self._dims, extractor.specializations, self._arguments(), extractor.assumptions
+            self.ctx,
+            program,
+            self._dims,
+            extractor.specializations,
+            self._arguments(),
+            extractor.assumptions,
+            dynamic.unchecked_equalities(program),
         )
         return program
 

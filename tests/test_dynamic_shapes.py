@@ -39,13 +39,29 @@ class SqueezesOne(torch.nn.Module):
         return torch.softmax(x @ x.T, -1)
 
 
+class PairsFastPath(torch.nn.Module):
+    """DINOv2's pattern: a table of 8 positions used as is when the pairs number 8 (``n // 2 == 8`` holds for
+    n = 16 and 17, so torch.export can fix n to neither and keeps no condition), interpolated otherwise."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.table = torch.nn.Parameter(torch.randn(8, 4))
+
+    def forward(self, x):
+        b, n, _ = x.shape
+        pairs = x[:, : n - n % 2].reshape(b, n // 2, 2, 4).mean(2)
+        if n // 2 == 8:  # the table's own size
+            return pairs + self.table
+        return pairs + torch.nn.functional.interpolate(self.table.T[None], size=n // 2).squeeze(0).T
+
+
 class Doubled(torch.nn.Module):
     def forward(self, a, b):
         return torch.cat([a, a], 1) + b
 
 
-def export(model, *args, spec):
-    return exporter.dynamo_export(model, *args, export_options=exporter.ExportOptions(dynamic_shapes=spec))
+def export(model, *args, spec, **options):
+    return exporter.dynamo_export(model, *args, export_options=exporter.ExportOptions(dynamic_shapes=spec, **options))
 
 
 def input_dims(export_output) -> dict[str, list]:
@@ -114,6 +130,27 @@ def test_a_dimension_the_code_fixes_is_a_warning_at_that_line():
     )
     assert (warning.stack[0].path, warning.stack[0].line) == (HERE, line_of("if x.shape[1] == 6:"))
     assert warning.properties["requested"] == "DimHint(AUTO)"
+
+
+def test_an_equality_torch_export_drops_is_a_warning_at_its_line():
+    model = PairsFastPath()
+    with pytest.raises(exporter.OnnxExporterError, match="FXE0020 The exported graph fails in onnxruntime at"):
+        export(model, torch.randn(2, 17, 4), spec=True)  # the second-size check finds what it means
+    out = export(model, torch.randn(2, 17, 4), spec=True, second_size_check=False)
+    assert input_dims(out) == {"x": ["x_dim_0", "x_dim_1", 4]}  # n symbolic, though the graph needs n // 2 == 8
+    (warning,) = [d for d in out.diagnostic_context.diagnostics if "assumption" in d.properties]
+    assert warning.level.name == "WARNING" and (warning.stack[0].path, warning.stack[0].line) == (
+        HERE,
+        line_of("if n // 2 == 8:"),
+    )
+    assert warning.message.startswith(
+        "`if n // 2 == 8:` assumes (x_dim_1//2) == 8, which torch.export neither keeps nor checks: the exported "
+        "graph is right only at sizes where it holds."
+    )
+    every_size = export(
+        model, torch.randn(2, 21, 4), spec=True
+    )  # an example where it is false: the second-size check passes
+    assert not [d for d in every_size.diagnostic_context.diagnostics if "assumption" in d.properties]
 
 
 def test_strict_capture_locates_the_fixing_line_too():

@@ -25,10 +25,12 @@ import torch.fx.experimental._config as shape_config
 from torch._guards import TracingContext
 from torch.export.dynamic_shapes import _DerivedDim, _Dim, _DimHint
 from torch.fx.experimental.symbolic_shapes import ShapeEnv
+from torch.utils._sympy.value_ranges import bound_sympy
 
 from exporter.diagnostics.locations import EXPORTER_ROOT, Frame, is_user_file, stack_of
 
 _EXPORTER = EXPORTER_ROOT + os.sep
+_TOOLING = (os.path.dirname(torch.__file__) + os.sep, _EXPORTER)
 _SOURCE = re.compile(r"^L\['(?:flat_args'\]\[(?P<index>\d+)\]|(?P<name>\w+)'\])\.size\(\)\[(?P<dim>\d+)\]$")
 
 
@@ -143,6 +145,38 @@ def still_symbolic(program: torch.export.ExportedProgram, fixed: list[Specializa
             for d, size in enumerate(val.shape)
         )
     ]
+
+
+@dataclasses.dataclass(frozen=True)
+class Assumption:
+    """An equality of sizes the model's code made torch.export assume, and where."""
+
+    expr: sympy.Expr
+    stack: list[Frame]
+
+
+def unchecked_equalities(program: torch.export.ExportedProgram) -> list[Assumption]:
+    """Equalities of the input sizes that a line of the model made torch.export assume (a branch such as
+    ``if num_patches == num_positions``, DINOv2's at its pretrained size) and that the exported program drops:
+    not true at every size its ranges allow, and not checked. The graph is right only where they hold."""
+    sizes = [size for _, val in user_inputs(program) for size in val.shape if is_symbolic(size)]
+    if not sizes:
+        return []
+    shape_env = sizes[0].node.shape_env
+    ranges = dict(program.range_constraints)
+    found: dict[str, Assumption] = {}
+    for guard in shape_env.guards:
+        frame = guard.sloc.framework_loc
+        if not isinstance(guard.expr, sympy.Eq) or not isinstance(frame, traceback.FrameSummary):
+            continue
+        if frame.filename.startswith(_TOOLING):  # PyTorch's own checks: consequences of a line of the model's
+            continue
+        expr = guard.expr.xreplace(shape_env.replacements)
+        if expr.free_symbols - ranges.keys() or bound_sympy(expr, ranges).lower:  # always true where allowed
+            continue
+        stack = [Frame(frame.filename, frame.lineno, frame.name, (frame.line or "").strip())]
+        found.setdefault(str(expr), Assumption(expr, stack))
+    return list(found.values())
 
 
 def assertions(program: torch.export.ExportedProgram) -> list[sympy.Expr]:

@@ -27,11 +27,13 @@ def report_specialized(
     fixed: list[dynamic.Specialization],
     arguments: dict[str, int | str],
     assumptions: list[sympy.Expr],
+    unchecked: list[dynamic.Assumption],
 ) -> None:
     """FXE0020 for each of `dims` that came out static (a warning where the user named the dimension
     in a spec or where every one came out static, a note under ``dynamic_shapes=True``), a note for each of
-    the capture's `assumptions` (`capture.Mode.assumes`), then the note listing the symbolic dimensions: a
-    warning with the graph's input shapes when every dimension asked dynamic came out static.
+    the capture's `assumptions` (`capture.Mode.assumes`), a warning at the line of each `unchecked` equality
+    (`dynamic.unchecked_equalities`), then the note listing the symbolic dimensions: a warning with the graph's
+    input shapes when every dimension asked dynamic came out static.
     `arguments` says where the example gives each input (`dynamic.arguments`), for a quick fix."""
     if not dims:
         return
@@ -72,6 +74,16 @@ def report_specialized(
             f"The graph assumes {dynamic.readable(assumption, names)}: torch.export could not show that the model's "
             "code allows every size the dynamic shapes do, and the exported graph does not check it.",
             assumption=str(assumption),
+        )
+    for assumption in unchecked:
+        ctx.report(
+            rules.DIMENSION_SPECIALIZED,
+            Level.WARNING,
+            f"{_code(assumption.stack)} assumes {dynamic.readable(assumption.expr, names)}, which torch.export "
+            "neither keeps nor checks: the exported graph is right only at sizes where it holds. If the line "
+            "branches on it, an example size where it is false makes the code take the path every size can.",
+            stack=assumption.stack,
+            assumption=str(assumption.expr),
         )
     inputs = {name: _dims(val, names) for name, val in dynamic.user_inputs(program)}
     outputs = [_dims(v, names) for v in _output_values(program)]

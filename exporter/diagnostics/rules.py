@@ -215,7 +215,10 @@ DIMENSION_SPECIALIZED = Rule(
     "torch's suggested fix in the message and the properties. Where only torch.export's guards "
     "fail (a size of 1 a reshape inside PyTorch rules out) and they hold at the example's sizes, the graph "
     "is captured with them as assumptions instead, a note for each (`sequence_length != 1`): onnxruntime "
-    "does not check them. A note lists the graph's symbolic input and output dimensions. The second-size "
+    "does not check them. An equality of sizes a line made torch.export assume that it could neither fix to a "
+    "size nor keep as a range (`if n // 2 == 8:`; DINOv2's position table at its pretrained size) is dropped "
+    "by torch.export: a warning at that line (property assumption), the graph being right only where it holds. "
+    "A note lists the graph's symbolic input and output dimensions. The second-size "
     "check (on by default for dynamic exports) runs the final model at other sizes of its dynamic dimensions "
     "against eager PyTorch: an error where it differs or onnxruntime fails, naming the dimensions whose "
     "change breaks the graph; a warning (property secondSizeCheck: numerics) where a graph exported "
@@ -223,7 +226,9 @@ DIMENSION_SPECIALIZED = Rule(
     "If the size really varies, make that line work for any size (compare sizes with torch._check, "
     "use -1 in view/reshape, derive sizes from the input's shape). If it is always that size, mark the "
     "dimension Dim.STATIC (or give no Dim for it) to say so. A size of 1 (or 0) in the example that the "
-    "code compares (`if x.shape[0] == 1:`) is fixed only because of the example: give it another size. "
+    "code compares (`if x.shape[0] == 1:`) is fixed only because of the example: give it another size; so "
+    "is a branch on an equality of sizes that holds at the example (an example where it is false takes the "
+    "path every size can). "
     "In the editor, quick fixes do both: they change the example's literal size 1 to 2, or apply "
     "torch's suggested fix to the target's dynamic_shapes, and export the target again.",
     tags=("dynamic-shapes",),
@@ -244,7 +249,10 @@ ACCURACY_DIVERGENCE = Rule(
     "naming the ATen op, the ONNX ops it became, its error and tolerance (later nodes that only inherit it are "
     "counted: inheritedDivergences). It says whether the unoptimized model matches (then the optimizer is at fault). "
     "Saving the model writes a reproducer beside it, <stem>_repro/ (property reproducer): that node as an ONNX "
-    "model, its inputs, PyTorch's outputs and run.py, which exits 1 while onnxruntime differs.",
+    "model, its inputs, PyTorch's outputs and run.py, which exits 1 while onnxruntime differs. Values drawn at "
+    "random (ops PyTorch tags nondeterministic_seeded: rand, randn_like, training-mode dropout) and what depends "
+    "on them are not compared, as onnxruntime draws other numbers: an output that depends on them is a warning at "
+    "the line that draws them (property randomOutputs), not a verified one.",
     "Check the ONNX function of the named op (a function you registered, or torchlib's) and run the reproducer's "
     "run.py; when the optimizer is at fault, export with optimize=False and report the reproducer to onnxscript. "
     "Values that overflow at the model's scale point at a translation that needs another formulation.",
