@@ -268,3 +268,30 @@ def test_a_node_whose_trace_fails_sends_the_program_through_the_whole_decomposit
     assert decompose.untranslatable_targets(program, default_registry()) == set()
     export_output = exporter.dynamo_export(Std(), x)
     assert_matches_eager(export_output, Std(), (x,))
+
+
+class Ensemble(torch.nn.Module):
+    """``torch.vmap`` inside ``forward``: an ensemble of linear maps over one input, and nested vmaps (``in_dims``)
+    for the dot products of all pairs of rows of another."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.weights = torch.nn.Parameter(torch.randn(4, 8, 6))
+
+    def forward(self, x, y):
+        members = torch.vmap(lambda w: (x @ w).relu())(self.weights)
+        pairs = torch.vmap(torch.vmap(torch.dot, in_dims=(None, 0)), in_dims=(0, None))(
+            y, y
+        )  # every row with every row
+        return members, pairs
+
+
+@pytest.mark.parametrize("dynamic", [False, True], ids=["static", "dynamic"])
+def test_vmap_in_forward_exports(dynamic):
+    """torch.export keeps vmap's own functions in the graph (``_add_batch_dim`` …): only its re-trace lowers them."""
+    torch.manual_seed(0)
+    model, args = Ensemble(), (torch.randn(3, 8), torch.randn(5, 6))
+    export_output = exporter.dynamo_export(model, *args, export_options=exporter.ExportOptions(dynamic_shapes=dynamic))
+    assert_matches_eager(export_output, model, args)
+    if dynamic:
+        assert_matches_eager(export_output, model, args, run_args=(torch.randn(7, 8), torch.randn(2, 6)))

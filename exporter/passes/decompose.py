@@ -18,7 +18,7 @@ need none: `exporter.translate.ops.composites` translates them):
 A program whose mutations cannot be rewritten locally (in-place ops on inputs, buffers or other views),
 that decomposes ops on complex tensors (whose real representation the spliced shape arithmetic
 would not know), with a node whose decomposition cannot be traced on its own inputs, or with a region
-that turns autocast on (whose casts only a re-trace makes explicit), still goes through
+that turns autocast on or a ``torch.vmap`` (which only a re-trace lowers), still goes through
 `run_decompositions` as a whole.
 """
 
@@ -72,7 +72,7 @@ def decompose(program: torch.export.ExportedProgram, registry: OnnxRegistry) -> 
     Returns `program` itself when every operator already has a direct translation.
     """
     nodes = _untranslatable_nodes(program, registry)
-    if _turns_autocast_on(program):  # only a re-trace applies autocast: its casts become nodes of the graph
+    if _only_a_retrace_lowers(program):
         return program.run_decompositions(onnx_friendly_decomposition_table(registry, {n.target for n in nodes}))
     if not nodes:
         return program
@@ -99,11 +99,13 @@ def decompose(program: torch.export.ExportedProgram, registry: OnnxRegistry) -> 
     return program
 
 
-def _turns_autocast_on(program: torch.export.ExportedProgram) -> bool:
-    """Whether `program` has a region that runs in autocast's lower precision (``with torch.autocast("cpu",
-    dtype=torch.float16):``; regions that turn it off are inlined before, `inline_grad_regions`)."""
+def _only_a_retrace_lowers(program: torch.export.ExportedProgram) -> bool:
+    """Whether `program` has what only torch's re-trace lowers to ATen ops: a region that runs in autocast's lower
+    precision (``with torch.autocast("cpu", dtype=torch.float16):``, whose casts it makes nodes; regions that turn
+    it off are inlined before, `inline_grad_regions`), or a ``torch.vmap`` (whose batching it applies)."""
     return any(
         node.target is torch.ops.higher_order.wrap_with_autocast
+        or getattr(node.target, "__module__", None) == "torch._functorch.predispatch"
         for module in _graph_modules(program)
         for node in module.graph.nodes
     )
