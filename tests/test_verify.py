@@ -486,3 +486,57 @@ def test_a_sort_whose_ties_come_out_in_another_order_is_verified():
     diagnostics = result.diagnostic_context.diagnostics
     assert not [d for d in diagnostics if d.level == Level.ERROR], [d.message for d in diagnostics]
     assert any("Verified in onnxruntime" in d.message for d in diagnostics)
+
+
+class TopIndices(torch.nn.Module):
+    """The indices of each row's 3 largest scores, masked scores at -inf: equal values that PyTorch's CPU ``topk``
+    and onnxruntime's ``TopK`` order differently."""
+
+    def forward(self, scores, mask):
+        return scores.masked_fill(~mask, float("-inf")).topk(3, -1).indices  # MARK: tied topk
+
+
+@onnxscript.script(fault)
+def topk_smallest(self, k: int, dim: int = -1, largest: bool = True, sorted: bool = True):
+    """The k smallest instead of the largest: other values, not other elements of the same values."""
+    values, indices = op.TopK(
+        self, op.Reshape(op.Constant(value_int=k), op.Constant(value_ints=[1])), axis=dim, largest=0
+    )
+    return values, indices
+
+
+def _tied_scores() -> tuple[torch.Tensor, torch.Tensor]:
+    scores = torch.tensor([[2.0, 2.0, 2.0, 2.0, 2.0], [0.5, 0.1, 0.9, 0.3, 0.7]])
+    mask = torch.tensor([[True] * 5, [True, False, True, False, False]])
+    return scores, mask
+
+
+def test_indices_that_pick_other_elements_of_equal_values_are_not_a_divergence():
+    import onnxruntime as ort
+
+    scores, mask = _tied_scores()
+    result = exporter.dynamo_export(TopIndices(), scores, mask, export_options=exporter.ExportOptions(verify=True))
+    session = ort.InferenceSession(result.model_proto.SerializeToString(), providers=["CPUExecutionProvider"])
+    (ort_indices,) = session.run(None, {"scores": scores.numpy(), "mask": mask.numpy()})
+    eager = TopIndices()(scores, mask)
+    assert not np.array_equal(ort_indices, eager.numpy())  # the two order the equal values differently …
+    masked = scores.masked_fill(~mask, float("-inf"))
+    assert torch.equal(masked.gather(1, torch.from_numpy(ort_indices)), masked.gather(1, eager))  # … of equal values
+    (warning,) = [d for d in result.diagnostic_context.diagnostics if d.rule.id == "FXE0021"]
+    assert warning.level == Level.WARNING and warning.properties["tiedOutputs"] == [0]
+    assert warning.message.startswith("Verified in onnxruntime against eager PyTorch but for the order of equal values")
+    assert warning.location.line == _line("# MARK: tied topk")
+
+
+def test_indices_of_other_values_are_still_a_divergence():
+    registry = exporter.OnnxRegistry()
+    registry.register_op(topk_smallest, "aten", "topk")
+    options = exporter.ExportOptions(onnx_registry=registry, verify=True)
+    with pytest.raises(exporter.OnnxExporterError, match="First divergence") as info:
+        exporter.dynamo_export(TopIndices(), *_tied_scores(), export_options=options)
+    (error,) = info.value.export_output.diagnostic_context.errors()
+    assert error.message.startswith("First divergence from eager PyTorch in onnxruntime: aten.topk.default")
+
+
+def _line(marker: str) -> int:
+    return next(i for i, line in enumerate(open(__file__).read().splitlines(), 1) if marker in line)

@@ -252,7 +252,9 @@ ACCURACY_DIVERGENCE = Rule(
     "model, its inputs, PyTorch's outputs and run.py, which exits 1 while onnxruntime differs. Values drawn at "
     "random (ops PyTorch tags nondeterministic_seeded: rand, randn_like, training-mode dropout) and what depends "
     "on them are not compared, as onnxruntime draws other numbers: an output that depends on them is a warning at "
-    "the line that draws them (property randomOutputs), not a verified one.",
+    "the line that draws them (property randomOutputs), not a verified one. Indices that pick other elements of "
+    "equal values (topk, sort, max(dim) over ties, whose order PyTorch does not define) do not diverge: when they "
+    "are all that differs, a warning at the op (property tiedOutputs).",
     "Check the ONNX function of the named op (a function you registered, or torchlib's) and run the reproducer's "
     "run.py; when the optimizer is at fault, export with optimize=False and report the reproducer to onnxscript. "
     "Values that overflow at the model's scale point at a translation that needs another formulation.",

@@ -141,6 +141,8 @@ class Verifier:
             result.ort_runs += result.bisection.ort_runs
         except Exception as e:
             properties["bisectionError"] = f"{type(e).__name__}: {_first_line(e)}"
+        if result.bisection and self._only_ties(result, diverging, drawn, ctx, start):
+            return
         unoptimized = self._unoptimized_model()
         if unoptimized is not None:
             try:
@@ -225,6 +227,37 @@ class Verifier:
             otherFirstDivergences=found.independent,
             **properties,
         )
+
+    def _only_ties(
+        self, result: Verification, diverging: list[int], drawn: set[int], ctx: DiagnosticContext, start: float
+    ) -> bool:
+        """When every diverging output is indices that pick other elements of equal values (`ties`) and nothing
+        else diverges: a verified export but for that order, which PyTorch does not define (a warning at the op)."""
+        names = [v.name for v in self.model.graph.outputs]
+        ops = {i: result.bisection.ties.get(names[i]) for i in diverging}
+        if result.bisection.divergence is not None or None in ops.values():
+            return False
+        result.ok, result.seconds = True, time.perf_counter() - start
+        compared = [c for i, c in enumerate(result.outputs) if i not in drawn and i not in ops]
+        which = ", ".join(f"output {i} ({ops[i].target})" for i in ops)
+        ctx.report(
+            rules.ACCURACY_DIVERGENCE,
+            Level.WARNING,
+            f"Verified in onnxruntime against eager PyTorch but for the order of equal values: {which} picks other "
+            "elements of the same values than PyTorch, which does not define which of equal values comes first"
+            + (
+                f"; the other {len(compared)} output{'s match' if len(compared) != 1 else ' matches'}."
+                if compared
+                else "."
+            ),
+            node=next(iter(ops.values())),
+            outputs=[c.properties() for c in compared],
+            tiedOutputs=sorted(ops),
+            ortSessions=result.ort_sessions,
+            ortRuns=result.ort_runs,
+            seconds=round(result.seconds, 3),
+        )
+        return True
 
     def _isolated(self, reproducer: Reproducer, found: divergence.Divergence) -> bool | None:
         """Whether the node's ONNX ops alone, on PyTorch's exact inputs, diverge (None: they did not run)."""

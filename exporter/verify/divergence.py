@@ -8,7 +8,8 @@ values are compared with onnxruntime's in topological order, a chunk of outputs 
 at most about two chunks of activations are held at once (``budget_bytes`` each).
 
 A node *diverges* when its value is out of tolerance; a value without an ONNX counterpart inherits
-the divergence of its inputs; values that depend on random numbers (`seeded`) are not compared. The
+the divergence of its inputs; values that depend on random numbers (`seeded`) are not compared, and indices
+that pick other elements of equal values (`ties`) do not diverge. The
 *first* divergence is the first node in topological order that diverges while none of its inputs do;
 later diverging nodes with a diverging input only inherit it.
 """
@@ -26,7 +27,7 @@ import torch
 
 from exporter.constants import METADATA_FX_NODE
 from exporter.translate.fx_to_onnx import value_name
-from exporter.verify import ort_session, seeded
+from exporter.verify import ort_session, seeded, ties
 from exporter.verify.numerics import Comparison, compare, dtype_name, to_numpy
 from exporter.verify.op_debug import placeholder_feeds
 
@@ -57,6 +58,7 @@ class Bisection:
     ort_runs: int
     results: dict[torch.fx.Node, Comparison]  # every compared node's numbers
     op_types: dict[str, list[str]]  # FX node name → the ONNX op types it became in the final model
+    ties: dict[str, torch.fx.Node]  # ONNX value name → the op whose indices differ among equal values only
 
 
 def onnx_name(node: ir.Node | None) -> str | None:
@@ -128,6 +130,7 @@ def bisect(
         walker.ort_runs,
         walker.results,
         op_types,
+        {value_name(n): ties.indexing_op(n) for n in walker.ties},
     )
 
 
@@ -138,6 +141,8 @@ class _Walker(torch.fx.Interpreter):
     def __init__(self, program, graph: ir.Graph, mapped, session, feeds, tols, budget_bytes: int, random) -> None:
         super().__init__(program.graph_module)
         self.random = random  # values that depend on random numbers: onnxruntime draws its own, not compared
+        self.indexed: dict[torch.fx.Node, torch.Tensor] = {}  # the input of each op that returns indices into it
+        self.ties: set[torch.fx.Node] = set()  # indices that pick other elements of the same values
         self.onnx_graph, self.mapped, self.session, self.feeds, self.tols = graph, mapped, session, feeds, tols
         self.budget_bytes = budget_bytes
         self.pending: dict[torch.fx.Node, torch.Tensor] = {}
@@ -153,6 +158,8 @@ class _Walker(torch.fx.Interpreter):
 
     def run_node(self, n: torch.fx.Node) -> Any:
         result = super().run_node(n)
+        if n.target in ties.INDEXED:
+            self.indexed[n] = self.env[n.args[0]]
         if n in self.mapped and n not in self.random:
             self.pending[n] = result
             self.inputs.update({i: self.env[i] for i in n.all_input_nodes if i in self.env})
@@ -169,6 +176,11 @@ class _Walker(torch.fx.Interpreter):
             self.ort_runs += 1
             for (node, expected), value in zip(self.pending.items(), actual):
                 self.results[node] = compare(value, to_numpy(expected), dtype_name(expected), self.tols)
+                op = ties.indexing_op(node)
+                if not self.results[node].ok and op is not None and op in self.indexed:
+                    values, dim = self.indexed[op], ties.dim_of(op)
+                    if ties.same_values(values, dim, expected, torch.from_numpy(value)):
+                        self.ties.add(node)
             del actual
         last = max((self.position[n] for n in self.pending), default=len(self.order) - 1)
         for node in self.order[self.cursor : last + 1]:
@@ -179,6 +191,9 @@ class _Walker(torch.fx.Interpreter):
         self.pending_bytes = 0
 
     def _decide(self, node: torch.fx.Node) -> None:
+        if node in self.ties:
+            self.diverges[node] = False
+            return
         inputs_diverge = any(self.diverges.get(i, False) for i in node.all_input_nodes)
         result = self.results.get(node)
         self.diverges[node] = inputs_diverge if result is None else not result.ok
