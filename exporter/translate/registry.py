@@ -50,6 +50,7 @@ def _torchlib_table() -> dict[OpName, tuple[ONNXFunction, ...]]:
             composites,
             corrections,
             distances,
+            linalg,
             packed_rnn,
             search,
             special,
@@ -69,7 +70,7 @@ def _torchlib_table() -> dict[OpName, tuple[ONNXFunction, ...]]:
         for function in functions.complex:
             table.setdefault(name, []).append(ONNXFunction(function, qualified_name, is_complex=True))
     # what torchlib leaves to decomposition
-    for module in (composites, distances, packed_rnn, search, special, vision, window_reductions):
+    for module in (composites, distances, linalg, packed_rnn, search, special, vision, window_reductions):
         for name, function in module.FUNCTIONS.items():
             table.setdefault(name, [ONNXFunction(function, name.qualified_name())])
     for name, function in complex_ops.FUNCTIONS.items():  # gaps torchlib leaves for complex inputs

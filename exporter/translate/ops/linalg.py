@@ -1,0 +1,149 @@
+"""``torch.linalg.solve`` and ``torch.linalg.inv``, which torchlib does not translate (ONNX has no solver).
+
+LAPACK's algorithm, unrolled over the matrix size (which must be static; the batch may be dynamic): an LU
+factorization with partial pivoting (at step k the row with the largest magnitude in column k is swapped
+up), then forward and back substitution. ``_linalg_solve_ex`` also gives the packed LU factors and LAPACK's
+1-based pivots, as PyTorch does; ``info`` is 0 (a singular matrix gives inf/NaN where PyTorch's check
+raises: the graph drops ``_linalg_check_errors``, as it does the other runtime assertions).
+"""
+
+from __future__ import annotations
+
+from onnxscript import INT32, values
+from onnxscript import opset18 as op
+
+from exporter.constants import DOMAIN_COMPOSITES
+from exporter.translate.opname import OpName
+
+
+def _traced(fn):
+    return values.TracedOnnxFunction(values.Opset(DOMAIN_COMPOSITES, 1), fn)
+
+
+@_traced
+def linalg_inv_ex(A, check_errors: bool = False):
+    """The inverse of each matrix of `A` (``[..., n, n]``) and ``info`` (0)."""
+    n = _size(A)
+    identity = op.CastLike(op.EyeLike(op.ConstantOfShape(op.Constant(value_ints=[n, n]))), A)
+    lu, pivots, rows = _lu(A, n)
+    return _substitute(lu, _permuted(op.Expand(identity, op.Shape(A)), rows), n, len(A.shape)), _info(A)
+
+
+@_traced
+def linalg_solve_ex(A, B, left: bool = True, check_errors: bool = False):
+    """X with ``A X = B`` (``X A = B`` unless `left`); B a matrix or a batch of vectors (``[..., n]``, one fewer
+    axis than A); then the packed LU factors of A, its pivots (int32, from 1) and ``info`` (0)."""
+    rank, n = len(A.shape), _size(A)
+    vector = len(B.shape) == rank - 1
+    if not left:  # X A = B  <=>  Aᵀ Xᵀ = Bᵀ
+        A = op.Transpose(A, perm=[*range(rank - 2), rank - 1, rank - 2])
+    if vector:
+        B = op.Unsqueeze(B, op.Constant(value_ints=[-1]))
+    elif not left:
+        B = op.Transpose(B, perm=[*range(rank - 2), rank - 1, rank - 2])
+    lu, pivots, rows = _lu(A, n)
+    X = _substitute(lu, _permuted(B, rows), n, rank)
+    if vector:
+        X = op.Squeeze(X, op.Constant(value_ints=[-1]))
+    elif not left:
+        X = op.Transpose(X, perm=[*range(rank - 2), rank - 1, rank - 2])
+    return X, lu, pivots, _info(A)
+
+
+def _size(A) -> int:
+    n = A.shape[-1]
+    if not isinstance(n, int):
+        raise NotImplementedError(
+            "torch.linalg.solve/inv export needs the matrix size static: leave its two axes out of dynamic_shapes "
+            "(the batch may vary)"
+        )
+    return n
+
+
+def _lu(A, n: int):
+    """A's rows permuted and factored, L (unit diagonal, below it) and U packed in one matrix; LAPACK's pivots; the
+    row order (the original row of each row of the factors)."""
+    rows = op.Range(op.Constant(value_int=0), op.Constant(value_int=n), op.Constant(value_int=1))
+    order = op.Expand(rows, op.Shape(A, start=0, end=-1))  # [..., n]
+    column_index = op.Reshape(rows, op.Constant(value_ints=[1, n]))
+    row_index = op.Reshape(rows, op.Constant(value_ints=[n, 1]))
+    pivots = []
+    for k in range(n):
+        column = op.Slice(
+            A, op.Constant(value_ints=[k, k]), op.Constant(value_ints=[n, k + 1]), op.Constant(value_ints=[-2, -1])
+        )
+        pivot = op.Add(op.ArgMax(op.Abs(column), axis=-2, keepdims=1), op.Constant(value_int=k))  # [..., 1, 1]
+        pivots.append(pivot)
+        k_ = op.Constant(value_int=k)
+        swapped = op.Where(
+            op.Equal(row_index, k_), pivot, op.Where(op.Equal(row_index, pivot), k_, row_index)
+        )  # [..., n, 1]: the row each row comes from
+        A = op.GatherElements(A, op.Expand(swapped, op.Shape(A)), axis=-2)
+        order = op.GatherElements(order, op.Squeeze(swapped, op.Constant(value_ints=[-1])), axis=-1)
+        top = op.Slice(A, op.Constant(value_ints=[k]), op.Constant(value_ints=[k + 1]), op.Constant(value_ints=[-2]))
+        column = op.Slice(A, op.Constant(value_ints=[k]), op.Constant(value_ints=[k + 1]), op.Constant(value_ints=[-1]))
+        diagonal = op.Slice(
+            top, op.Constant(value_ints=[k]), op.Constant(value_ints=[k + 1]), op.Constant(value_ints=[-1])
+        )
+        below = op.Greater(row_index, k_)  # [n, 1]
+        multipliers = op.Where(below, op.Div(column, diagonal), op.CastLike(0.0, A))  # [..., n, 1]
+        right = op.Greater(column_index, k_)  # [1, n]
+        A = op.Sub(A, op.Where(right, op.Mul(multipliers, top), op.CastLike(0.0, A)))
+        A = op.Where(op.And(below, op.Equal(column_index, k_)), multipliers, A)
+    lapack = op.Cast(op.Add(op.Concat(*pivots, axis=-1), op.Constant(value_int=1)), to=INT32.dtype)  # [..., 1, n]
+    return A, op.Squeeze(lapack, op.Constant(value_ints=[-2])), order
+
+
+def _permuted(B, order):
+    """B's rows in the factors' order."""
+    index = op.Unsqueeze(order, op.Constant(value_ints=[-1]))
+    return op.GatherElements(B, op.Expand(index, op.Shape(B)), axis=-2)
+
+
+def _substitute(lu, B, n: int, rank: int):
+    """X with L U X = B (of `rank` axes): forward substitution with L (unit diagonal), then back substitution
+    with U."""
+
+    def row(M, i):
+        return op.Slice(M, op.Constant(value_ints=[i]), op.Constant(value_ints=[i + 1]), op.Constant(value_ints=[-2]))
+
+    def entries(i, start, end):  # lu[..., i, start:end] as a column [..., end - start, 1]
+        block = op.Slice(
+            lu,
+            op.Constant(value_ints=[i, start]),
+            op.Constant(value_ints=[i + 1, end]),
+            op.Constant(value_ints=[-2, -1]),
+        )
+        return op.Transpose(block, perm=[*range(rank - 2), rank - 1, rank - 2])
+
+    forward = []
+    for i in range(n):
+        y = row(B, i)
+        if forward:
+            y = op.Sub(
+                y,
+                op.ReduceSum(
+                    op.Mul(entries(i, 0, i), op.Concat(*forward, axis=-2)), op.Constant(value_ints=[-2]), keepdims=1
+                ),
+            )
+        forward.append(y)
+    backward = [None] * n
+    for i in reversed(range(n)):
+        x = forward[i]
+        if i < n - 1:
+            solved = op.Concat(*backward[i + 1 :], axis=-2)
+            x = op.Sub(x, op.ReduceSum(op.Mul(entries(i, i + 1, n), solved), op.Constant(value_ints=[-2]), keepdims=1))
+        backward[i] = op.Div(x, entries(i, i, i + 1))
+    return op.Concat(*backward, axis=-2)
+
+
+def _info(A):
+    """LAPACK's ``info`` per matrix: 0."""
+    return op.Cast(op.ConstantOfShape(op.Shape(A, start=0, end=-2)), to=INT32.dtype)
+
+
+FUNCTIONS = {
+    OpName("aten", "linalg_inv_ex"): linalg_inv_ex,
+    OpName("aten", "_linalg_solve_ex"): linalg_solve_ex,
+}
+"""ONNX functions for the linear solvers torchlib does not translate."""

@@ -1,0 +1,71 @@
+"""``torch.linalg.solve`` and ``torch.linalg.inv`` (`exporter.translate.ops.linalg`): LU with partial pivoting
+unrolled over a static matrix size, matching eager PyTorch (LAPACK) in onnxruntime, with a dynamic batch."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from helpers import assert_matches_eager
+from torch.export import Dim
+
+import exporter
+
+
+class Solves(torch.nn.Module):
+    def forward(self, a, b, v):
+        return (
+            torch.linalg.solve(a, b),
+            torch.linalg.inv(a),
+            torch.linalg.solve(a, v),  # a batch of vectors
+            torch.linalg.solve(a, b.mT, left=False),  # X A = B
+            *torch.linalg.solve_ex(a, b),
+        )
+
+
+class Factors(torch.nn.Module):
+    """The packed LU factors and LAPACK's pivots that ``_linalg_solve_ex`` gives beside the solution."""
+
+    def forward(self, a, b):
+        return torch.ops.aten._linalg_solve_ex(a, b)
+
+
+def _matrices(batch: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    a = torch.randn(batch, 4, 4)
+    a[0, 0, 0] = 0.0  # a zero first pivot: only a row swap gets past it
+    a[-1] = torch.tensor([[1e-3, 2.0, 0, 0], [1.0, 1.0, 0, 0], [0, 0, 3.0, 1.0], [0, 0, 1.0, 3.0]])  # pivots far apart
+    return a, torch.randn(batch, 4, 2), torch.randn(batch, 4)
+
+
+BATCH = {"a": {0: Dim("batch")}, "b": {0: Dim("batch")}, "v": {0: Dim("batch")}}
+
+
+def test_solutions_and_inverses_match_eager_with_a_dynamic_batch():
+    torch.manual_seed(0)
+    args = _matrices(3)
+    options = exporter.ExportOptions(dynamic_shapes=BATCH)
+    export_output = exporter.dynamo_export(Solves(), *args, export_options=options)
+    assert_matches_eager(export_output, Solves(), args, atol=1e-5, rtol=1e-4)
+    assert_matches_eager(export_output, Solves(), args, atol=1e-5, rtol=1e-4, run_args=_matrices(6))
+
+
+def test_the_lu_factors_and_pivots_are_lapacks():
+    torch.manual_seed(1)
+    a, b, _ = _matrices(3)
+    export_output = exporter.dynamo_export(Factors(), a, b)
+    assert_matches_eager(export_output, Factors(), (a, b), atol=1e-5, rtol=1e-4)  # pivots (int32) exactly
+
+
+def test_an_unbatched_camera_matrix():
+    """Unprojecting pixels with the inverse intrinsics, as 3-D vision models do."""
+    intrinsics = torch.tensor([[500.0, 0.0, 320.0], [0.0, 480.0, 240.0], [0.0, 0.0, 1.0]])
+
+    def unproject(k, pixels):
+        return (torch.linalg.inv(k) @ pixels.T).T
+
+    pixels = torch.tensor([[0.0, 0.0, 1.0], [640.0, 480.0, 1.0], [320.0, 240.0, 1.0]])
+    assert_matches_eager(exporter.dynamo_export(unproject, intrinsics, pixels), unproject, (intrinsics, pixels))
+
+
+def test_a_dynamic_matrix_size_is_refused_with_what_to_do():
+    with pytest.raises(exporter.OnnxExporterError, match="needs the matrix size static: leave its two axes out"):
+        exporter.dynamo_export(Solves(), *_matrices(2), export_options=exporter.ExportOptions(dynamic_shapes=True))
