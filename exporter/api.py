@@ -218,7 +218,7 @@ class Exporter:
                 Level.ERROR,
                 message,
                 stack=location,
-                exception=first,
+                exception=eager or first,
                 strategies=[a.strategy for a in e.attempts],
                 **details,
             )

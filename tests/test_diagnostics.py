@@ -124,6 +124,7 @@ def test_a_model_that_pytorch_cannot_run_is_told_so_at_its_line(tmp_path):
         "Fix the model or its example inputs so that PyTorch runs it, then export again."
     )
     assert error["properties"]["cause"] == "eager-failure"
+    assert str(eager.value) in failed.diagnostic_context.errors()[0].exception  # PyTorch's whole error, with its trace
 
 
 def test_info_verbosity_has_no_per_node_trail_and_debug_adds_it(tmp_path):

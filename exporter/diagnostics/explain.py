@@ -34,7 +34,7 @@ class Explanation:
 
 def explain_eager(error: BaseException) -> Explanation:
     """The capture failed because the model itself raises `error` when PyTorch runs it."""
-    first = (str(error).strip().splitlines() or [""])[0].rstrip(".")
+    first = (str(error).strip().splitlines() or [""])[0].rstrip(".:")
     return Explanation(
         "eager-failure",
         f"The model raises {type(error).__name__} when PyTorch runs it on the example inputs, before any export: "

@@ -243,8 +243,9 @@ class Verifier:
         ctx.report(
             rules.ACCURACY_DIVERGENCE,
             Level.WARNING,
-            f"Verified in onnxruntime against eager PyTorch but for the order of equal values: {which} picks other "
-            "elements of the same values than PyTorch, which does not define which of equal values comes first"
+            f"Verified in onnxruntime against eager PyTorch but for the order of equal values: {which} "
+            f"{'picks' if len(ops) == 1 else 'pick'} other elements of the same values than PyTorch, which does not "
+            "define which of equal values comes first"
             + (
                 f"; the other {len(compared)} output{'s match' if len(compared) != 1 else ' matches'}."
                 if compared
