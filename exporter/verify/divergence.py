@@ -8,10 +8,10 @@ values are compared with onnxruntime's in topological order, a chunk of outputs 
 at most about two chunks of activations are held at once (``budget_bytes`` each).
 
 A node *diverges* when its value is out of tolerance; a value without an ONNX counterpart inherits
-the divergence of its inputs; values that depend on random numbers (`seeded`) are not compared, and indices
-that pick other elements of equal values (`ties`) do not diverge. The
-*first* divergence is the first node in topological order that diverges while none of its inputs do;
-later diverging nodes with a diverging input only inherit it.
+the divergence of its inputs. Values that depend on random numbers (`seeded`) are not compared, and
+indices that pick other elements of equal values (`ties`) do not diverge. The *first* divergence is the
+first node in topological order that diverges while none of its inputs do; later diverging nodes with a
+diverging input only inherit it.
 """
 
 from __future__ import annotations
