@@ -141,7 +141,7 @@ class _Walker(torch.fx.Interpreter):
     def __init__(self, program, graph: ir.Graph, mapped, session, feeds, tols, budget_bytes: int, random) -> None:
         super().__init__(program.graph_module)
         self.random = random  # values that depend on random numbers: onnxruntime draws its own, not compared
-        self.indexed: dict[torch.fx.Node, torch.Tensor] = {}  # the input of each op that returns indices into it
+        self.indexed: dict[torch.fx.Node, torch.Tensor] = {}  # the input of an op whose indices are compared
         self.ties: set[torch.fx.Node] = set()  # indices that pick other elements of the same values
         self.onnx_graph, self.mapped, self.session, self.feeds, self.tols = graph, mapped, session, feeds, tols
         self.budget_bytes = budget_bytes
@@ -158,8 +158,8 @@ class _Walker(torch.fx.Interpreter):
 
     def run_node(self, n: torch.fx.Node) -> Any:
         result = super().run_node(n)
-        if n.target in ties.INDEXED:
-            self.indexed[n] = self.env[n.args[0]]
+        if n.target in ties.INDEXED and any(ties.indexing_op(u) is n and u in self.mapped for u in n.users):
+            self.indexed[n] = self.env[n.args[0]]  # until its compared indices are decided
         if n in self.mapped and n not in self.random:
             self.pending[n] = result
             self.inputs.update({i: self.env[i] for i in n.all_input_nodes if i in self.env})
@@ -177,9 +177,9 @@ class _Walker(torch.fx.Interpreter):
             for (node, expected), value in zip(self.pending.items(), actual):
                 self.results[node] = compare(value, to_numpy(expected), dtype_name(expected), self.tols)
                 op = ties.indexing_op(node)
-                if not self.results[node].ok and op is not None and op in self.indexed:
-                    values, dim = self.indexed[op], ties.dim_of(op)
-                    if ties.same_values(values, dim, expected, torch.from_numpy(value)):
+                values = self.indexed.pop(op, None) if op is not None else None
+                if not self.results[node].ok and values is not None:
+                    if ties.same_values(values, ties.dim_of(op), expected, torch.from_numpy(value)):
                         self.ties.add(node)
             del actual
         last = max((self.position[n] for n in self.pending), default=len(self.order) - 1)

@@ -234,8 +234,9 @@ def _attempt(
                 f"max abs error {comparison.max_abs_error:.3g}; atol {comparison.atol:g}, rtol {comparison.rtol:g}"
             )
             message = f"The exported graph is only right at the example's sizes: at {spelled}, output {i} differs from eager PyTorch ({error})."
-            errors = [] if any(c.problem for c in comparisons) else [c.max_abs_error for c in comparisons]
-            errors = [0.0 if j in drawn else e for j, e in enumerate(errors)]
+            errors = [0.0 if j in drawn else c.max_abs_error for j, c in enumerate(comparisons)]
+            if any(c.problem for j, c in enumerate(comparisons) if j not in drawn):  # nothing to compare numbers by
+                errors = []
             return _Outcome(
                 False, message, {"output": i}, errors=errors, inputs=(new_args, new_kwargs), expected=expected
             )
