@@ -67,5 +67,5 @@ def test_an_unbatched_camera_matrix():
 
 
 def test_a_dynamic_matrix_size_is_refused_with_what_to_do():
-    with pytest.raises(exporter.OnnxExporterError, match="needs the matrix size static: leave its two axes out"):
+    with pytest.raises(exporter.OnnxExporterError, match="needs their size static: leave their two axes out"):
         exporter.dynamo_export(Solves(), *_matrices(2), export_options=exporter.ExportOptions(dynamic_shapes=True))

@@ -45,18 +45,20 @@ def _torchlib_table() -> dict[OpName, tuple[ONNXFunction, ...]]:
     with lazily_built():  # compiling them all would cost ~0.15 s; an export uses a handful
         from onnxscript.function_libs.torch_lib import ops, registration  # importing ops registers them
 
-        from exporter.translate.ops import complex as complex_ops
         from exporter.translate.ops import (
+            arithmetic,
             composites,
             corrections,
             distances,
             linalg,
+            order_statistics,
             packed_rnn,
             search,
             special,
             vision,
             window_reductions,
         )
+        from exporter.translate.ops import complex as complex_ops
 
     del ops
     table: dict[OpName, list[ONNXFunction]] = {}
@@ -70,7 +72,18 @@ def _torchlib_table() -> dict[OpName, tuple[ONNXFunction, ...]]:
         for function in functions.complex:
             table.setdefault(name, []).append(ONNXFunction(function, qualified_name, is_complex=True))
     # what torchlib leaves to decomposition
-    for module in (composites, distances, linalg, packed_rnn, search, special, vision, window_reductions):
+    for module in (
+        arithmetic,
+        composites,
+        distances,
+        linalg,
+        order_statistics,
+        packed_rnn,
+        search,
+        special,
+        vision,
+        window_reductions,
+    ):
         for name, function in module.FUNCTIONS.items():
             table.setdefault(name, [ONNXFunction(function, name.qualified_name())])
     for name, function in complex_ops.FUNCTIONS.items():  # gaps torchlib leaves for complex inputs

@@ -170,6 +170,18 @@ def to_dtype_layout(
     return core.aten__to_copy(self, dtype)
 
 
+@_traced
+def index_reduce(self, dim: int, index, source, reduce: str, include_self: bool = True):
+    """``self.index_reduce(dim, index, source, reduce)``: the scatter reduction of `source` to the positions
+    `index` names along `dim` (`index` spread over `source`'s other axes)."""
+    rank = len(source.shape)
+    axis = dim % rank if rank else 0
+    shape = op.Constant(value_ints=[-1 if d == axis else 1 for d in range(rank)])
+    spread = op.Expand(op.Reshape(index, shape), op.Shape(source))
+    spread.dtype, spread.shape = index.dtype, source.shape
+    return corrections.scatter_reduce(self, axis, spread, source, reduce, include_self)
+
+
 FUNCTIONS = {
     OpName("aten", "batch_norm"): batch_norm,
     OpName("aten", "median", "dim"): median_dim,
@@ -196,5 +208,6 @@ FUNCTIONS = {
     OpName("torch", "sym_float"): sym_float,
     OpName("torch", "sym_not"): core.aten_logical_not,
     OpName("aten", "sym_numel"): sym_numel,
+    OpName("aten", "index_reduce"): index_reduce,
 }
 """ONNX functions for composite operators torchlib does not translate."""

@@ -197,10 +197,77 @@ def signbit(self):
     return op.Or(op.Less(self, zero), negative_zero)
 
 
+@_traced
+def copy(self, src, non_blocking: bool = False):
+    """`src` broadcast to `self`'s shape, as PyTorch copies it (torchlib only casts it: ``torch.vander``'s
+    decomposition copies a column into every column of a matrix)."""
+    result = op.CastLike(src, self)
+    if src.shape is not None and self.shape is not None and list(src.shape) == list(self.shape):
+        return result
+    return op.Expand(result, op.Shape(self))
+
+
+@_traced
+def index(self, indices: Sequence):
+    """torchlib's ``self[indices]`` with int64 indices (see `_int64`)."""
+    return core.aten_index(self, _int64(indices))
+
+
+@_traced
+def index_put(self, indices: Sequence, values, accumulate: bool = False):
+    """torchlib's ``index_put`` with int64 indices (see `_int64`)."""
+    return core.aten_index_put(self, _int64(indices), values, accumulate)
+
+
+def _int64(indices: Sequence) -> list:
+    """Integer indices of another type than int64 (PyTorch takes int32 ones: ``torch.istft``'s
+    decomposition makes them) cast to int64: torchlib hands them to ONNX's GatherND and ScatterND, which
+    take int64 only."""
+    wide = []
+    for index in indices:
+        if index is not None and index.dtype not in (ir.DataType.INT64, ir.DataType.BOOL):
+            cast = op.Cast(index, to=INT64.dtype)
+            cast.dtype, cast.shape = ir.DataType.INT64, index.shape  # torchlib's function reads them
+            index = cast
+        wide.append(index)
+    return wide
+
+
+@_traced
+def scatter_reduce(self, dim: int, index, src, reduce: str, include_self: bool = True):
+    """PyTorch's ``scatter_reduce``: torchlib assigns for "mean" (ONNX's ScatterElements has no mean),
+    and scatters all of `src` where PyTorch reads only the part as large as `index`. A mean is the sum
+    over the count of values, `self`'s included when `include_self`; a position nothing is scattered to
+    keeps its value; integers are floor-divided."""
+    if src.shape is None or index.shape is None or list(src.shape) != list(index.shape):
+        src = op.Slice(src, op.Constant(value_ints=[0] * len(index.shape)), op.Shape(index))
+        src.dtype, src.shape = self.dtype, index.shape
+    if reduce != "mean":
+        return core.aten_scatter_reduce(self, dim, index, src, reduce, include_self)
+    zeros, ones = op.ConstantOfShape(op.Shape(index)), op.Expand(op.Constant(value_float=1.0), op.Shape(index))
+    if not include_self:
+        self = op.ScatterElements(self, index, op.CastLike(zeros, self), axis=dim)
+    total = op.ScatterElements(self, index, src, axis=dim, reduction="add")
+    start = op.Expand(op.Constant(value_float=1.0 if include_self else 0.0), op.Shape(self))
+    count = op.ScatterElements(start, index, ones, axis=dim, reduction="add")
+    count = op.CastLike(op.Max(count, op.Constant(value_float=1.0)), self)  # nothing scattered: self / 1
+    if self.dtype in (ir.DataType.FLOAT, ir.DataType.DOUBLE, ir.DataType.FLOAT16, ir.DataType.BFLOAT16):
+        return op.Div(total, count)
+    quotient = op.Div(total, count)  # truncated; the count is positive, so floor is one less for an inexact negative
+    inexact_negative = op.And(op.Less(total, op.CastLike(0, total)), op.Not(op.Equal(op.Mul(quotient, count), total)))
+    return op.Sub(quotient, op.CastLike(inexact_negative, quotient))
+
+
 FUNCTIONS = {
     OpName("aten", "squeeze", "dim"): squeeze_dims,
     OpName("aten", "hamming_window"): hamming_window,
     OpName("aten", "signbit"): signbit,
+    OpName("aten", "copy"): copy,
+    OpName("aten", "index", "Tensor"): index,
+    OpName("aten", "_unsafe_index", "Tensor"): index,
+    OpName("aten", "index_put"): index_put,
+    OpName("aten", "_unsafe_index_put"): index_put,
+    OpName("aten", "scatter_reduce", "two"): scatter_reduce,
     OpName("aten", "avg_pool2d"): _avg_pool(nn.aten_avg_pool2d, 2),
     OpName("aten", "avg_pool3d"): _avg_pool(nn.aten_avg_pool3d, 3),
     OpName("aten", "_native_batch_norm_legit_functional"): native_batch_norm_legit_functional,

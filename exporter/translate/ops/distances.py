@@ -1,5 +1,5 @@
-"""``torch.cdist``, which torchlib does not translate (PyTorch's decomposition calls ``_cdist_forward``,
-which it lacks too)."""
+"""``torch.cdist`` and ``torch.pdist``, which torchlib does not translate (PyTorch's decompositions call
+``_cdist_forward`` and ``_pdist_forward``, which it lacks too)."""
 
 from __future__ import annotations
 
@@ -42,6 +42,18 @@ def cdist(x1, x2, p: float = 2.0, compute_mode: int = _MM_IF_NECESSARY):
     return op.Pow(op.ReduceSum(op.Pow(diff, op.CastLike(p, diff)), last, keepdims=0), op.CastLike(1.0 / p, diff))
 
 
+@_traced
+def pdist(self, p: float = 2.0):
+    """p-norm distances between the rows i < j of `self` ``[N, M]``, in row-major order of the pairs
+    (``[N (N - 1) / 2]``), from the differences as PyTorch computes them."""
+    distances = cdist(self, self, p, _NO_MM)
+    n = op.Squeeze(op.Shape(self, start=0, end=1), op.Constant(value_ints=[0]))
+    rows = op.Range(op.Constant(value_int=0), n, op.Constant(value_int=1))
+    above = op.Less(op.Unsqueeze(rows, op.Constant(value_ints=[1])), op.Unsqueeze(rows, op.Constant(value_ints=[0])))
+    flat = op.Constant(value_ints=[-1])
+    return op.Compress(op.Reshape(distances, flat), op.Reshape(above, flat), axis=0)
+
+
 def _uses_matrix_product(x1, x2, compute_mode: int) -> bool:
     if compute_mode == _NO_MM:
         return False
@@ -67,5 +79,6 @@ def _euclidean_by_matrix_product(x1, x2):
 FUNCTIONS = {
     OpName("aten", "cdist"): cdist,
     OpName("aten", "_cdist_forward"): cdist,
+    OpName("aten", "_pdist_forward"): pdist,
 }
 """ONNX functions for distances torchlib does not translate."""

@@ -1,15 +1,17 @@
-"""``torch.linalg.solve`` and ``torch.linalg.inv``, which torchlib does not translate (ONNX has no solver).
+"""``torch.linalg.solve``, ``inv``, ``slogdet`` and ``cholesky``, which torchlib does not translate (ONNX has
+no solver).
 
-LAPACK's algorithm, unrolled over the matrix size (which must be static; the batch may be dynamic): an LU
+LAPACK's algorithms, unrolled over the matrix size (which must be static; the batch may be dynamic): an LU
 factorization with partial pivoting (at step k the row with the largest magnitude in column k is swapped
-up), then forward and back substitution. ``_linalg_solve_ex`` also gives the packed LU factors and LAPACK's
-1-based pivots, as PyTorch does; ``info`` is 0 (a singular matrix gives inf/NaN where PyTorch's check
-raises: the graph drops ``_linalg_check_errors``, as it does the other runtime assertions).
+up), then forward and back substitution, or the determinant's sign and log from the factors; Cholesky's
+factor column by column. ``_linalg_solve_ex`` and ``_linalg_slogdet`` also give the packed LU factors and
+LAPACK's 1-based pivots, as PyTorch does; ``info`` is 0 (a singular or indefinite matrix gives inf/NaN where
+PyTorch's check raises: the graph drops ``_linalg_check_errors``, as it does the other runtime assertions).
 """
 
 from __future__ import annotations
 
-from onnxscript import INT32, values
+from onnxscript import INT32, INT64, values
 from onnxscript import opset18 as op
 
 from exporter.constants import DOMAIN_COMPOSITES
@@ -50,12 +52,65 @@ def linalg_solve_ex(A, B, left: bool = True, check_errors: bool = False):
     return X, lu, pivots, _info(A)
 
 
+@_traced
+def linalg_slogdet(A):
+    """The sign and the log of the absolute value of each determinant of `A` (``[..., n, n]``), from its LU
+    factors: the product of the signs of U's diagonal, negated once per row swap, and the sum of the logs of
+    its magnitudes; then the factors and pivots."""
+    n = _size(A)
+    lu, pivots, _ = _lu(A, n)
+    identity = op.CastLike(op.EyeLike(op.ConstantOfShape(op.Constant(value_ints=[n, n]))), A)
+    last = op.Constant(value_ints=[-1])
+    diagonal = op.ReduceSum(op.Mul(lu, identity), last, keepdims=0)
+    steps = op.Cast(
+        op.Range(op.Constant(value_int=1), op.Constant(value_int=n + 1), op.Constant(value_int=1)), to=INT32.dtype
+    )
+    swaps = op.ReduceSum(op.Cast(op.Not(op.Equal(pivots, steps)), to=INT64.dtype), last, keepdims=0)
+    parity = op.CastLike(
+        op.Sub(op.Constant(value_int=1), op.Mul(op.Mod(swaps, op.Constant(value_int=2)), op.Constant(value_int=2))), A
+    )
+    sign = op.Mul(op.ReduceProd(op.Sign(diagonal), last, keepdims=0), parity)
+    return sign, op.ReduceSum(op.Log(op.Abs(diagonal)), last, keepdims=0), lu, pivots
+
+
+@_traced
+def linalg_cholesky_ex(A, upper: bool = False, check_errors: bool = False):
+    """The lower triangular L with ``L Lᵀ = A`` (its transpose if `upper`) of each matrix of `A`, column by
+    column (Cholesky–Banachiewicz), and ``info`` (0). Only A's lower triangle is read, as LAPACK does."""
+    n, rank = _size(A), len(A.shape)
+    rows = op.Reshape(
+        op.Range(op.Constant(value_int=0), op.Constant(value_int=n), op.Constant(value_int=1)),
+        op.Constant(value_ints=[n, 1]),
+    )
+    columns = []
+    for j in range(n):
+        c = op.Slice(
+            A, op.Constant(value_ints=[j]), op.Constant(value_ints=[j + 1]), op.Constant(value_ints=[-1])
+        )  # [..., n, 1]
+        if columns:
+            done = op.Concat(*columns, axis=-1)  # [..., n, j]
+            row = op.Slice(
+                done, op.Constant(value_ints=[j]), op.Constant(value_ints=[j + 1]), op.Constant(value_ints=[-2])
+            )
+            c = op.Sub(c, op.MatMul(done, op.Transpose(row, perm=[*range(rank - 2), rank - 1, rank - 2])))
+        pivot = op.Sqrt(
+            op.Slice(c, op.Constant(value_ints=[j]), op.Constant(value_ints=[j + 1]), op.Constant(value_ints=[-2]))
+        )
+        j_ = op.Constant(value_int=j)
+        column = op.Where(op.Greater(rows, j_), op.Div(c, pivot), op.CastLike(0.0, A))
+        columns.append(op.Where(op.Equal(rows, j_), op.Expand(pivot, op.Shape(column)), column))
+    L = op.Concat(*columns, axis=-1)
+    if upper:
+        L = op.Transpose(L, perm=[*range(rank - 2), rank - 1, rank - 2])
+    return L, _info(A)
+
+
 def _size(A) -> int:
     n = A.shape[-1]
     if not isinstance(n, int):
         raise NotImplementedError(
-            "torch.linalg.solve/inv export needs the matrix size static: leave its two axes out of dynamic_shapes "
-            "(the batch may vary)"
+            "its matrices are factored step by step, which needs their size static: leave their two axes out of "
+            "dynamic_shapes (the batch may vary)"
         )
     return n
 
@@ -145,5 +200,7 @@ def _info(A):
 FUNCTIONS = {
     OpName("aten", "linalg_inv_ex"): linalg_inv_ex,
     OpName("aten", "_linalg_solve_ex"): linalg_solve_ex,
+    OpName("aten", "_linalg_slogdet"): linalg_slogdet,
+    OpName("aten", "linalg_cholesky_ex"): linalg_cholesky_ex,
 }
-"""ONNX functions for the linear solvers torchlib does not translate."""
+"""ONNX functions for the linear algebra torchlib does not translate."""
