@@ -40,7 +40,7 @@ from fixtures.custom_ops import scaled_tanh
 
 class Bessel(torch.nn.Module):
     def forward(self, x):
-        return torch.special.i1(x) + 1  # MARK: i1
+        return torch.special.bessel_j0(x) + 1  # MARK: j0
 
 
 class Custom(torch.nn.Module):
@@ -152,10 +152,12 @@ def test_a_failing_check_is_accepted_by_githubs_sarif_rules(checked, tmp_path):
         located.setdefault((result["ruleId"], result["properties"]["exportTarget"]), []).append(
             (artifact["uri"], location["physicalLocation"]["region"]["startLine"], result["message"]["text"])
         )
-    (i1,) = [r for r in located[("FXE0011", "failing.py:bessel")]]
-    assert i1[:2] == ("failing.py", line_of(FAILING, "i1"))
+    (j0,) = [r for r in located[("FXE0011", "failing.py:bessel")]]
+    assert j0[:2] == ("failing.py", line_of(FAILING, "j0"))
     # The user's call, as they wrote it, not only the primitive its decomposition produced.
-    assert i1[2].startswith(f"torch.special.i1 at failing.py:{line_of(FAILING, 'i1')} became prims.bessel_i1.default")
+    assert j0[2].startswith(
+        f"torch.special.bessel_j0 at failing.py:{line_of(FAILING, 'j0')} became prims.bessel_j0.default"
+    )
     assert [r[:2] for r in located[("FXE0011", "failing.py:custom")]] == [("failing.py", line_of(FAILING, "custom"))]
     # Failures before the export: at the line that raised, and at the syntax error.
     ((uri, line, message),) = located[("FXE0025", "failing.py:raises")]
@@ -245,11 +247,13 @@ def test_a_single_exports_failing_log_is_accepted_by_githubs_sarif_rules(tmp_pat
     assert all(where(r)[:2] == ("SRCROOT", "models/failing.py") for r in results)
     assert all(re.fullmatch(r"[0-9a-f]{32}:\d+", r["partialFingerprints"][FINGERPRINT]) for r in results)
     assert {r["properties"]["exportTarget"] for r in results} == {"models/failing.py:bessel"}
-    i1 = line_of(FAILING, "i1")
+    j0 = line_of(FAILING, "j0")
     (error,) = [r for r in results if r["ruleId"] == "FXE0011" and r["level"] == "error"]
-    assert where(error)[2] == i1 and "atExportTarget" not in error["properties"]
+    assert where(error)[2] == j0 and "atExportTarget" not in error["properties"]
     # The user's call, as they wrote it, and the primitive its decomposition produced.
-    assert error["message"]["text"].startswith(f"torch.special.i1 at failing.py:{i1} became prims.bessel_i1.default")
+    assert error["message"]["text"].startswith(
+        f"torch.special.bessel_j0 at failing.py:{j0} became prims.bessel_j0.default"
+    )
     # No source line of its own (torchlib could not generate a function): at the target's definition.
     (note,) = [r for r in results if r["ruleId"] == "FXE0011" and r["level"] == "note"]
     definition = FAILING.splitlines().index("def bessel():")  # its decorator's line, 1-based
@@ -271,7 +275,7 @@ def test_a_single_exports_failing_log_is_accepted_by_githubs_sarif_rules(tmp_pat
         if r["properties"]["exportTarget"] == "models/failing.py:bessel"
     }
     errors = {(r["ruleId"], r["partialFingerprints"][FINGERPRINT], where(r)) for r in results if r["level"] == "error"}
-    assert in_check == errors and len(errors) == 2  # FXE0011 and FXE0012 at the i1 line
+    assert in_check == errors and len(errors) == 2  # FXE0011 and FXE0012 at the j0 line
 
     # A target that raises before its export still writes its log (an earlier one is not left in its place).
     log_path = tmp_path / "raises.sarif"

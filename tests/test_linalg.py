@@ -1,5 +1,6 @@
-"""``torch.linalg.solve`` and ``torch.linalg.inv`` (`exporter.translate.ops.linalg`): LU with partial pivoting
-unrolled over a static matrix size, matching eager PyTorch (LAPACK) in onnxruntime, with a dynamic batch."""
+"""``torch.linalg.solve``, ``inv``, ``slogdet`` and ``cholesky`` (`exporter.translate.ops.linalg`): LU with
+partial pivoting and Cholesky's factor unrolled over a static matrix size, matching eager PyTorch (LAPACK) in
+onnxruntime, with a dynamic batch."""
 
 from __future__ import annotations
 
@@ -64,6 +65,46 @@ def test_an_unbatched_camera_matrix():
 
     pixels = torch.tensor([[0.0, 0.0, 1.0], [640.0, 480.0, 1.0], [320.0, 240.0, 1.0]])
     assert_matches_eager(exporter.dynamo_export(unproject, intrinsics, pixels), unproject, (intrinsics, pixels))
+
+
+class Determinants(torch.nn.Module):
+    def forward(self, a):
+        return (*torch.linalg.slogdet(a), torch.logdet(a @ a.mT), torch.ops.aten._linalg_slogdet(a)[2:])
+
+
+def _signed(batch: int) -> torch.Tensor:
+    """Matrices whose determinants have either sign, reached by an odd or an even number of row swaps, one
+    of them with a determinant far beyond float32's range (its log is not)."""
+    a = _matrices(batch)[0]
+    a[1] = torch.tensor([[0.0, 1, 0, 0], [1, 0, 0, 0], [0, 0, 0, 2], [0, 0, 3, 0]])  # two swaps: det (-1)(-6) = 6
+    a[2] = torch.diag(torch.tensor([1e12, -1e12, 1e12, 1e12]))  # det -1e48
+    return a
+
+
+def test_slogdet_signs_logs_factors_and_pivots_match_eager():
+    torch.manual_seed(2)
+    expected_signs = torch.linalg.slogdet(_signed(4)).sign
+    assert {-1.0, 1.0} <= set(expected_signs.tolist())  # both signs are exercised
+    options = exporter.ExportOptions(dynamic_shapes={"a": {0: Dim("batch")}})
+    export_output = exporter.dynamo_export(Determinants(), _signed(4), export_options=options)
+    assert_matches_eager(export_output, Determinants(), (_signed(4),), atol=1e-4, rtol=1e-4)
+    assert_matches_eager(export_output, Determinants(), (_signed(4),), atol=1e-4, rtol=1e-4, run_args=(_signed(7),))
+
+
+class Cholesky(torch.nn.Module):
+    def forward(self, a):
+        spd = a @ a.mT + 0.1 * torch.eye(a.shape[-1])
+        return torch.linalg.cholesky(spd), torch.linalg.cholesky(spd, upper=True), torch.linalg.cholesky_ex(spd)
+
+
+def test_cholesky_factors_match_eager_with_a_dynamic_batch():
+    torch.manual_seed(3)
+    options = exporter.ExportOptions(dynamic_shapes={"a": {0: Dim("batch")}})
+    export_output = exporter.dynamo_export(Cholesky(), torch.randn(2, 5, 5), export_options=options)
+    assert_matches_eager(export_output, Cholesky(), (torch.randn(2, 5, 5),), atol=1e-4, rtol=1e-4)
+    assert_matches_eager(
+        export_output, Cholesky(), (torch.randn(2, 5, 5),), atol=1e-4, rtol=1e-4, run_args=(torch.randn(5, 5, 5),)
+    )
 
 
 def test_a_dynamic_matrix_size_is_refused_with_what_to_do():

@@ -335,7 +335,7 @@ def test_erfinv_is_accurate_over_the_open_interval():
 
 
 class Untranslatable(torch.nn.Module):
-    """``torch.special.i1`` decomposes to ``prims.bessel_i1``, which nothing translates; ``torch.polygamma``
+    """``torch.special.bessel_j0`` decomposes to ``prims.bessel_j0``, which nothing translates; ``torch.polygamma``
     has no translation as called."""
 
     def __init__(self, mutate: bool):
@@ -345,7 +345,7 @@ class Untranslatable(torch.nn.Module):
     def forward(self, x):
         if self.mutate:  # an in-place op on an input: the whole program is decomposed by torch.export
             x.mul_(2)
-        y = torch.special.i1(x)
+        y = torch.special.bessel_j0(x)
         return torch.polygamma(2, y)
 
 
@@ -359,24 +359,24 @@ def test_untranslatable_decomposition_names_the_users_call(mutate):
     """FXE0011/FXE0012 and the error name what the user wrote and the primitive it became."""
     with pytest.raises(exporter.OnnxExporterError) as raised:
         exporter.dynamo_export(Untranslatable(mutate), torch.rand(3, 4) + 0.5)
-    i1_line, polygamma_line = _line_of("torch.special.i1("), _line_of("torch.polygamma(")
+    j0_line, polygamma_line = _line_of("torch.special.bessel_j0("), _line_of("torch.polygamma(")
     assert (
-        f"Unsupported operators: aten.polygamma.default, prims.bessel_i1.default (from torch.special.i1 at "
-        f"test_ops_round3.py:{i1_line})." in str(raised.value)
+        f"Unsupported operators: aten.polygamma.default, prims.bessel_j0.default (from torch.special.bessel_j0 at "
+        f"test_ops_round3.py:{j0_line})." in str(raised.value)
     )
     diagnostics = raised.value.export_output.diagnostic_context.diagnostics
     errors = {d.properties["fxTarget"]: d for d in diagnostics if d.rule.id == "FXE0011" and d.level.name == "ERROR"}
-    i1, polygamma = errors["prims.bessel_i1.default"], errors["aten.polygamma.default"]
-    assert i1.message.startswith(
-        f"torch.special.i1 at test_ops_round3.py:{i1_line} became prims.bessel_i1.default, "
+    j0, polygamma = errors["prims.bessel_j0.default"], errors["aten.polygamma.default"]
+    assert j0.message.startswith(
+        f"torch.special.bessel_j0 at test_ops_round3.py:{j0_line} became prims.bessel_j0.default, "
         "which has no ONNX translation."
     )
-    assert (i1.location.line, i1.properties["userCall"], i1.properties["originalOperator"]) == (
-        i1_line,
-        "torch.special.i1",
-        "aten.special_i1.default",
+    assert (j0.location.line, j0.properties["userCall"], j0.properties["originalOperator"]) == (
+        j0_line,
+        "torch.special.bessel_j0",
+        "aten.special_bessel_j0.default",
     )
     assert "became" not in polygamma.message and "userCall" not in polygamma.properties  # called as it is
     assert polygamma.location.line == polygamma_line
     (analysis,) = [d for d in diagnostics if d.rule.id == "FXE0012"]
-    assert f"prims.bessel_i1.default (from torch.special.i1 at test_ops_round3.py:{i1_line})" in analysis.message
+    assert f"prims.bessel_j0.default (from torch.special.bessel_j0 at test_ops_round3.py:{j0_line})" in analysis.message

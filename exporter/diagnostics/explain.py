@@ -22,6 +22,7 @@ _DATA_DEPENDENT = (
     "data dependent control flow",
 )
 _EAGER_QUANTIZED = "torch.classes.quantized."  # the packed params of torch.ao.nn.quantized modules
+_DYNAMIC_OUTPUT = "DynamicOutputShapeException"  # an operator whose output size its fake kernel cannot tell
 _BRANCHING = re.compile(r"^(if|elif|while|assert)\b|\bif\b.*\belse\b")
 
 
@@ -46,8 +47,8 @@ def explain_eager(error: BaseException) -> Explanation:
 def explain(error: BaseException, location: list[Frame]) -> Explanation | None:
     """What `error` (a capture failure) means at the innermost user frame of `location`, if it is a known kind."""
     text = f"{type(error).__name__}: {error}"
-    eager_quantized = _EAGER_QUANTIZED in text
-    if not eager_quantized and not any(marker in text for marker in _DATA_DEPENDENT):
+    eager_quantized, dynamic_output = _EAGER_QUANTIZED in text, _DYNAMIC_OUTPUT in text
+    if not (eager_quantized or dynamic_output or any(marker in text for marker in _DATA_DEPENDENT)):
         return None
     line = ""
     if location:
@@ -62,6 +63,15 @@ def explain(error: BaseException, location: list[Frame]) -> Explanation | None:
             "torch.export.export(float_model, args).module() exports as QuantizeLinear/DequantizeLinear pairs "
             "that onnxruntime fuses; or export the float model and quantize the ONNX weights "
             "(export_for_generation(..., precision='int8'), onnxruntime.quantization.quantize_dynamic).",
+        )
+    if dynamic_output:
+        operator = str(error).strip().splitlines()[0] if str(error).strip() else "an operator"
+        return Explanation(
+            "data-dependent-output-size",
+            f"{code} calls {operator}, whose output size PyTorch computes from the input's values only while "
+            "running it (it has no rule for the size in advance), so an exported graph cannot hold it.",
+            "Compute it outside forward() (a loss, for instance, on the exported model's outputs), or give the "
+            "operator a fake implementation that states its output size (torch.library.register_fake).",
         )
     if _BRANCHING.search(line) or "Data-dependent branching" in text:
         return Explanation(

@@ -76,7 +76,7 @@ def find_unsupported(
 
 def summary(nodes: list[torch.fx.Node]) -> str:
     """The unsupported operators, each decomposed one with what the user called and where:
-    ``prims.bessel_i1.default (from torch.special.i1 at model.py:7)``."""
+    ``prims.bessel_j0.default (from torch.special.bessel_j0 at model.py:7)``."""
     calls: dict[str, list[str]] = {}
     for node in nodes:
         origins = calls.setdefault(str(node.target), [])
@@ -111,7 +111,7 @@ _NAMESPACES = {
 
 
 def _python_name(op: torch._ops.OpOverload) -> str:
-    """The Python function a user calls for an ATen operator (``aten::special_i1`` → ``torch.special.i1``),
+    """The Python function a user calls for an ATen operator (``aten::special_bessel_j0`` → ``torch.special.bessel_j0``),
     or the operator's own name where there is none."""
     name = op._schema.name.split("::")[-1]
     for prefix, (namespace, module) in _NAMESPACES.items():

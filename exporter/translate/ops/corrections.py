@@ -16,6 +16,7 @@ from onnxscript.function_libs.torch_lib.ops import core, nn
 
 from exporter.constants import DOMAIN_CORRECTIONS
 from exporter.translate.opname import OpName
+from exporter.translate.ops import linalg
 
 _OPSET = values.Opset(DOMAIN_CORRECTIONS, 1)
 
@@ -262,6 +263,7 @@ FUNCTIONS = {
     OpName("aten", "squeeze", "dim"): squeeze_dims,
     OpName("aten", "hamming_window"): hamming_window,
     OpName("aten", "signbit"): signbit,
+    OpName("aten", "logdet"): linalg.logdet,
     OpName("aten", "copy"): copy,
     OpName("aten", "index", "Tensor"): index,
     OpName("aten", "_unsafe_index", "Tensor"): index,

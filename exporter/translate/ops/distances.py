@@ -79,6 +79,7 @@ def _euclidean_by_matrix_product(x1, x2):
 FUNCTIONS = {
     OpName("aten", "cdist"): cdist,
     OpName("aten", "_cdist_forward"): cdist,
+    OpName("aten", "pdist"): pdist,
     OpName("aten", "_pdist_forward"): pdist,
 }
 """ONNX functions for distances torchlib does not translate."""

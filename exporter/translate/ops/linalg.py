@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from onnxscript import INT32, INT64, values
 from onnxscript import opset18 as op
+from onnxscript.function_libs.torch_lib.ops import core
 
 from exporter.constants import DOMAIN_COMPOSITES
 from exporter.translate.opname import OpName
@@ -54,11 +55,11 @@ def linalg_solve_ex(A, B, left: bool = True, check_errors: bool = False):
 
 @_traced
 def linalg_slogdet(A):
-    """The sign and the log of the absolute value of each determinant of `A` (``[..., n, n]``), from its LU
-    factors: the product of the signs of U's diagonal, negated once per row swap, and the sum of the logs of
-    its magnitudes; then the factors and pivots."""
-    n = _size(A)
-    lu, pivots, _ = _lu(A, n)
+    """The sign and the log of the absolute value of each determinant of `A` (``[..., n, n]``), from LU factors:
+    the product of the signs of U's diagonal, negated once per row swap, and the sum of the logs of its
+    magnitudes; then the factors and pivots, which PyTorch gives of Aᵀ (LAPACK reads A's memory column-major)."""
+    n, rank = _size(A), len(A.shape)
+    lu, pivots, _ = _lu(op.Transpose(A, perm=[*range(rank - 2), rank - 1, rank - 2]), n)
     identity = op.CastLike(op.EyeLike(op.ConstantOfShape(op.Constant(value_ints=[n, n]))), A)
     last = op.Constant(value_ints=[-1])
     diagonal = op.ReduceSum(op.Mul(lu, identity), last, keepdims=0)
@@ -71,6 +72,22 @@ def linalg_slogdet(A):
     )
     sign = op.Mul(op.ReduceProd(op.Sign(diagonal), last, keepdims=0), parity)
     return sign, op.ReduceSum(op.Log(op.Abs(diagonal)), last, keepdims=0), lu, pivots
+
+
+@_traced
+def logdet(A):
+    """log det(A) from the LU factors (torchlib's log of ONNX's ``Det`` overflows where the determinant leaves
+    float range and its log does not): NaN for a negative determinant, -inf for zero. A dynamic matrix size
+    keeps torchlib's."""
+    if not isinstance(A.shape[-1], int):
+        return core.aten_logdet(A)
+    sign, log_magnitude, _, _ = linalg_slogdet(A)
+    zero = op.CastLike(0.0, sign)
+    return op.Where(
+        op.Less(sign, zero),
+        op.CastLike(float("nan"), sign),
+        op.Where(op.Equal(sign, zero), op.CastLike(float("-inf"), sign), log_magnitude),
+    )
 
 
 @_traced

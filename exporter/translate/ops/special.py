@@ -237,8 +237,8 @@ def ndtri(self):
     result = op.Where(op.Greater(y, _f64(_EXP_MINUS_2)), central, tail)
     result = op.Where(op.Equal(y0, _f64(0.0)), _f64(-math.inf), result)
     result = op.Where(op.Equal(y0, _f64(1.0)), _f64(math.inf), result)
-    outside = op.Or(op.Less(y0, _f64(0.0)), op.Greater(y0, _f64(1.0)))
-    return op.CastLike(op.Where(outside, _f64(math.nan), result), self)
+    inside = op.And(op.GreaterOrEqual(y0, _f64(0.0)), op.LessOrEqual(y0, _f64(1.0)))  # false for NaN
+    return op.CastLike(op.Where(inside, result, _f64(math.nan)), self)
 
 
 @_traced
