@@ -108,5 +108,51 @@ def test_cholesky_factors_match_eager_with_a_dynamic_batch():
 
 
 def test_a_dynamic_matrix_size_is_refused_with_what_to_do():
-    with pytest.raises(exporter.OnnxExporterError, match="needs their size static: leave their two axes out"):
+    with pytest.raises(
+        exporter.OnnxExporterError, match="must be static: leave the matrices. last two axes out of dynamic_shapes"
+    ):
         exporter.dynamo_export(Solves(), *_matrices(2), export_options=exporter.ExportOptions(dynamic_shapes=True))
+
+
+class Exponentials(torch.nn.Module):
+    def forward(self, a):
+        skew = a - a.mT  # exp of a skew-symmetric matrix is orthogonal, whatever its norm
+        return torch.linalg.matrix_exp(a), torch.linalg.matrix_exp(20 * skew), torch.matrix_exp(a * 0)
+
+
+def test_matrix_exponentials_match_eager_at_small_and_large_norms():
+    torch.manual_seed(4)
+    a = torch.randn(3, 4, 4)
+    a[1] = torch.triu(torch.ones(4, 4), diagonal=1)  # nilpotent: its exponential is a finite sum
+    a[2] = torch.diag(torch.tensor([3.0, -5.0, 0.5, 8.0]))  # exp(8) = 2981: squared three times
+    options = exporter.ExportOptions(dynamic_shapes={"a": {0: Dim("batch")}})
+    export_output = exporter.dynamo_export(Exponentials(), a, export_options=options)
+    assert_matches_eager(export_output, Exponentials(), (a,), atol=1e-4, rtol=1e-4)
+    assert_matches_eager(export_output, Exponentials(), (a,), atol=1e-4, rtol=1e-4, run_args=(torch.randn(5, 4, 4),))
+
+
+@pytest.mark.parametrize(
+    "orthogonal_map, shape",
+    [("matrix_exp", (4, 4)), ("householder", (4, 4)), ("householder", (6, 3))],
+    ids=["matrix_exp", "householder_square", "householder_tall"],
+)
+def test_orthogonally_parametrized_layers_verify(orthogonal_map, shape):
+    """``torch.nn.utils.parametrizations.orthogonal`` computes its weight in forward: by matrix_exp (its default
+    for square weights) or by Householder reflections (linalg_householder_product, its default otherwise)."""
+    torch.manual_seed(5)
+    layer = torch.nn.utils.parametrizations.orthogonal(torch.nn.Linear(*shape), orthogonal_map=orthogonal_map)
+    x = torch.randn(2, shape[0])
+    options = exporter.ExportOptions(verify=True, dynamic_shapes={"input": {0: Dim("batch")}})
+    export_output = exporter.dynamo_export(layer, x, export_options=options)
+    (verified,) = [d for d in export_output.diagnostic_context.diagnostics if d.rule.id == "FXE0021"]
+    assert verified.level.name == "NOTE" and "divergingOutputs" not in verified.properties
+    assert_matches_eager(export_output, layer, (x,), atol=1e-5, run_args=(torch.randn(5, shape[0]),))
+
+
+def test_householder_products_match_eager():
+    def product(a, tau):
+        return torch.linalg.householder_product(a, tau)
+
+    torch.manual_seed(6)
+    a, tau = torch.randn(2, 5, 3), torch.randn(2, 2)  # fewer reflections than columns
+    assert_matches_eager(exporter.dynamo_export(product, a, tau), product, (a, tau), atol=1e-5)

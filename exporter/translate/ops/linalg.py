@@ -11,12 +11,17 @@ PyTorch's check raises: the graph drops ``_linalg_check_errors``, as it does the
 
 from __future__ import annotations
 
+import math
+
 from onnxscript import INT32, INT64, values
 from onnxscript import opset18 as op
 from onnxscript.function_libs.torch_lib.ops import core
 
 from exporter.constants import DOMAIN_COMPOSITES
 from exporter.translate.opname import OpName
+
+_TAYLOR_DEGREE = 18
+_MAX_SQUARINGS = 16
 
 
 def _traced(fn):
@@ -122,14 +127,67 @@ def linalg_cholesky_ex(A, upper: bool = False, check_errors: bool = False):
     return L, _info(A)
 
 
-def _size(A) -> int:
-    n = A.shape[-1]
-    if not isinstance(n, int):
-        raise NotImplementedError(
-            "its matrices are factored step by step, which needs their size static: leave their two axes out of "
-            "dynamic_shapes (the batch may vary)"
+@_traced
+def linalg_matrix_exp(A):
+    """exp(A) of each matrix of `A` (``[..., n, n]``; ``torch.nn.utils.parametrizations.orthogonal``'s default map),
+    by scaling and squaring: A divided by 2^s, s from its 1-norm at run time so that the scaled norm is at most 1,
+    where a Taylor polynomial of degree 18 is within float64 rounding (1/19! < 1e-17), then squared s times. s is
+    at most 16: a matrix of 1-norm above 65536 (whose exponential overflows unless it is, say, skew-symmetric)
+    is not scaled enough."""
+    n = _size(A)
+    identity = op.CastLike(op.EyeLike(op.ConstantOfShape(op.Constant(value_ints=[n, n]))), A)
+    norm = op.ReduceMax(
+        op.ReduceSum(op.Abs(A), op.Constant(value_ints=[-2]), keepdims=1), op.Constant(value_ints=[-1]), keepdims=1
+    )
+    squarings = op.Ceil(op.Div(op.Log(op.Max(norm, op.CastLike(1.0, norm))), op.CastLike(math.log(2.0), norm)))
+    squarings = op.Min(squarings, op.CastLike(float(_MAX_SQUARINGS), norm))  # [..., 1, 1]
+    X = op.Div(A, op.Pow(op.CastLike(2.0, A), squarings))
+    result = identity
+    for k in range(_TAYLOR_DEGREE, 0, -1):  # Horner: I + X/1 (I + X/2 (I + …))
+        result = op.Add(identity, op.Div(op.MatMul(X, result), op.CastLike(float(k), A)))
+    for step in range(_MAX_SQUARINGS):
+        result = op.Where(op.Less(op.CastLike(float(step), squarings), squarings), op.MatMul(result, result), result)
+    return result
+
+
+@_traced
+def linalg_householder_product(A, tau):
+    """The first n columns of H₁ H₂ … H_k, Hᵢ = I - τᵢ vᵢ vᵢᵀ with vᵢ column i of `A` (``[..., m, n]``) below its
+    diagonal and 1 on it (LAPACK's orgqr; ``orthogonal``'s Householder map)."""
+    n = _size(A)
+    m, k = A.shape[-2], tau.shape[-1]
+    rank = len(A.shape)
+    rows = op.Reshape(
+        op.Range(op.Constant(value_int=0), op.Constant(value_int=m), op.Constant(value_int=1)),
+        op.Constant(value_ints=[m, 1]),
+    )
+    Q = op.Expand(
+        op.CastLike(op.EyeLike(op.ConstantOfShape(op.Constant(value_ints=[m, m]))), A),
+        op.Concat(op.Shape(A, start=0, end=-2), op.Constant(value_ints=[m, m]), axis=0),
+    )
+    for i in range(k):
+        column = op.Slice(
+            A, op.Constant(value_ints=[i]), op.Constant(value_ints=[i + 1]), op.Constant(value_ints=[-1])
+        )  # [..., m, 1]
+        i_ = op.Constant(value_int=i)
+        v = op.Where(op.Greater(rows, i_), column, op.CastLike(op.Cast(op.Equal(rows, i_), to=INT64.dtype), A))
+        t = op.Unsqueeze(
+            op.Slice(tau, op.Constant(value_ints=[i]), op.Constant(value_ints=[i + 1]), op.Constant(value_ints=[-1])),
+            op.Constant(value_ints=[-1]),
         )
-    return n
+        v_row = op.Transpose(v, perm=[*range(rank - 2), rank - 1, rank - 2])
+        Q = op.Sub(Q, op.Mul(t, op.MatMul(op.MatMul(Q, v), v_row)))
+    return op.Slice(Q, op.Constant(value_ints=[0]), op.Constant(value_ints=[n]), op.Constant(value_ints=[-1]))
+
+
+def _size(A) -> int:
+    """The number of columns of the matrices `A`, whose size must be static."""
+    if not all(isinstance(d, int) for d in A.shape[-2:]):
+        raise NotImplementedError(
+            "the computation is unrolled over the matrix size, which must be static: leave the matrices' last "
+            "two axes out of dynamic_shapes (the batch may vary)"
+        )
+    return A.shape[-1]
 
 
 def _lu(A, n: int):
@@ -219,5 +277,7 @@ FUNCTIONS = {
     OpName("aten", "_linalg_solve_ex"): linalg_solve_ex,
     OpName("aten", "_linalg_slogdet"): linalg_slogdet,
     OpName("aten", "linalg_cholesky_ex"): linalg_cholesky_ex,
+    OpName("aten", "linalg_matrix_exp"): linalg_matrix_exp,
+    OpName("aten", "linalg_householder_product"): linalg_householder_product,
 }
 """ONNX functions for the linear algebra torchlib does not translate."""
