@@ -22,6 +22,8 @@ from tiny_lms import CONFIGS, DECODER, GPT_NEO_WINDOWED, TOKENS, genai_generate,
 from transformers import (
     AutoModelForCausalLM,
     CodeGenConfig,
+    DeepseekV3Config,
+    DeepseekV3ForCausalLM,
     Gemma2Config,
     Gemma3TextConfig,
     GlmConfig,
@@ -29,6 +31,8 @@ from transformers import (
     GPTJConfig,
     GPTNeoConfig,
     GPTNeoXConfig,
+    GptOssConfig,
+    GptOssForCausalLM,
     HeliumConfig,
     OPTConfig,
     PersimmonConfig,
@@ -133,6 +137,7 @@ def test_every_layer_is_fused_and_generates_like_generate(fused):
     used = {name for node in graph.node for name in node.input}
     assert [i.name for i in graph.initializer if i.name not in used] == []  # no weight left behind by the merge
     assert result.parity.matched and result.parity.steps == NEW_TOKENS  # the left-padded batch, 16/16
+    assert not results(result, "FXE0026")  # one head count and size for all keys and values: genai runs it
     [note] = results(result, "FXE0024")
     assert note["level"] == "note" and "2/2 layers fused" in note["message"]["text"]
     assert (note["properties"]["layers"], note["properties"]["fusedLayers"]) == (2, 2)
@@ -544,3 +549,47 @@ def test_an_attention_left_on_batched_heads_is_reported_unfused(tmp_path, monkey
     assert not shares_cache(result)  # the unfused layers concatenate past and new
     location = warnings[0]["locations"][0]["physicalLocation"]["artifactLocation"]["uri"]
     assert location.endswith("test_generation_fusions.py")  # transformers' code is not the user's: their call
+
+
+def test_attention_with_sinks_and_a_rotation_without_rotate_half_are_reported_unfused(tmp_path):
+    """GPT-OSS softmaxes its scores beside learned sinks and slices the sinks off before the values, and
+    rotates by cos/sin without rotate_half's Neg: neither fuses, and both are warned about (the note had
+    counted the layers fused)."""
+    config = GptOssConfig(
+        **DECODER, **TOKENS, head_dim=16, num_local_experts=4, num_experts_per_tok=2, sliding_window=8
+    )
+    torch.manual_seed(0)
+    result = exporter.export_for_generation(GptOssForCausalLM(config).eval(), tmp_path)
+    assert result.parity.matched
+    *warnings, note = results(result, "FXE0024")
+    assert [w["properties"] for w in warnings] == [
+        {"layer": f"model.layers.{i}", "unfused": ["rotary embedding", "attention"]} for i in range(2)
+    ]
+    assert (note["properties"]["layers"], note["properties"]["fusedLayers"]) == (2, 0)
+
+
+def test_a_cache_genai_cannot_hold_is_warned_about(tmp_path):
+    """DeepSeek's multi-head latent attention caches keys and values of different sizes: onnxruntime-genai's
+    cache has one head size (it fed values of the keys' size), so the folder says it cannot run there
+    (FXE0026), and the generation check runs it in onnxruntime."""
+    config = DeepseekV3Config(
+        **{**DECODER, "num_key_value_heads": 4},
+        **TOKENS,
+        n_routed_experts=4,
+        num_experts_per_tok=2,
+        moe_intermediate_size=32,
+        first_k_dense_replace=1,
+        kv_lora_rank=16,
+        q_lora_rank=24,
+        qk_rope_head_dim=8,
+        qk_nope_head_dim=8,
+        v_head_dim=16,
+        n_group=1,
+        topk_group=1,
+    )
+    torch.manual_seed(0)
+    result = exporter.export_for_generation(DeepseekV3ForCausalLM(config).eval(), tmp_path)
+    assert result.parity.matched
+    (warning,) = results(result, "FXE0026")
+    assert warning["level"] == "warning"
+    assert "keys and values of different shapes (1 head of size 16 and 1 head of size 8)" in warning["message"]["text"]

@@ -1,6 +1,6 @@
 """Ops a sweep of 110 operators found translated wrong or not at all (round 4): torchlib's ``scatter_reduce``
 "mean" (it assigned), ``copy`` with a broadcast source (``torch.vander``), int32 indices (``torch.istft``),
-and the operators it lacks: copysign, hypot, frexp, gcd/lcm, ndtri, i0e/i1/i1e, pdist, nanmedian and
+complex arithmetic with a real operand (``c + 1.5`` added 1.5 to both parts), and the operators it lacks: copysign, hypot, frexp, gcd/lcm, ndtri, i0e/i1/i1e, pdist, nanmedian and
 index_reduce. Each is compared with eager PyTorch in onnxruntime over edge values, static and with dynamic
 shapes (also at a second size); the expected values are eager PyTorch's."""
 
@@ -155,6 +155,24 @@ def _cases():
             (_with_edges(torch.randn(5, 3), [0.0, 0.0, 0.0, 0.0, 0.0, 0.0]),),  # two equal (zero) rows
             (torch.randn(8, 3),),
             1e-5,
+        ),
+        "complex_with_real_operands": (
+            lambda angle, r: tuple(
+                torch.view_as_real(z)
+                for z in (
+                    torch.polar(r, angle) * 0.5,  # a rotary table scaled (DeepSeek-V2's, Llama 4's)
+                    2 * torch.polar(r, angle),
+                    torch.polar(r, angle) / 4,
+                    torch.polar(r, angle) + 1.5,  # the real part only
+                    torch.polar(r, angle) - r,
+                    torch.polar(r, angle) * r,
+                    torch.polar(r, angle) / (r + 1),
+                    torch.polar(r, angle) * 1j,
+                )
+            ),
+            (torch.randn(3, 4), torch.rand(3, 4)),
+            (torch.randn(5, 2), torch.rand(5, 2)),
+            1e-6,
         ),
         "nanmedian": (
             lambda x, n, empty: (

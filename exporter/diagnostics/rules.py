@@ -343,6 +343,22 @@ EXPORT_TARGET = Rule(
     problem_severity="error",
 )
 
+GENAI_INCOMPATIBLE = Rule(
+    "FXE0026",
+    "genai-incompatible",
+    "onnxruntime-genai cannot run the exported folder (onnxruntime can).",
+    "export_for_generation writes genai_config.json for onnxruntime-genai, whose KV cache has one head count and "
+    "one head size for every layer's keys and values. A model whose cache does not (DeepSeek's and MiniCPM3's "
+    "multi-head latent attention cache keys of one size and values of another) gets a warning: model.onnx still "
+    "runs in onnxruntime with its past_key_values inputs, as the generation check runs it, but genai's "
+    "generator would feed caches of the wrong shape.",
+    "Run the folder's model.onnx with onnxruntime directly (the past_key_values.* inputs, present.* outputs), "
+    "or with optimum's ORTModelForCausalLM, rather than with onnxruntime-genai.",
+    tags=("generation",),
+    precision="very-high",
+    problem_severity="warning",
+)
+
 ALL_RULES: tuple[Rule, ...] = (
     FX_GRAPH_TO_ONNX,
     FX_NODE_TO_ONNX,
@@ -362,6 +378,7 @@ ALL_RULES: tuple[Rule, ...] = (
     QUANTIZATION_QUALITY,
     KERNEL_NOT_FUSED,
     EXPORT_TARGET,
+    GENAI_INCOMPATIBLE,
 )
 
 

@@ -196,6 +196,13 @@ def export_for_generation(
 
     os.makedirs(output_dir, exist_ok=True)
     files = _write_folder(export_output, model, output_dir, tokenizer, uses_positions, model_state_dict)
+    if (reason := genai_config.incompatibility(export_output.model.graph)) is not None:
+        export_output.diagnostic_context.report(
+            rules.GENAI_INCOMPATIBLE,
+            Level.WARNING,
+            f"onnxruntime-genai cannot run this folder: {reason}. Its model.onnx runs in onnxruntime, as the "
+            "generation check runs it.",
+        )
     parity = None
     if precision != "fp32":  # not token for token: measured (FXE0023)
         start = time.perf_counter()

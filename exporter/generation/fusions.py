@@ -53,12 +53,13 @@ _LAYER = re.compile(r"\.\d+$")  # a ModuleList child: a decoder layer
 _MASKED = -1e9  # masked scores at or below this weigh exactly 0 after the softmax, wherever the mask puts them
 # attention on merged batch and heads (BLOOM's, XGLM's) moved to 4-D heads, before the attention rules
 BATCHED_HEADS = [*BatchedHeads.rule(alibi=True).commute(), *BatchedHeads.rule(alibi=False).commute()]
-# what a layer computes in standard ops when a part did not fuse: (the op left, what it is, the fused op)
-_UNFUSED = {
-    "ReduceMean": ("normalization", "SkipSimplifiedLayerNormalization"),
-    "Neg": ("rotary embedding", "RotaryEmbedding"),
-    "Softmax": ("attention", "GroupQueryAttention"),
+# a layer's part that did not fuse (`_unfused_part`) -> the fused op it would have become
+_KERNELS = {
+    "normalization": "SkipSimplifiedLayerNormalization",
+    "rotary embedding": "RotaryEmbedding",
+    "attention": "GroupQueryAttention",
 }
+_PASSING = ("Where", "Reshape", "Cast", "Slice", "Transpose", "Identity", "Unsqueeze", "Expand", "Gather", "Squeeze")
 
 
 class _RmsNormalization(pattern.RewriteRuleClassBase):
@@ -633,10 +634,10 @@ def fuse(model: ir.Model, positions: int) -> Fusion:
             counts[node.op_type] = counts.get(node.op_type, 0) + 1
     unfused: dict[str, list[str]] = {}
     for node in model.graph:
-        part = _UNFUSED.get(node.op_type) if _left_unfused(node) else None
+        part = _unfused_part(node)
         layer = _layer_of(node)
-        if part is not None and layer in layers_before and part[0] not in unfused.setdefault(layer, []):
-            unfused[layer].append(part[0])
+        if part is not None and layer in layers_before and part not in unfused.setdefault(layer, []):
+            unfused[layer].append(part)
     return Fusion(layers_before, {k: v for k, v in unfused.items() if v}, counts)
 
 
@@ -705,9 +706,9 @@ def report(ctx: DiagnosticContext, fusion: Fusion, model: ir.Model) -> None:
     """A warning located at each layer that did not fuse (its first unfused node's stack), and a note
     with the fused fraction."""
     for layer, parts in fusion.unfused.items():
-        node = next(n for n in model.graph if _layer_of(n) == layer and n.op_type in _UNFUSED and _left_unfused(n))
+        node = next(n for n in model.graph if _layer_of(n) == layer and _unfused_part(n) is not None)
         frames = parse_stack_trace(node.metadata_props.get(METADATA_STACK, ""))
-        kernels = " / ".join(_UNFUSED[op][1] for op in _UNFUSED if _UNFUSED[op][0] in parts)
+        kernels = " / ".join(_KERNELS[part] for part in _KERNELS if part in parts)
         user = [f for f in frames if f.is_user_code]
         where = f" (computed at {frames[0]})" if frames and not user else ""
         ctx.report(
@@ -729,18 +730,37 @@ def report(ctx: DiagnosticContext, fusion: Fusion, model: ir.Model) -> None:
     )
 
 
-def _left_unfused(node: ir.Node) -> bool:
-    """Whether `node` is what an unfused part computes: a softmax is attention's when its
-    probabilities weigh values (a MatMul, maybe after SDPA's NaN guard or reshapes: batched heads left
-    unfused), not a router's (MoE)."""
+def _unfused_part(node: ir.Node) -> str | None:
+    """The part of a layer `node` computes in standard ops, if it is one a fused kernel would have taken: a
+    norm's ``ReduceMean``; a rotation's ``Neg`` (rotate half) or a ``Mul`` by the rotary cos/sin (GPT-OSS
+    rotates without one); attention's ``Softmax`` whose probabilities weigh values (a MatMul, maybe after
+    a mask, reshapes or a slice: attention sinks), not a router's (MoE)."""
+    if node.op_type == "ReduceMean":
+        return "normalization"
+    if node.op_type == "Neg" or (node.op_type == "Mul" and any(_from_sin_or_cos(v) for v in node.inputs)):
+        return "rotary embedding"
     if node.op_type != "Softmax":
-        return True
+        return None
     frontier = [node]
-    for _ in range(3):
+    for _ in range(4):
         frontier = [u for n in frontier for u, _ in n.outputs[0].uses()]
         if any(u.op_type == "MatMul" for u in frontier):
+            return "attention"
+        frontier = [u for u in frontier if u.op_type in _PASSING]
+    return None
+
+
+def _from_sin_or_cos(value: ir.Value | None) -> bool:
+    """Whether `value` is a rotary cos or sin table (a ``Cos``/``Sin`` output, maybe reshaped, cast or scaled)."""
+    for _ in range(5):
+        producer = value.producer() if value is not None else None
+        if producer is None:
+            return False
+        if producer.op_type in ("Cos", "Sin"):
             return True
-        frontier = [u for u in frontier if u.op_type in ("Where", "Reshape", "Cast")]
+        if producer.op_type not in (*_PASSING, "Mul", "Concat"):
+            return False
+        value = producer.inputs[0]
     return False
 
 

@@ -78,6 +78,19 @@ def build(config: Any, generation_config: Any, graph: ir.Graph, filename: str, u
     }
 
 
+def incompatibility(graph: ir.Graph) -> str | None:
+    """Why onnxruntime-genai cannot run `graph` (its cache has one head count and size for all keys and
+    values), or None."""
+    caches = [v for v in graph.inputs if v.name.startswith("past_key_values.")]
+    layouts = {(v.shape[1], v.shape[3]) for v in caches}
+    if len(layouts) <= 1:
+        return None
+    described = " and ".join(
+        f"{heads} head{'s' * (heads != 1)} of size {size}" for heads, size in sorted(layouts, key=str)
+    )
+    return f"its KV cache holds keys and values of different shapes ({described}); genai's has one head count and size"
+
+
 def context_length_of(config: Any) -> int | None:
     """The most positions the model takes (prompt and generated tokens), if its config says."""
     text = config.get_text_config(decoder=True) if hasattr(config, "get_text_config") else config

@@ -155,18 +155,55 @@ def _real_to_complex(module: torch.fx.GraphModule, node: torch.fx.Node) -> int:
         and not source.is_complex()
     ):
         return 0
-    real_dtype = val.real.dtype
-    graph = module.graph
-    with graph.inserting_before(node):
-        real = graph.call_function(torch.ops.prims.convert_element_type.default, (node.args[0], real_dtype))
-        imag = graph.call_function(torch.ops.aten.zeros_like.default, (real,))
-        pair = graph.call_function(torch.ops.aten.complex.default, (real, imag))
-    for new, value in ((real, source.to(real_dtype)), (imag, source.to(real_dtype)), (pair, val)):
-        new.meta.update({k: v for k, v in node.meta.items() if k in ("stack_trace", "nn_module_stack")})
-        new.meta["val"] = value
+    with module.graph.inserting_before(node):
+        pair = _as_complex(module.graph, node.args[0], val.dtype, node)
     node.replace_all_uses_with(pair)
-    graph.erase_node(node)
+    module.graph.erase_node(node)
     return 1
+
+
+def _as_complex(graph: torch.fx.Graph, value: object, dtype: torch.dtype, user: torch.fx.Node) -> torch.fx.Node:
+    """``complex(x, 0)`` of a real tensor node or a number (a complex number: its two parts), of the complex
+    `dtype`, inserted at the graph's insertion point and located at `user`."""
+    real_dtype = dtype.to_real()
+    if isinstance(value, torch.fx.Node):
+        source = value.meta["val"]
+        real = graph.call_function(torch.ops.prims.convert_element_type.default, (value, real_dtype))
+        imag = graph.call_function(torch.ops.aten.zeros_like.default, (real,))
+        real_val, pair_val = source.to(real_dtype), source.to(dtype)
+    else:
+        number = complex(value)
+        real = graph.call_function(torch.ops.aten.scalar_tensor.default, (number.real,), {"dtype": real_dtype})
+        imag = graph.call_function(torch.ops.aten.scalar_tensor.default, (number.imag,), {"dtype": real_dtype})
+        like = user.meta["val"]
+        real_val, pair_val = like.new_empty((), dtype=real_dtype), like.new_empty((), dtype=dtype)
+    pair = graph.call_function(torch.ops.aten.complex.default, (real, imag))
+    for new, val in ((real, real_val), (imag, real_val), (pair, pair_val)):
+        new.meta.update({k: v for k, v in user.meta.items() if k in ("stack_trace", "nn_module_stack")})
+        new.meta["val"] = val
+    return pair
+
+
+def _complex_operands(
+    graph: torch.fx.Graph, node: torch.fx.Node, promoted_args: list[tuple[int, object]], dtype: torch.dtype
+) -> int:
+    """The real operands of an elementwise operator that computes in a complex `dtype` made complex: a real
+    tensor ``complex(x, 0)``, a number a complex constant. torchlib's complex functions take both operands in
+    the real representation (``[..., 2]``): given a real one, they slice its last axis as if it were the
+    parts (``c + 1.5`` added 1.5 to both). Returns how many operands were replaced."""
+    params = node.target._schema.arguments
+    replaced = 0
+    for i, arg in promoted_args:
+        val = _promotion_value(arg)
+        tensor = isinstance(val, torch.Tensor)
+        if tensor and val.is_complex():
+            continue
+        if not tensor and not (isinstance(val, (int, float, complex)) and _is(params[i].type, "TensorType")):
+            continue
+        with graph.inserting_before(node):
+            node.update_arg(i, _as_complex(graph, arg, dtype, node))
+        replaced += 1
+    return replaced
 
 
 def _is(jit_type: torch._C.JitType, kind: str) -> bool:
@@ -205,6 +242,9 @@ def insert_type_promotion(module: torch.fx.GraphModule, ctx: DiagnosticContext) 
             except Exception:  # not promotable (e.g. unusual argument types): leave the node alone
                 continue
         like = next(v for v in values if isinstance(v, torch.Tensor))
+        if result_dtype.is_complex:
+            inserted += _complex_operands(module.graph, node, promoted_args, result_dtype)
+            continue
         for i, arg in promoted_args:
             val = _promotion_value(arg)
             dtype = val.dtype if isinstance(val, torch.Tensor) else _SYMBOLIC_DTYPES.get(type(val))
