@@ -23,7 +23,7 @@ import torch
 from helpers import console_script, validate_sarif
 from onnxscript import opset18 as op
 from tiny_lms import CONFIGS, MORE_CONFIGS, genai_generate, tiny_model
-from transformers import AutoModelForCausalLM, BertConfig, BertModel, GenerationConfig
+from transformers import AutoModelForCausalLM, BertConfig, BertModel, GenerationConfig, MambaConfig, MambaForCausalLM
 
 import exporter
 from exporter.generation.check import greedy_generate
@@ -369,6 +369,15 @@ def test_export_target_checks_the_task():
         exporter.export_target(task="translation")
 
 
+def test_a_model_that_caches_recurrent_states_is_refused_with_what_to_do(tmp_path):
+    """Mamba's cache is convolution and SSM states, not keys and values: refused before any export, with the
+    export that works (a forward pass without the cache), and nothing written."""
+    model = MambaForCausalLM(MambaConfig(vocab_size=100, hidden_size=32, num_hidden_layers=2, state_size=4)).eval()
+    with pytest.raises(ValueError, match=r"MambaForCausalLM caches recurrent states \(LinearAttentionLayer") as raised:
+        exporter.export_for_generation(model, tmp_path / "out")
+    assert "exporter.dynamo_export(model, input_ids)" in str(raised.value) and not (tmp_path / "out").exists()
+
+
 def test_fake_mode_export_writes_the_checkpoint_and_generates(tmp_path):
     real = tiny_model("llama")
     weights = {**real.state_dict(), **dict(real.named_buffers())}  # rotary inv_freq is not in the state dict
@@ -429,3 +438,60 @@ def test_a_divergence_between_nearly_tied_logits_is_a_near_tie(gap, near_tie):
     d = first_divergence(expected, produced, eager, ort_logits, 3, tolerance=1e-3)
     assert (d.step, d.row, d.expected, d.produced, d.near_tie) == (2, 0, 5, 6, near_tie)
     assert d.margin == pytest.approx(0.1, rel=1e-6) and d.eager_margin == pytest.approx(gap, rel=1e-3)
+
+
+class Router(torch.nn.Module):
+    """A mixture-of-experts router: 2 of 4 experts by score. A zero hidden state (a padding token's zero
+    embedding) scores every expert equally."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.gate = torch.nn.Linear(3, 4, bias=False)
+
+    def forward(self, hidden):
+        return self.gate(hidden.flatten(0, -2)).topk(2, dim=-1)  # MARK: topk
+
+
+def test_top_k_ties_are_recorded_by_decoding_step_and_row():
+    from exporter.generation.topk_ties import TopKTies
+
+    router, batch = Router(), 2
+    with TopKTies(router, batch) as ties:
+        router(torch.zeros(batch, 5, 3))  # the prefill (padding included): not attributed to a row
+        router(torch.stack([torch.zeros(1, 3), torch.ones(1, 3)]))  # step 1: row 0 ties
+        router(torch.ones(batch, 1, 3))  # step 2: a positive input scores the experts apart
+    assert ties.rows == {1: {0}}
+    line = next(i for i, text in enumerate(open(__file__), 1) if "# MARK: topk" in text)
+    assert ties.where == f"{__file__}:{line}"
+    assert [ties.explains(1, 0), ties.explains(4, 0), ties.explains(0, 0), ties.explains(4, 1)] == [
+        True,
+        True,
+        False,
+        False,
+    ]
+    router(torch.zeros(batch, 1, 3))  # after the block: nothing is recorded
+    assert ties.rows == {1: {0}}
+
+
+@pytest.mark.parametrize("row, level", [(0, "WARNING"), (1, "ERROR")])
+def test_a_divergence_after_a_top_k_tie_in_its_row_is_a_warning(row, level):
+    """Tied router scores explain a divergence in their row, not in another."""
+    from exporter.diagnostics import DiagnosticContext
+    from exporter.generation.check import GreedyResult, report
+    from exporter.generation.topk_ties import TopKTies
+
+    expected = np.array([[7, 3, 5], [4, 4, 4]])
+    produced = expected.copy()
+    produced[row, 2] = 9
+    logits = [np.zeros((2, 10), np.float32) for _ in range(3)]
+    for step, values in enumerate(logits):
+        values[np.arange(2), expected[:, step]] = 1.0  # eager's choice by a clear margin
+    ort_logits = [x.copy() for x in logits]
+    ort_logits[2][row, 9] = 2.0
+    ties = TopKTies(Router(), 2)
+    ties.rows, ties.where = {1: {0}}, "router.py:9"
+    ctx = DiagnosticContext()
+    parity = report(ctx, expected, logits, GreedyResult(produced, ort_logits, 1.0, [1.0, 1.0]), 1e-3, ties)
+    (diagnostic,) = ctx.diagnostics
+    assert diagnostic.level.name == level and parity.divergence.row == row
+    assert ("top-k (router.py:9) chose among equal values" in diagnostic.message) == (level == "WARNING")

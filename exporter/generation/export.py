@@ -319,7 +319,18 @@ def _cache_layout(model: torch.nn.Module) -> list[tuple[tuple[int, int, torch.dt
     """(heads, head size, dtype) of each layer's key and value, as the model caches one token: read,
     not derived from the config, whose names for them vary (Falcon's multi-query ``num_kv_heads``)."""
     from transformers import DynamicCache
+    from transformers.cache_utils import LinearAttentionCacheLayerMixin
 
+    layers = DynamicCache(config=model.config).layers
+    if recurrent := sorted(
+        {type(layer).__name__ for layer in layers if isinstance(layer, LinearAttentionCacheLayerMixin)}
+    ):
+        raise ValueError(
+            f"export_for_generation exports decoders whose layers all cache keys and values; {type(model).__name__} "
+            f"caches recurrent states ({', '.join(recurrent)}: the convolution and SSM states of a state-space or "
+            "linear-attention layer), which its graph cannot take as past_key_values. Export a forward pass without "
+            "the cache instead: exporter.dynamo_export(model, input_ids)."
+        )
     cache = DynamicCache()
     with torch.no_grad():
         model(input_ids=torch.ones(1, 1, dtype=torch.long), use_cache=True, **{cache_argument(model): cache})
