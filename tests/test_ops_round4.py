@@ -265,3 +265,17 @@ def test_an_operator_whose_output_size_only_running_it_tells_is_explained_at_its
     assert error.message.startswith("`return torch.nn.functional.ctc_loss(")
     assert "calls aten._ctc_loss.Tensor, whose output size PyTorch computes from the input's values" in error.message
     assert "torch.library.register_fake" in error.message and "DynamicOutputShapeException" not in error.message
+
+
+def test_a_mask_cast_to_numbers_matches_eager_without_a_warning():
+    """torchlib's cast declares real input types only: a bool mask made integers or floats (counted, as
+    Llama 4's and Mamba's masks are) drew an FXE0014 warning that no function accepts its input types."""
+
+    def counts(x):
+        mask = x > 0
+        return mask.long().cumsum(-1) + mask.sum(-1, keepdim=True), mask.to(torch.float64) * x.double()
+
+    x = torch.randn(3, 5)
+    export_output = exporter.dynamo_export(counts, x)
+    assert_matches_eager(export_output, counts, (x,))
+    assert not [d for d in export_output.diagnostic_context.diagnostics if d.rule.id == "FXE0014"]

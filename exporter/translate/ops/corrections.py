@@ -12,6 +12,7 @@ from collections.abc import Sequence
 import onnx_ir as ir
 from onnxscript import INT64, values
 from onnxscript import opset18 as op
+from onnxscript.function_libs.torch_lib.ops import common as common_ops
 from onnxscript.function_libs.torch_lib.ops import core, nn
 
 from exporter.constants import DOMAIN_CORRECTIONS
@@ -199,6 +200,13 @@ def signbit(self):
 
 
 @_traced
+def convert_element_type(a, dtype: int):
+    """torchlib's cast, for every input type ONNX's Cast takes (torchlib's declares real types only, so a
+    bool tensor made an integer, as masks are counted, drew FXE0014 warnings)."""
+    return common_ops.cast_to(a, dtype)
+
+
+@_traced
 def copy(self, src, non_blocking: bool = False):
     """`src` broadcast to `self`'s shape, as PyTorch copies it (torchlib only casts it: ``torch.vander``'s
     decomposition copies a column into every column of a matrix)."""
@@ -265,6 +273,7 @@ FUNCTIONS = {
     OpName("aten", "signbit"): signbit,
     OpName("aten", "logdet"): linalg.logdet,
     OpName("aten", "copy"): copy,
+    OpName("prims", "convert_element_type"): convert_element_type,
     OpName("aten", "index", "Tensor"): index,
     OpName("aten", "_unsafe_index", "Tensor"): index,
     OpName("aten", "index_put"): index_put,
