@@ -426,6 +426,26 @@ def test_half_precision_is_kept(tmp_path, dtype, onnx_type):
         )
 
 
+class GenerateRaises(type(tiny_model("llama"))):
+    """A causal LM whose own generation raises (its forward, which the export captures, runs)."""
+
+    def prepare_inputs_for_generation(self, *args, **kwargs):
+        raise RuntimeError("this model's generation is broken")
+
+
+def test_a_model_whose_generate_raises_is_exported_with_the_check_skipped(tmp_path):
+    """Without generate()'s tokens there is nothing to check against: a warning, the folder written, no raise."""
+    source = tiny_model("llama")
+    model = GenerateRaises(source.config).eval()
+    model.load_state_dict(source.state_dict())
+    result = exporter.export_for_generation(model, tmp_path)
+    assert result.parity is None and os.path.exists(result.model_path)
+    (check,) = [d for d in result.export_output.diagnostic_context.diagnostics if d.rule.id == "FXE0022"]
+    assert check.level.name == "WARNING" and check.properties["generationCheck"] == "skipped"
+    assert "generate() raises RuntimeError: this model's generation is broken" in check.message
+    assert check.location.path == __file__ and "raise RuntimeError" in check.location.snippet
+
+
 @pytest.mark.parametrize("gap, near_tie", [(5e-4, True), (0.25, False)])
 def test_a_divergence_between_nearly_tied_logits_is_a_near_tie(gap, near_tie):
     from exporter.generation.check import first_divergence

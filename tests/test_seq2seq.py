@@ -20,7 +20,7 @@ import onnxruntime as ort
 import pytest
 import torch
 from helpers import console_script, validate_sarif
-from tiny_seq2seq import CONFIGS, tiny_seq2seq, whisper_config, whisper_tokenizer
+from tiny_seq2seq import CONFIGS, TOKENS, tiny_seq2seq, whisper_config, whisper_tokenizer
 from transformers import T5Config, T5ForConditionalGeneration
 
 import exporter
@@ -231,6 +231,19 @@ def test_whisper_with_more_encoder_than_decoder_layers(tmp_path):
         sum(v.name.startswith("past_key_values.") for v in decoder.input) == 4
     )  # 1 layer: self and cross, key and value
     assert onnx_generate(str(tmp_path), features(2)) == generate(model, features(2))
+
+
+def test_t5_with_more_decoder_than_encoder_layers(tmp_path):
+    """ByT5's and T5-efficient's shape (num_decoder_layers apart from num_layers): transformers' own generate()
+    sizes its cache by the encoder's layer count and raises; the check gives it caches that grow per layer."""
+    config = T5Config(d_model=64, d_ff=128, d_kv=16, num_layers=2, num_decoder_layers=3, num_heads=4, **TOKENS)
+    model = tiny_seq2seq("t5", config)
+    with pytest.raises(IndexError):  # the transformers bug the check works around
+        model.generate(torch.tensor([[5, 6, 7]]), max_new_tokens=2)
+    result = exporter.export_for_generation(model, tmp_path)
+    assert result.parity.matched and result.parity.steps == 16
+    decoder = onnx.load(result.model_path, load_external_data=False).graph
+    assert sum(v.name.startswith("past_key_values.") for v in decoder.input) == 3 * 4
 
 
 def test_a_wrong_decoder_weight_is_a_divergence_at_its_step(exported, tmp_path):

@@ -18,6 +18,7 @@ import numpy as np
 import torch
 
 from exporter.diagnostics import DiagnosticContext, Level, rules
+from exporter.errors import is_out_of_memory
 from exporter.generation.topk_ties import TopKTies
 
 TIE_TOLERANCE = {torch.float32: 1e-3, torch.float64: 1e-6, torch.float16: 5e-2, torch.bfloat16: 1e-1}
@@ -177,18 +178,21 @@ def check_generation(
     if attention_mask is None:
         attention_mask = torch.ones_like(prompt)
     ties = TopKTies(model, prompt.shape[0])
-    with torch.no_grad(), ties:  # on copies: a forward that mutates its inputs must not change what onnxruntime gets
-        eager = model.generate(
-            prompt.clone(),
-            attention_mask=attention_mask.clone(),
-            max_new_tokens=max_new_tokens,
-            min_new_tokens=0,
-            do_sample=False,
-            num_beams=1,
-            pad_token_id=pad,
-            output_logits=True,
-            return_dict_in_generate=True,
-        )
+    try:  # on copies: a forward that mutates its inputs must not change what onnxruntime gets
+        with torch.no_grad(), ties:
+            eager = model.generate(
+                prompt.clone(),
+                attention_mask=attention_mask.clone(),
+                max_new_tokens=max_new_tokens,
+                min_new_tokens=0,
+                do_sample=False,
+                num_beams=1,
+                pad_token_id=pad,
+                output_logits=True,
+                return_dict_in_generate=True,
+            )
+    except Exception as e:
+        return eager_generation_failed(ctx, e)
     expected = eager.sequences[:, prompt.shape[1] :].numpy()
     eager_logits = [x.float().numpy() for x in eager.logits]
     batch = prompt.shape[0]
@@ -206,6 +210,25 @@ def check_generation(
         return Parity(batch, 0, expected.tolist(), [], None, 0.0, 0.0, error=message)
     tolerance = TIE_TOLERANCE.get(next(model.parameters()).dtype, 1e-3)
     return report(ctx, expected, eager_logits, result, tolerance, ties)
+
+
+def eager_generation_failed(ctx: DiagnosticContext, error: Exception) -> None:
+    """Report that the PyTorch model's own generation raised `error` (a warning, at the user's frame if any):
+    without its tokens the exported model has nothing to be checked against. Out of memory is re-raised."""
+    from exporter.capture.extractor import user_frames_of
+
+    if is_out_of_memory(error):
+        raise error
+    first = (str(error).strip().splitlines() or [""])[0]
+    ctx.report(
+        rules.GENERATION_DIVERGENCE,
+        Level.WARNING,
+        f"Generation check skipped: the PyTorch model's generate() raises {type(error).__name__}: {first}; without "
+        "its tokens there is nothing to check the exported model against (the folder is written unchecked).",
+        stack=user_frames_of(error),
+        exception=error,
+        generationCheck="skipped",
+    )
 
 
 def report(

@@ -20,6 +20,7 @@ from exporter.generation.check import (
     GreedySteps,
     Parity,
     default_prompt,
+    eager_generation_failed,
     empty_pasts,
     report,
 )
@@ -122,7 +123,7 @@ def eager_generate(
 ) -> tuple[np.ndarray, list[np.ndarray]]:
     """transformers' greedy ``generate`` (GenerationMixin's, without the model's logits processors):
     the generated tokens and each step's logits."""
-    from transformers import GenerationConfig, GenerationMixin
+    from transformers import DynamicCache, EncoderDecoderCache, GenerationConfig, GenerationMixin
 
     eos_ids, pad, start = token_ids(model)
     plain = GenerationConfig(
@@ -138,10 +139,14 @@ def eager_generate(
     model.generation_config = plain  # generate() fills unset options from it: none of the model's processors
     try:
         kwargs = {"attention_mask": attention_mask.clone()} if attention_mask is not None else {}
+        # caches that grow a layer per layer called: generate() sizes its own by the config's layer count, the
+        # encoder's where the decoder's differs (a T5 with num_decoder_layers; its generate() raises)
+        cache = EncoderDecoderCache(DynamicCache(), DynamicCache())
         with torch.no_grad():
             out = GenerationMixin.generate(
                 model,
                 inputs.clone(),
+                past_key_values=cache,
                 decoder_input_ids=decoder_input_ids.clone(),
                 output_logits=True,
                 return_dict_in_generate=True,
@@ -161,11 +166,15 @@ def check_seq2seq_generation(
     attention_mask: torch.Tensor | None = None,
     decoder_input_ids: torch.Tensor | None = None,
     max_new_tokens: int = 16,
-) -> Parity:
-    """Generate greedily with the exported encoder and decoder and eagerly; report under FXE0022."""
+) -> Parity | None:
+    """Generate greedily with the exported encoder and decoder and eagerly; report under FXE0022 (None: the
+    eager model's generation raised, `eager_generation_failed`)."""
     eos_ids, pad, _ = token_ids(model)
     inputs, attention_mask, decoder_input_ids = check_inputs(model, inputs, attention_mask, decoder_input_ids)
-    expected, eager_logits = eager_generate(model, inputs, attention_mask, decoder_input_ids, max_new_tokens)
+    try:
+        expected, eager_logits = eager_generate(model, inputs, attention_mask, decoder_input_ids, max_new_tokens)
+    except Exception as e:
+        return eager_generation_failed(ctx, e)
     try:
         result = greedy_generate_seq2seq(
             session(encoder_path),
