@@ -21,7 +21,7 @@ import pytest
 import torch
 from helpers import console_script, validate_sarif
 from tiny_seq2seq import CONFIGS, TOKENS, tiny_seq2seq, whisper_config, whisper_tokenizer
-from transformers import T5Config, T5ForConditionalGeneration
+from transformers import AutoModelForSpeechSeq2Seq, MoonshineConfig, T5Config, T5ForConditionalGeneration
 
 import exporter
 from exporter.diagnostics import DiagnosticContext
@@ -244,6 +244,24 @@ def test_t5_with_more_decoder_than_encoder_layers(tmp_path):
     assert result.parity.matched and result.parity.steps == 16
     decoder = onnx.load(result.model_path, load_external_data=False).graph
     assert sum(v.name.startswith("past_key_values.") for v in decoder.input) == 3 * 4
+
+
+def test_an_encoder_of_another_input_is_refused_with_what_to_do(tmp_path):
+    """Moonshine's encoder takes raw audio (input_values): refused before any export, nothing written (the
+    export crashed in the decoder's wrapper, with an AttributeError from inside transformers)."""
+    config = MoonshineConfig(
+        hidden_size=64,
+        intermediate_size=128,
+        encoder_num_hidden_layers=1,
+        decoder_num_hidden_layers=1,
+        encoder_num_attention_heads=4,
+        decoder_num_attention_heads=4,
+        **TOKENS,
+    )
+    model = AutoModelForSpeechSeq2Seq.from_config(config).eval()
+    with pytest.raises(ValueError, match="MoonshineForConditionalGeneration's takes input_values") as raised:
+        exporter.export_for_generation(model, tmp_path / "out")
+    assert "exporter.dynamo_export" in str(raised.value) and not (tmp_path / "out").exists()
 
 
 def test_a_wrong_decoder_weight_is_a_divergence_at_its_step(exported, tmp_path):

@@ -458,6 +458,13 @@ def export_seq2seq_for_generation(
     """`exporter.export_for_generation` for an encoder–decoder model, its arguments checked there (its
     docstring; the module's for the graphs): `prompt` is the encoder's input (token ids, or Whisper's
     ``input_features``), `decoder_input_ids` the decoder's prompt (default: the decoder start token)."""
+    encoder_input = getattr(model, "main_input_name", "input_ids")
+    if encoder_input not in ("input_ids", "input_features"):
+        raise ValueError(
+            f"export_for_generation exports encoder-decoders whose encoder takes token ids (T5, BART, Marian, …) or "
+            f"Whisper's audio features; {type(model).__name__}'s takes {encoder_input}, which it does "
+            "not export yet. Export its encoder and its decoder with exporter.dynamo_export instead."
+        )
     precision, fake_context = export_options.precision, export_options.fake_context
     output_dir = os.fspath(output_dir)
     start = time.perf_counter()
