@@ -4,24 +4,29 @@ in one process with `exporter.runner.export_target`, reported as one SARIF log f
 
 Targets are found statically (a function whose decorator is ``export_target`` or ``exporter.export_target``,
 called or not), so a file is imported only when it has one, and a file that does not import still has its
-targets reported, as failures.
+targets reported, as failures. A file's import and each export have a time limit: one that hangs fails at the
+line it was running, and the check goes on.
 """
 
 from __future__ import annotations
 
 import ast
+import contextlib
 import dataclasses
 import linecache
 import os
+import signal
 import tempfile
+import threading
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 from exporter.diagnostics.code_scanning import check_log
 from exporter.diagnostics.locations import Frame
 from exporter.diagnostics.rules import Level
 from exporter.diagnostics.sarif import TARGET_PROPERTY, Problem, relative_path, repository_root, target_name
+from exporter.errors import TimeLimitExceeded
 from exporter.runner import ExportResult, Progress, export_target, failure, failure_diagnostic
 from exporter.targets import TEXT_GENERATION, find_targets, load_module, target_task
 
@@ -29,6 +34,7 @@ MARKER = "export_target"
 SKIPPED_DIRS = {"node_modules", "__pycache__", "venv", "site-packages", "build", "dist"}  # and hidden ones
 FAIL_ON = {"error": ("error",), "warning": ("error", "warning")}  # --fail-on: the levels that fail the check
 COUNTED_STATES = (None, "new", "updated")  # the baseline states a failure counts in (None: no baseline)
+TIME_LIMIT = 1800.0  # seconds for a file's import, and for each of its exports (0: none)
 
 
 @dataclasses.dataclass
@@ -103,13 +109,16 @@ def check(
     baseline: dict[str, Any] | None = None,
     category: str | None = None,
     progress: Progress | None = None,
+    time_limit: float = TIME_LIMIT,
 ) -> CheckReport:
     """Export every target under `paths` (files or folders) with `overrides` (parsed export settings) and
     report them: a SARIF log relative to `root` (default: the git repository holding the working directory,
     else the working directory), compared with a `baseline` log when given; ``automationDetails.id`` is
-    ``onnxlens/<category>/`` (default: the paths relative to the root)."""
+    ``onnxlens/<category>/`` (default: the paths relative to the root). A file's import, and each export,
+    that runs longer than `time_limit` seconds (0: no limit; it is kept in the main thread only) fails."""
     root = os.path.realpath(root or repository_root())
-    checked = [target for path in find_files(paths) for target in check_file(path, overrides or {}, progress)]
+    files = find_files(paths)
+    checked = [target for path in files for target in check_file(path, overrides or {}, progress, time_limit)]
     problems = [p for target in checked for p in _problems(target)]
     category = category or _category(paths, root)
     targets = [
@@ -169,10 +178,12 @@ def _is_marker(decorator: ast.expr) -> bool:
     )
 
 
-def check_file(path: str, overrides: Mapping[str, Any], progress: Progress | None = None) -> list[TargetCheck]:
+def check_file(
+    path: str, overrides: Mapping[str, Any], progress: Progress | None = None, time_limit: float = TIME_LIMIT
+) -> list[TargetCheck]:
     """Import the model file `path` and export each of its targets (into a temporary folder, removed after
-    it). When the file does not parse or import, each target found statically (or the file itself) is a
-    failed check."""
+    it), each within `time_limit` seconds. When the file does not parse or import, each target found
+    statically (or the file itself) is a failed check."""
     with open(path, encoding="utf-8") as f:
         source = f.read()
     linecache.cache[path] = (len(source), None, source.splitlines(keepends=True), path)  # this text, not an old one
@@ -182,8 +193,9 @@ def check_file(path: str, overrides: Mapping[str, Any], progress: Progress | Non
         return [TargetCheck(path, "<file>", e.lineno or 1, failure(e))]
     start = time.perf_counter()
     try:
-        module = load_module(path)
-    except Exception as e:  # the file raised while being imported: each of its targets fails there
+        with limited(time_limit, f"importing {os.path.basename(path)}"):
+            module = load_module(path)
+    except (Exception, TimeLimitExceeded) as e:  # the file raised while being imported: each of its targets fails there
         return [
             TargetCheck(path, name, line, failure(e, name), time.perf_counter() - start) for name, line in lines.items()
         ]
@@ -198,9 +210,34 @@ def check_file(path: str, overrides: Mapping[str, Any], progress: Progress | Non
             with tempfile.TemporaryDirectory(prefix="onnxlens-check-") as out:
                 stem = os.path.join(out, name)
                 output = stem if target_task(fn) == TEXT_GENERATION else stem + ".onnx"
-                result = export_target(fn, {}, overrides, output, None, progress=_progress_of(progress, name))
+                try:
+                    with limited(time_limit, f"export target {name}"):
+                        result = export_target(fn, {}, overrides, output, None, progress=_progress_of(progress, name))
+                except TimeLimitExceeded as e:
+                    result = failure(e, name)
         checked.append(TargetCheck(path, name, line, result, time.perf_counter() - start))
     return checked
+
+
+@contextlib.contextmanager
+def limited(seconds: float, what: str) -> Iterator[None]:
+    """Raise `TimeLimitExceeded` (``"<what> did not finish in N s"``) in the code running after `seconds`
+    (a timer signal: Python code is interrupted, a call blocked in native code once it returns). No limit
+    for 0 seconds or outside the main thread."""
+    if not seconds or threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def expire(signum: int, frame: Any) -> None:
+        raise TimeLimitExceeded(f"{what} did not finish in {seconds:g} s (the check's --time-limit)")
+
+    previous = signal.signal(signal.SIGALRM, expire)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
 
 
 def _progress_of(progress: Progress | None, name: str) -> Progress | None:

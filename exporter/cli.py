@@ -78,6 +78,12 @@ def parse_check_args(argv: list[str]) -> argparse.Namespace:
         help="the least severe problem that fails the check (default: error)",
     )
     parser.add_argument("--category", help="the SARIF automationDetails.id category (default: the paths)")
+    parser.add_argument(
+        "--time-limit",
+        type=float,
+        metavar="SECONDS",
+        help="fail a file whose import, or a target whose export, runs longer (default: 1800; 0: no limit)",
+    )
     _add_settings(parser)
     return parser.parse_args(argv)
 
@@ -211,8 +217,11 @@ def run_check(argv: list[str]) -> int:
     gc.enable()
     flags = {name: value for name, value in vars(args).items() if name in SETTINGS and value is not None}
     progress = _Progress(sys.stderr)
+    limit = {} if args.time_limit is None else {"time_limit": args.time_limit}
     try:
-        report = check(args.paths, overrides=flags, baseline=baseline, category=args.category, progress=progress)
+        report = check(
+            args.paths, overrides=flags, baseline=baseline, category=args.category, progress=progress, **limit
+        )
     except FileNotFoundError as e:
         progress.done()
         print(f"onnxlens-export check: error: {e}", file=sys.stderr)

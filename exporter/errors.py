@@ -28,6 +28,12 @@ class GenerationCheckError(OnnxExporterError):
         self.written = written
 
 
+class TimeLimitExceeded(BaseException):
+    """Raised, by a signal's handler, in the code an export was running when it ran out of time: its
+    traceback says where that was. A BaseException, so that ``except Exception`` in user code or in the
+    exporter does not swallow it."""
+
+
 def is_out_of_memory(error: BaseException) -> bool:
     """A failed allocation: Python's MemoryError, or the RuntimeError of torch's CPU allocator.
     The export does not go on (no other capture strategy, no partial result): it is re-raised."""

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
+import importlib.machinery
 import linecache
 import os
 import sys
 import types
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 TARGET_ATTRIBUTE = "__onnxlens_target__"
@@ -44,10 +46,27 @@ class TargetError(ValueError):
     """A target is missing or returned something that cannot be exported."""
 
 
+class UserExit(RuntimeError):
+    """User code called ``sys.exit()`` while the exporter ran it (`exits_refused`)."""
+
+
+@contextlib.contextmanager
+def exits_refused(where: str, hint: str = "") -> Iterator[None]:
+    """Run user code (`where`: "in export target f") where ``sys.exit()`` (an argparse usage error at import,
+    a script's ``exit()``) must not end the exporting process: it raises a `UserExit` (with `hint`) with the
+    traceback of the exit, so it is reported at the user's line."""
+    try:
+        yield
+    except SystemExit as e:
+        error = UserExit(f"sys.exit({e.code!r}) was called {where}{hint}")
+        raise error.with_traceback(e.__traceback__) from None
+
+
 def build_target(fn: Callable[..., Any]) -> tuple[Any, tuple[Any, ...], dict[str, Any]]:
     """Call a target and check it returned ``(model, args)`` or ``(model, args, kwargs)``."""
     name = getattr(fn, "__qualname__", repr(fn))
-    result = fn()
+    with exits_refused(f"in export target {name}"):
+        result = fn()
     if not isinstance(result, tuple) or len(result) not in (2, 3):
         raise TargetError(
             f"export target {name} must return (model, args) or (model, args, kwargs), got {type(result).__name__}"
@@ -78,7 +97,8 @@ def build_generation_target(fn: Callable[..., Any]) -> tuple[Any, dict[str, Any]
     ``input_ids`` (the first argument) and ``attention_mask`` are the prompt of the generation check.
     The model and the `export_for_generation` arguments for that prompt."""
     name = getattr(fn, "__qualname__", repr(fn))
-    result = fn()
+    with exits_refused(f"in export target {name}"):
+        result = fn()
     model, args, kwargs = build_target(_returning(result, name)) if isinstance(result, tuple) else (result, (), {})
     if not hasattr(model, "generate") or not hasattr(model, "config"):
         kind = "a Hugging Face causal LM or encoder–decoder model"
@@ -140,7 +160,10 @@ def pretrained_target(folder: str) -> Callable[[], Any]:
 
 
 def load_module(path: str, source: str | None = None) -> types.ModuleType:
-    """Import a Python file as a fresh module (its directory goes first on sys.path).
+    """Import a Python file as a fresh module, as running it would: its folder goes first on sys.path,
+    ``sys.argv`` is the file alone while it runs;
+    a file inside a package (folders with ``__init__.py``) is that package's module, as ``python -m
+    package.file`` imports it (its relative imports work; the package's parent folder goes on sys.path).
 
     `source`, when given, is run instead of the file's text (an editor's unsaved buffer); stack
     traces and diagnostics then quote that text under the file's path.
@@ -152,15 +175,39 @@ def load_module(path: str, source: str | None = None) -> types.ModuleType:
         with open(path, encoding="utf-8") as f:
             source = f.read()
     linecache.cache[path] = (len(source), None, source.splitlines(keepends=True), path)
-    stem = os.path.splitext(os.path.basename(path))[0]
-    name = stem if stem.isidentifier() and stem not in sys.modules else f"onnxlens_user_{abs(hash(path)):x}"
+    folder, stem = os.path.split(os.path.splitext(path)[0])
+    package, package_root = _package_of(folder)
+    if package:
+        name = package if stem == "__init__" else f"{package}.{stem}"
+    else:
+        name = stem if stem.isidentifier() and stem not in sys.modules else f"onnxlens_user_{abs(hash(path)):x}"
     module = types.ModuleType(name)
     module.__file__ = path
+    module.__package__ = package or None
+    module.__spec__ = importlib.machinery.ModuleSpec(name, None, origin=path, is_package=stem == "__init__")
+    if stem == "__init__":
+        module.__path__ = [folder]
     sys.modules[name] = module
-    if os.path.dirname(path) not in sys.path:  # as `python file.py` does; lazy imports need it too
-        sys.path.insert(0, os.path.dirname(path))
-    exec(compile(source, path, "exec"), module.__dict__)
+    for entry in (package_root, folder):  # lazy imports need them too
+        if entry and entry not in sys.path:
+            sys.path.insert(0, entry)
+    hint = ' (a script\'s code runs at import: put it under `if __name__ == "__main__":`)'
+    argv, sys.argv = sys.argv, [path]  # as running it has them: no arguments (for a script's argparse at import)
+    try:
+        with exits_refused(f"while importing {os.path.basename(path)}", hint):
+            exec(compile(source, path, "exec"), module.__dict__)
+    finally:
+        sys.argv = argv
     return module
+
+
+def _package_of(folder: str) -> tuple[str, str | None]:
+    """The dotted name of the package `folder` is (``""``: not in a package) and the folder it is in."""
+    parts = []
+    while os.path.isfile(os.path.join(folder, "__init__.py")) and os.path.basename(folder).isidentifier():
+        folder, part = os.path.split(folder)
+        parts.append(part)
+    return ".".join(reversed(parts)), folder if parts else None
 
 
 def find_targets(module: types.ModuleType) -> dict[str, Callable[..., Any]]:

@@ -11,12 +11,13 @@ from __future__ import annotations
 
 import os
 import resource
+import signal
 import socket
 import time
 from typing import Any
 
 from exporter.constants import Stage
-from exporter.errors import is_out_of_memory
+from exporter.errors import TimeLimitExceeded, is_out_of_memory
 from exporter.runner import ExportResult, export_file_target, failure
 from onnxlens_server import wire
 from onnxlens_server.request import ExportRequest
@@ -26,6 +27,7 @@ def run(request: ExportRequest, conn: socket.socket) -> None:
     """Process entry point: export `request.target` (`exporter.runner`), then send its result."""
     from exporter.diagnostics.locations import add_library_root
 
+    signal.signal(wire.TIME_IS_UP, _time_is_up)
     wire.send(conn, ("started", os.getpid()))
     add_library_root(os.path.dirname(__file__))  # this package's frames are not the user's
     start, stage = time.perf_counter(), Stage.LOAD.value
@@ -57,6 +59,10 @@ def run(request: ExportRequest, conn: socket.socket) -> None:
             result = failure(e)
     wire.send(conn, ("result", {**result.to_message(), "seconds": time.perf_counter() - start}))
     conn.close()
+
+
+def _time_is_up(signum: int, frame: Any) -> None:
+    raise TimeLimitExceeded("the export ran past its time limit")
 
 
 def _out_of_memory_message(stage: str, limit_mb: int) -> str:

@@ -9,11 +9,15 @@ from __future__ import annotations
 
 import asyncio
 import pickle
+import signal
 import socket
 import struct
 from typing import Any
 
 _HEADER = struct.Struct("!I")
+# Sent to an export process out of time: it raises `exporter.errors.TimeLimitExceeded` where it is and
+# sends that as its result (where it hangs), then it is killed.
+TIME_IS_UP = signal.SIGUSR1
 
 
 def frame(message: Any) -> bytes:

@@ -12,6 +12,7 @@ import asyncio
 import dataclasses
 import logging
 import os
+import pickle
 import signal
 import socket
 import subprocess
@@ -30,6 +31,7 @@ worker_logger = logging.getLogger("onnxlens_server.workers")  # what export proc
 # The fork server's working directory: the one holding this package, not the workspace, so no
 # module of the workspace shadows one the fork server imports.
 _NEUTRAL_DIRECTORY = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+_GRACE_SECONDS = 2.0  # for an export out of time to say where it is, before it is killed
 
 
 @dataclasses.dataclass
@@ -190,10 +192,10 @@ class WorkerPool:
                     else:  # ("exit", code): the fork server has reaped it and killed its group
                         code, job.ended = message[1], True
         except TimeoutError:
+            frames = await _where_it_hangs(job, reader)
             job.kill()
-            return JobResult(
-                "timeout", request, f"Timed out after {timeout:g} s during {stage}.", stage, seconds=timeout
-            )
+            message = f"Timed out after {timeout:g} s during {stage}."
+            return JobResult("timeout", request, message, stage, {"frames": frames}, seconds=timeout)
         finally:
             writer.close()
             if code is None:  # the fork server died first: nobody else kills what the export started
@@ -213,6 +215,22 @@ class WorkerPool:
         code = await process.wait()
         if process is self._forkserver:
             logger.warning("The export fork server exited (%s); the next export starts a new one", _describe_code(code))
+
+
+async def _where_it_hangs(job: _Job, reader: asyncio.StreamReader) -> list[dict[str, Any]]:
+    """The user frames (innermost first) of a job out of time, as its process reports them once told
+    (`wire.TIME_IS_UP`); none if it does not within `_GRACE_SECONDS` (blocked in native code)."""
+    if job.pid is None or job.ended:
+        return []
+    try:
+        os.kill(job.pid, wire.TIME_IS_UP)
+        async with asyncio.timeout(_GRACE_SECONDS):
+            while (message := await wire.read(reader)) is not None:
+                if message[0] == "result":
+                    return message[1].get("frames") or []
+    except (TimeoutError, OSError, EOFError, pickle.UnpicklingError):  # gone, silent, or cut mid-message
+        pass
+    return []
 
 
 async def _log_output(stream: asyncio.StreamReader) -> None:

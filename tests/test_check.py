@@ -468,6 +468,173 @@ def test_targets_are_found_without_importing_files(tmp_path):
     assert find_files([str(tmp_path / "mentions.py")]) == []
 
 
+SCRIPT_AT_IMPORT = """\
+import argparse
+
+import torch
+
+import exporter
+
+parser = argparse.ArgumentParser()
+parser.add_argument("--epochs", type=int, default=1)
+parser.add_argument("--data", required=True)
+ARGS = parser.parse_args()  # MARK: argparse
+
+
+@exporter.export_target
+def trained():
+    return torch.nn.Linear(3, 2), (torch.rand(1, 3),)
+"""
+
+EXITS = """\
+import sys
+
+import torch
+
+import exporter
+
+
+@exporter.export_target
+def gives_up():
+    sys.exit("no data")  # MARK: exit
+
+
+@exporter.export_target
+def fine():
+    return torch.nn.Linear(3, 2), (torch.rand(1, 3),)
+"""
+
+PACKAGE_MODEL = """\
+import torch
+
+import exporter
+
+from ..sub import layers
+from .layers import Block
+
+
+@exporter.export_target(verify=True)
+def block():
+    assert layers.Block is Block  # one module, however it is imported
+    return Block(), (torch.rand(2, 4),)
+"""
+
+HANGS = """\
+import exporter
+
+
+@exporter.export_target
+def spins():
+    n = 0
+    while n >= 0:  # MARK: spin
+        n += 1
+"""
+
+HANGS_AT_IMPORT = """\
+import time
+
+import exporter
+
+time.sleep(3600)  # MARK: sleep
+
+
+@exporter.export_target
+def never():
+    pass
+"""
+
+
+def check_cli(*args: str, cwd: pathlib.Path) -> tuple[subprocess.CompletedProcess, dict]:
+    """``onnxlens-export check ARGS --sarif check.sarif`` in `cwd`: the run and its (schema-valid) log."""
+    run = subprocess.run(
+        [console_script("onnxlens-export"), "check", *args, "--sarif", "check.sarif"],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert (cwd / "check.sarif").is_file(), run.stdout + run.stderr
+    return run, validate_sarif(cwd / "check.sarif")
+
+
+def outcomes_and_errors(log: dict) -> tuple[dict[str, str], dict[str, tuple[str, int, str]]]:
+    """Each target's outcome, and its one error result: (file, line, message)."""
+    run = log["runs"][0]
+    outcomes = {f"{t['file']}:{t['target']}": t["outcome"]["kind"] for t in run["properties"]["onnxlens.targets"]}
+    errors = {}
+    for result in run["results"]:
+        target = result["properties"]["exportTarget"]
+        assert target not in errors, f"{target} has more than one result"
+        errors[target] = (*where(result)[1:], result["message"]["text"])
+    return outcomes, errors
+
+
+def test_user_code_that_exits_fails_at_its_line_and_package_modules_import(tmp_path):
+    """sys.exit() at import (argparse missing an argument: the file runs without any, as `python script.py`) or in a target is that target's failure,
+    not the end of the check (it exited silently with the user's code); a module of a package imports with
+    its relative imports, as ``python -m package.module`` would."""
+    (tmp_path / "script.py").write_text(SCRIPT_AT_IMPORT)
+    (tmp_path / "exits.py").write_text(EXITS)
+    package = tmp_path / "pkg" / "sub"
+    package.mkdir(parents=True)
+    (tmp_path / "pkg" / "__init__.py").write_text("")
+    (package / "__init__.py").write_text("")
+    (package / "layers.py").write_text(
+        "import torch\n\n\nclass Block(torch.nn.Sequential):\n"
+        "    def __init__(self):\n        super().__init__(torch.nn.Linear(4, 4), torch.nn.ReLU())\n"
+    )
+    (package / "model.py").write_text(PACKAGE_MODEL)
+    run, log = check_cli(".", cwd=tmp_path)
+    assert run.returncode == 1, run.stdout + run.stderr
+    outcomes, errors = outcomes_and_errors(log)
+    assert outcomes == {
+        "exits.py:gives_up": "failed",
+        "exits.py:fine": "exported",
+        "pkg/sub/model.py:block": "verified",
+        "script.py:trained": "failed",
+    }
+    assert errors == {
+        "script.py:trained": (
+            "script.py",
+            line_of(SCRIPT_AT_IMPORT, "argparse"),
+            "Target trained failed: UserExit: sys.exit(2) was called while importing script.py (a script's code "
+            'runs at import: put it under `if __name__ == "__main__":`)',
+        ),
+        "exits.py:gives_up": (
+            "exits.py",
+            line_of(EXITS, "exit"),
+            "Target gives_up failed: UserExit: sys.exit('no data') was called in export target gives_up",
+        ),
+    }
+    assert "script.py: error: the following arguments are required: --data" in run.stderr  # argparse's message
+
+
+def test_an_import_or_export_that_hangs_fails_where_it_hangs_and_the_check_goes_on(tmp_path):
+    (tmp_path / "hangs.py").write_text(HANGS)
+    (tmp_path / "hangs_at_import.py").write_text(HANGS_AT_IMPORT)
+    run, log = check_cli(".", "--time-limit", "1", cwd=tmp_path)
+    assert run.returncode == 1, run.stdout + run.stderr
+    outcomes, errors = outcomes_and_errors(log)
+    assert outcomes == {"hangs.py:spins": "failed", "hangs_at_import.py:never": "failed"}
+    spin = line_of(HANGS, "spin")
+    if errors["hangs.py:spins"][1] == spin + 1:  # stopped in the loop's body, not at its test
+        spin += 1
+    assert errors == {
+        "hangs.py:spins": (
+            "hangs.py",
+            spin,
+            "Target spins failed: TimeLimitExceeded: export target spins did not finish in 1 s (the check's "
+            "--time-limit)",
+        ),
+        "hangs_at_import.py:never": (
+            "hangs_at_import.py",
+            line_of(HANGS_AT_IMPORT, "sleep"),
+            "Target never failed: TimeLimitExceeded: importing hangs_at_import.py did not finish in 1 s (the "
+            "check's --time-limit)",
+        ),
+    }
+
+
 def action() -> dict:
     return yaml.safe_load((REPO / "action.yml").read_text())
 

@@ -114,8 +114,14 @@ def test_a_string_output_is_an_error_at_the_return_line(models, tmp_path):
     [
         ("import torch\n\ndef f(:\n    pass\n", "3:7", "SyntaxError: invalid syntax"),
         ("import torch\n\nSIZE = int('a')\n", "3", "ValueError: invalid literal for int() with base 10: 'a'"),
+        (
+            "import sys\n\nsys.exit(3)\n",
+            "3",
+            "UserExit: sys.exit(3) was called while importing broken.py (a script's code runs at import: "
+            'put it under `if __name__ == "__main__":`)',
+        ),
     ],
-    ids=["syntax-error", "exception-at-import"],
+    ids=["syntax-error", "exception-at-import", "exit-at-import"],
 )
 def test_a_broken_model_file_is_one_located_line(tmp_path, source, where, error):
     path = tmp_path / "broken.py"

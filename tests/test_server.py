@@ -306,8 +306,8 @@ async def test_a_hanging_target_hits_the_timeout(client: LanguageClient, workspa
         client.set_configuration(120, section="onnxlens.timeoutSeconds")
     assert job["status"] == "timeout" and job["message"] == "Timed out after 2 s during build target."
     text = (workspace / "models.py").read_text()
-    (problem,) = problems_in(client, "export-timeout", uri)
-    assert problem.range == statement_range(text, text.splitlines().index("def slow():"), "def slow():")
+    (problem,) = problems_in(client, "export-timeout", uri)  # where it hangs, as the process said before it died
+    assert problem.range == statement_range(text, text.splitlines().index("    time.sleep(600)"), "time.sleep(600)")
     assert problem.message == "Export of slow timeout: Timed out after 2 s during build target."
     assert problem.severity == types.DiagnosticSeverity.Error
 
