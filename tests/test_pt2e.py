@@ -16,6 +16,7 @@ import pytest
 import torch
 
 import exporter
+from exporter.verify import int8_kernels
 
 pt2e = pytest.importorskip("torchao.quantization.pt2e.quantize_pt2e")
 x86 = pytest.importorskip("torchao.quantization.pt2e.quantizer.x86_inductor_quantizer")
@@ -34,18 +35,39 @@ class Net(torch.nn.Module):
         return self.fc2(h)
 
 
-@pytest.fixture(scope="module")
-def quantized():
-    torch.manual_seed(0)
+def quantize(seed: int, reduce_range: bool = False) -> tuple[Net, torch.fx.GraphModule, torch.Tensor]:
+    """A float `Net` (random weights from `seed`), its PT2E-quantized form (x86 quantizer: uint8 activations,
+    0…127 with `reduce_range`; int8 weights per channel) calibrated on random batches, and an example input."""
+    torch.manual_seed(seed)
     model = Net().eval()
     example = torch.randn(4, 3, 8, 8)
     captured = torch.export.export(model, (example,)).module()
-    quantizer = x86.X86InductorQuantizer().set_global(x86.get_default_x86_inductor_quantization_config())
-    prepared = pt2e.prepare_pt2e(captured, quantizer)
+    config = x86.get_default_x86_inductor_quantization_config(reduce_range=reduce_range)
+    prepared = pt2e.prepare_pt2e(captured, x86.X86InductorQuantizer().set_global(config))
     for _ in range(8):
         prepared(torch.randn(4, 3, 8, 8))  # calibration
-    converted = pt2e.convert_pt2e(prepared)
+    return model, pt2e.convert_pt2e(prepared), example
+
+
+@pytest.fixture(scope="module")
+def quantized():
+    model, converted, example = quantize(0)
     return model, converted, example, exporter.dynamo_export(converted, example).model_proto
+
+
+@pytest.fixture(scope="module")
+def quantized_7bit():
+    """Activations in 0…127: onnxruntime's int8 kernels cannot saturate on any CPU."""
+    model, converted, example = quantize(0, reduce_range=True)
+    return model, converted, example, exporter.dynamo_export(converted, example).model_proto
+
+
+def run(proto: onnx.ModelProto, x: torch.Tensor, **config: str) -> np.ndarray:
+    options = ort.SessionOptions()
+    for key, value in config.items():
+        options.add_session_config_entry(key, value)
+    session = ort.InferenceSession(proto.SerializeToString(), options, providers=["CPUExecutionProvider"])
+    return session.run(None, {session.get_inputs()[0].name: x.numpy()})[0]
 
 
 def test_pt2e_model_keeps_int8_weights_and_qdq_pairs(quantized):
@@ -66,11 +88,10 @@ def test_onnxruntime_fuses_the_qdq_pairs(quantized, tmp_path):
     assert ops["QLinearConv"] == 1 and ops["QGemm"] + ops["QLinearMatMul"] + ops["MatMulIntegerToFloat"] >= 1
 
 
-def test_matches_the_quantized_eager_model_within_one_step(quantized):
-    model, converted, example, proto = quantized
+def test_matches_the_quantized_eager_model_within_one_step(quantized_7bit):
+    model, converted, example, proto = quantized_7bit
     inputs = torch.randn(4, 3, 8, 8, generator=torch.Generator().manual_seed(1))
-    session = ort.InferenceSession(proto.SerializeToString(), providers=["CPUExecutionProvider"])
-    got = session.run(None, {session.get_inputs()[0].name: inputs.numpy()})[0]
+    got = run(proto, inputs)
     with torch.no_grad():
         want, fp32 = converted(inputs).numpy(), model(inputs).numpy()
     # one step of fc2's quantized input moves an output by at most its scale times a row's |weights|
@@ -79,6 +100,55 @@ def test_matches_the_quantized_eager_model_within_one_step(quantized):
     step = scale * np.abs(model.fc2.weight.detach().numpy()).sum(1).max()
     assert np.abs(got - want).max() <= step
     assert np.abs(fp32 - want).max() > np.abs(got - want).max()  # the quantized model, not the float one
+
+
+def test_a_range_narrower_than_the_type_is_kept(quantized_7bit):
+    """quant_min/quant_max 0…127 in uint8: inputs beyond the calibrated range are clamped at 127, as PyTorch does
+    (torchlib's QuantizeLinear saturated at 255: an output off by more than its own size)."""
+    _, converted, example, proto = quantized_7bit
+    first = next(n for n in converted.graph.nodes if "quantize_per_tensor" in str(n.target))
+    assert first.args[3:5] == (0, 127)
+    inputs = example * 10
+    with torch.no_grad():
+        want = converted(inputs).numpy()
+    np.testing.assert_allclose(run(proto, inputs, **{"session.disable_quant_qdq": "1"}), want, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_seven_bit_models_verify_and_int8_rounding_is_a_warning(seed):
+    """A quantized model computes in onnxruntime what the quantized eager model does: verified with the QDQ
+    fusion off if its int8 kernels (on by default) differ, and then a warning at the first divergence."""
+    _, converted, example = quantize(seed, reduce_range=True)
+    output = exporter.dynamo_export(converted, example, export_options=exporter.ExportOptions(verify=True))
+    warnings = [d for d in output.diagnostic_context.diagnostics if d.level.name in ("WARNING", "ERROR")]
+    for warning in warnings:
+        assert (warning.rule.id, warning.level.name) == ("FXE0021", "WARNING")
+        assert warning.properties["qdqFusionOffMatches"] is True
+        assert "with its QDQ fusion off" in warning.message and "round their results" in warning.message
+
+
+def test_a_full_range_model_on_a_cpu_without_vnni_is_an_error_saying_why(quantized):
+    """On an x86 CPU without VNNI, onnxruntime's u8×s8 kernels saturate 16-bit sums: a full-range uint8 model
+    differs from the quantized eager model there by more than rounding (an error saying so and what to do);
+    elsewhere it verifies."""
+    _, converted, example, _ = quantized
+    options = exporter.ExportOptions(verify=True)
+    if not int8_kernels.saturates_u8s8():
+        exporter.dynamo_export(converted, example, export_options=options)
+        return
+    with pytest.raises(exporter.OnnxExporterError) as raised:
+        exporter.dynamo_export(converted, example, export_options=options)
+    [error] = [d for d in raised.value.export_output.diagnostic_context.diagnostics if d.level.name == "ERROR"]
+    assert error.rule.id == "FXE0021" and error.properties["qdqFusionOffMatches"] is True
+    assert "can saturate on this CPU (x86 without VNNI)" in error.message and "reduce_range=True" in error.message
+    with torch.no_grad():  # and the graph itself is exact
+        want = converted(example).numpy()
+    np.testing.assert_allclose(
+        run(raised.value.export_output.model_proto, example, **{"session.disable_quant_qdq": "1"}),
+        want,
+        rtol=1e-5,
+        atol=1e-6,
+    )
 
 
 class Dynamic(torch.nn.Module):

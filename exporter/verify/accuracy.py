@@ -25,7 +25,7 @@ from exporter.constants import SOURCE_LINE, Prop, ir_version
 from exporter.diagnostics import DiagnosticContext, Level, rules
 from exporter.diagnostics.context import Diagnostic, io_properties
 from exporter.diagnostics.locations import stack_of
-from exporter.verify import divergence, numerics, ort_session, seeded
+from exporter.verify import divergence, int8_kernels, numerics, ort_session, seeded
 from exporter.verify.reproducer import Reproducer, directory_for
 
 
@@ -143,7 +143,11 @@ class Verifier:
             properties["bisectionError"] = f"{type(e).__name__}: {_first_line(e)}"
         if result.bisection and self._only_ties(result, diverging, drawn, ctx, start):
             return
-        unoptimized = self._unoptimized_model()
+        int8_kernels_differ = self._without_qdq_fusion(result, feeds, expected, drawn, properties)
+        if int8_kernels_differ and not int8_kernels.may_saturate(self.model):
+            self._int8_rounding(result, diverging, ctx, start, properties)
+            return
+        unoptimized = self._unoptimized_model() if not int8_kernels_differ else None
         if unoptimized is not None:
             try:
                 _, actual = _run(unoptimized, inputs=list(feeds.values()))
@@ -162,6 +166,8 @@ class Verifier:
             None: "",
         }[result.unoptimized_matches]
         properties["unoptimizedModelMatches"] = result.unoptimized_matches
+        if int8_kernels_differ:
+            optimizer = int8_kernels.SATURATION
         result.seconds = time.perf_counter() - start
         properties.update(ortSessions=result.ort_sessions, ortRuns=result.ort_runs, seconds=round(result.seconds, 3))
         found = result.bisection.divergence if result.bisection else None
@@ -203,7 +209,7 @@ class Verifier:
         amplifies = (
             " On PyTorch's exact input values its ONNX ops match: it amplifies differences of its inputs that are "
             "within tolerance (the per-line notes show them), and the reproducer passes."
-            if isolated is False
+            if isolated is False and not int8_kernels_differ
             else ""
         )
         message = (
@@ -225,6 +231,43 @@ class Verifier:
             **{f"node{k[0].upper()}{k[1:]}": v for k, v in c.properties().items()},
             inheritedDivergences=found.inherited,
             otherFirstDivergences=found.independent,
+            **properties,
+        )
+
+    def _without_qdq_fusion(self, result: Verification, feeds, expected, drawn: set[int], properties) -> bool:
+        """Whether a quantized model that diverges matches with onnxruntime's QDQ fusion off: its int8 kernels,
+        not the export, make the difference (`exporter.verify.int8_kernels`)."""
+        if not int8_kernels.has_qdq(self.model):
+            return False
+        try:
+            _, actual = _run(self.model, list(feeds.values()), int8_kernels.QDQ_FUSION_OFF)
+        except Exception as e:
+            properties["qdqFusionOffError"] = f"{type(e).__name__}: {_first_line(e)}"
+            return False
+        result.ort_sessions += 1
+        result.ort_runs += 1
+        compared = numerics.compare_outputs(actual, expected, self.tolerances)
+        properties["qdqFusionOffMatches"] = all(c.ok for i, c in enumerate(compared) if i not in drawn)
+        return properties["qdqFusionOffMatches"]
+
+    def _int8_rounding(
+        self, result: Verification, diverging: list[int], ctx: DiagnosticContext, start: float, properties
+    ) -> None:
+        """A quantized model that matches with the QDQ fusion off, and whose int8 kernels cannot saturate: verified
+        (its ops compute what PyTorch does), with a warning at the first divergence giving what the kernels change."""
+        result.ok, result.seconds = True, time.perf_counter() - start
+        found = result.bisection.divergence if result.bisection else None
+        outputs_text = "; ".join(f"output {i}: {result.outputs[i].describe()}" for i in diverging)
+        first = f" (first divergence: {found.node.target} ({found.node.name}))" if found else ""
+        properties.update(ortSessions=result.ort_sessions, ortRuns=result.ort_runs, seconds=round(result.seconds, 3))
+        ctx.report(
+            rules.ACCURACY_DIVERGENCE,
+            Level.WARNING,
+            "Verified in onnxruntime against eager PyTorch with its QDQ fusion off (session config "
+            f"`session.disable_quant_qdq`). With it on, as by default, {outputs_text}{first}: the int8 kernels "
+            "onnxruntime fuses the QuantizeLinear/DequantizeLinear pairs into round their results in other places "
+            "(a quantized value may move by a step).",
+            node=found.node if found else None,
             **properties,
         )
 
@@ -329,9 +372,12 @@ def _report_per_line(ctx: DiagnosticContext, bisection: divergence.Bisection) ->
         )
 
 
-def _run(model: ir.Model, inputs: list[np.ndarray]) -> tuple[dict[str, np.ndarray], list[np.ndarray]]:
-    """The feeds by input name and the outputs of `model` in onnxruntime (the session is freed after)."""
-    session = ort_session.session(model)
+def _run(
+    model: ir.Model, inputs: list[np.ndarray], config: dict[str, str] | None = None
+) -> tuple[dict[str, np.ndarray], list[np.ndarray]]:
+    """The feeds by input name and the outputs of `model` in onnxruntime, with session `config` entries (the
+    session is freed after)."""
+    session = ort_session.session(model, config)
     feeds = {i.name: x for i, x in zip(session.get_inputs(), inputs)}
     return feeds, session.run(None, feeds)
 

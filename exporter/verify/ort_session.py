@@ -14,12 +14,14 @@ _INLINE_BYTES = 1024  # smaller initializers stay in the protobuf
 _PLACEHOLDER = "onnxlens-in-memory-weights"  # the external-data location onnxruntime never reads
 
 
-def session(model: ir.Model):
-    """An onnxruntime CPU session over `model` (its weights shared, not copied)."""
+def session(model: ir.Model, config: dict[str, str] | None = None):
+    """An onnxruntime CPU session over `model` (its weights shared, not copied), with session `config` entries."""
     import onnxruntime as ort
 
     options = ort.SessionOptions()
     options.log_severity_level = 3  # errors only: onnxruntime's warnings (e.g. what it cannot fold) are not the user's
+    for key, value in (config or {}).items():
+        options.add_session_config_entry(key, value)
     originals: dict[ir.Value, ir.TensorProtocol] = {}
     weights: list = []
     try:
