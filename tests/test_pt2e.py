@@ -162,6 +162,71 @@ class Dynamic(torch.nn.Module):
         return self.fc2(h)
 
 
+def test_dynamic_quantization_exports_and_matches_at_every_batch_size():
+    """PT2E dynamic quantization (scale and zero point chosen from each input: choose_qparams, which torchlib does
+    not translate) captured with a dynamic batch: the export matches the quantized eager model at other sizes and
+    ranges."""
+    torch.manual_seed(0)
+    model, example = Dynamic().eval(), torch.randn(4, 16)
+    config = x86.get_default_x86_inductor_quantization_config(is_dynamic=True)
+    captured = torch.export.export(model, (example,), dynamic_shapes={"x": {0: torch.export.Dim("batch")}}).module()
+    prepared = pt2e.prepare_pt2e(captured, x86.X86InductorQuantizer().set_global(config))
+    prepared(example)
+    converted = pt2e.convert_pt2e(prepared)
+    assert any("choose_qparams" in str(n.target) for n in converted.graph.nodes)
+    proto = exporter.dynamo_export(converted, example, export_options=exporter.ExportOptions(dynamic_shapes=True))
+    for x in (torch.randn(7, 16), torch.randn(1, 16) * 100, torch.rand(3, 16)):
+        with torch.no_grad():
+            want = converted(x).numpy()
+        np.testing.assert_allclose(run(proto.model_proto, x), want, rtol=1e-5, atol=1e-5)
+
+
+qd = torch.ops.quantized_decomposed
+
+
+class ChooseAndQuantize(torch.nn.Module):
+    """Dynamic quantization's ops as PT2E's graph calls them: scale and zero point, quantized, dequantized."""
+
+    def __init__(self, symmetric: bool, quant_min: int, quant_max: int, dtype: torch.dtype) -> None:
+        super().__init__()
+        self.symmetric, self.range, self.dtype = symmetric, (quant_min, quant_max), dtype
+
+    def forward(self, x: torch.Tensor):
+        choose = qd.choose_qparams_symmetric.tensor if self.symmetric else qd.choose_qparams.tensor
+        scale, zero_point = choose(x, *self.range, 1e-5, self.dtype)
+        q = qd.quantize_per_tensor.tensor(x, scale, zero_point, *self.range, self.dtype)
+        return scale, zero_point, q, qd.dequantize_per_tensor.tensor(q, scale, zero_point, *self.range, self.dtype)
+
+
+@pytest.mark.parametrize("symmetric", [False, True], ids=["affine", "symmetric"])
+@pytest.mark.parametrize(
+    "quant_min, quant_max, dtype",
+    [(0, 255, torch.uint8), (-128, 127, torch.int8), (0, 127, torch.uint8), (-127, 127, torch.int8)],
+    ids=["uint8", "int8", "uint8-7bit", "int8-narrow"],
+)
+def test_choose_qparams_and_quantize_are_pytorchs_to_the_last_bit(symmetric, quant_min, quant_max, dtype):
+    """Equal scales, zero points and quantized values (symmetric quantization puts the extreme value exactly half
+    a step out: dividing by the scale instead of multiplying by its inverse rounded it the other way)."""
+    model = ChooseAndQuantize(symmetric, quant_min, quant_max, dtype)
+    proto = exporter.dynamo_export(
+        model, torch.randn(3, 5), export_options=exporter.ExportOptions(dynamic_shapes=True)
+    ).model_proto
+    inputs = {
+        "mixed": torch.randn(3, 5),
+        "positive": torch.rand(2, 7) + 0.5,
+        "negative": -torch.rand(3, 5) - 1,
+        "zeros": torch.zeros(3, 5),
+        "wide": torch.randn(4, 5) * 1e4,
+        "tiny": torch.randn(3, 5) * 1e-7,
+    }
+    session = ort.InferenceSession(proto.SerializeToString(), providers=["CPUExecutionProvider"])
+    for name, x in inputs.items():
+        got = session.run(None, {session.get_inputs()[0].name: x.numpy()})
+        for i, (g, want) in enumerate(zip(got, (t.numpy() for t in model(x)))):
+            assert (g.dtype, g.shape) == (want.dtype, want.shape), (name, i)
+            np.testing.assert_array_equal(g, want, err_msg=f"{name}: output {i}")
+
+
 def test_eager_mode_quantized_model_gets_a_located_message():
     model = torch.ao.quantization.quantize_dynamic(Dynamic().eval(), {torch.nn.Linear}, dtype=torch.qint8)
     with pytest.raises(exporter.OnnxExporterError, match="prepare_pt2e") as raised:

@@ -9,16 +9,15 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
-import numpy as np
 import onnx_ir as ir
 from onnxscript import INT64, values
 from onnxscript import opset18 as op
 from onnxscript.function_libs.torch_lib.ops import common as common_ops
-from onnxscript.function_libs.torch_lib.ops import core, nn, quantized_decomposed
+from onnxscript.function_libs.torch_lib.ops import core, nn
 
 from exporter.constants import DOMAIN_CORRECTIONS
 from exporter.translate.opname import OpName
-from exporter.translate.ops import linalg
+from exporter.translate.ops import linalg, quantization
 
 _OPSET = values.Opset(DOMAIN_CORRECTIONS, 1)
 
@@ -268,20 +267,6 @@ def scatter_reduce(self, dim: int, index, src, reduce: str, include_self: bool =
     return op.Sub(quotient, op.CastLike(inexact_negative, quotient))
 
 
-@_traced
-def quantize_per_tensor(input, scale, zero_point, quant_min: int, quant_max: int, dtype: int):
-    """PyTorch clamps to `quant_min`…`quant_max`, torchlib's QuantizeLinear to the whole range of `dtype`: a
-    narrower range (a quantizer's reduce_range=True: 0…127 in uint8) is clipped after, in integers, as
-    torchlib does per channel (onnxruntime still fuses the QuantizeLinear/DequantizeLinear pairs)."""
-    quantized = quantized_decomposed.quantized_decomposed_quantize_per_tensor(
-        input, scale, zero_point, quant_min, quant_max, dtype
-    )
-    limits = ir.DataType(dtype).numpy()
-    if (quant_min, quant_max) == (np.iinfo(limits).min, np.iinfo(limits).max):
-        return quantized
-    return op.Clip(quantized, common_ops.constant(quant_min, dtype=dtype), common_ops.constant(quant_max, dtype=dtype))
-
-
 FUNCTIONS = {
     OpName("aten", "squeeze", "dim"): squeeze_dims,
     OpName("aten", "hamming_window"): hamming_window,
@@ -299,8 +284,5 @@ FUNCTIONS = {
     OpName("aten", "_native_batch_norm_legit_functional"): native_batch_norm_legit_functional,
     OpName("aten", "_grouped_mm"): grouped_mm,
     OpName("aten", "scaled_dot_product_attention"): scaled_dot_product_attention,
-    **{
-        OpName("quantized_decomposed", "quantize_per_tensor", o): quantize_per_tensor
-        for o in ("default", "tensor", "tensor2")
-    },
+    **quantization.CORRECTIONS,
 }
