@@ -234,6 +234,7 @@ class Exporter:
             self._arguments(),
             extractor.assumptions,
             dynamic.unchecked_equalities(program),
+            dynamic.captured_shapes(self.model),
         )
         return program
 

@@ -181,6 +181,17 @@ def test_dynamic_quantization_exports_and_matches_at_every_batch_size():
         np.testing.assert_allclose(run(proto.model_proto, x), want, rtol=1e-5, atol=1e-5)
 
 
+def test_a_graph_captured_at_fixed_sizes_says_where_to_make_them_dynamic(quantized_7bit):
+    """A PT2E model is a graph torch.export captured: exported with dynamic shapes, the sizes it was captured at
+    stay, and the warning says to capture it dynamic (it blamed "the model's code")."""
+    _, converted, example, _ = quantized_7bit
+    output = exporter.dynamo_export(converted, example, export_options=exporter.ExportOptions(dynamic_shapes=True))
+    fixed = [d for d in output.diagnostic_context.diagnostics if d.rule.id == "FXE0020" and "dim" in d.properties]
+    assert [(d.properties["dim"], d.properties["size"]) for d in fixed] == list(enumerate(example.shape))
+    assert fixed[0].message.startswith("The model is a graph torch.export captured with dimension 0 of input 'x' fixed")
+    assert "dynamic_shapes={'x': {0: Dim.AUTO}}" in fixed[0].message
+
+
 qd = torch.ops.quantized_decomposed
 
 

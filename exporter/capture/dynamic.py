@@ -284,6 +284,19 @@ def arguments(model: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict
     return found | {key: key for key, value in kwargs.items() if isinstance(value, torch.Tensor)}
 
 
+def captured_shapes(model: Any) -> dict[str, tuple[Any, ...]]:
+    """The input shapes a graph captured before (``torch.export.export(...).module()``, a PT2E-quantized model)
+    was captured with, by input name: where they are numbers, the graph only takes those sizes. Empty for
+    other models."""
+    if not isinstance(model, torch.fx.GraphModule):
+        return {}
+    return {
+        node.name: tuple(node.meta["val"].shape)
+        for node in model.graph.find_nodes(op="placeholder")
+        if isinstance(node.meta.get("val"), torch.Tensor)
+    }
+
+
 def as_settings(option: Any) -> Any:
     """A spec as the JSON of the settings (a named `Dim` as its name, hints as "auto", "dynamic",
     "static"), or None where JSON cannot say it (a derived dim, a range)."""

@@ -28,13 +28,15 @@ def report_specialized(
     arguments: dict[str, int | str],
     assumptions: list[sympy.Expr],
     unchecked: list[dynamic.Assumption],
+    captured: dict[str, tuple[Any, ...]],
 ) -> None:
     """FXE0020 for each of `dims` that came out static (a warning where the user named the dimension
     in a spec or where every one came out static, a note under ``dynamic_shapes=True``), a note for each of
     the capture's `assumptions` (`capture.Mode.assumes`), a warning at the line of each `unchecked` equality
     (`dynamic.unchecked_equalities`), then the note listing the symbolic dimensions: a warning with the graph's
     input shapes when every dimension asked dynamic came out static.
-    `arguments` says where the example gives each input (`dynamic.arguments`), for a quick fix."""
+    `arguments` says where the example gives each input (`dynamic.arguments`), for a quick fix; `captured`, the
+    shapes a model that is a graph captured before was captured with (`dynamic.captured_shapes`)."""
     if not dims:
         return
     specialized = dynamic.specialized(program, dims)
@@ -42,7 +44,15 @@ def report_specialized(
     for dim, size in specialized:
         found = next((s for s in reversed(fixed) if s.matches(dim.input, dim.index, dim.dim)), None)
         stack = found.stack if found else []
-        if found is None and size <= 1:
+        shape = captured.get(dim.input, ())
+        if not stack and dim.dim < len(shape) and not dynamic.is_symbolic(shape[dim.dim]):
+            message = (
+                f"The model is a graph torch.export captured with dimension {dim.dim} of input '{dim.input}' fixed to "
+                f"{size}, so it accepts only that size there (a PT2E-quantized model is such a graph): capture it with "
+                f"that dimension dynamic, torch.export.export(..., dynamic_shapes={{{dim.input!r}: {{{dim.dim}: "
+                "Dim.AUTO}}), before anything else (prepare_pt2e)."
+            )
+        elif found is None and size <= 1:
             message = (
                 f"Dimension {dim.dim} of input '{dim.input}' is {size} in the example, and torch.export keeps "
                 f"such sizes static: give an example with another size there to make it dynamic."
