@@ -15,6 +15,7 @@ import numpy as np
 import onnx
 import onnx.helper
 import onnx_ir as ir
+import onnxruntime as ort
 import onnxscript
 import pytest
 import torch
@@ -546,3 +547,41 @@ def test_indices_of_other_values_are_still_a_divergence():
 
 def _line(marker: str) -> int:
     return next(i for i, line in enumerate(open(__file__).read().splitlines(), 1) if marker in line)
+
+
+class PaddedEncoder(torch.nn.Module):
+    """nn.TransformerEncoder as people write it: enable_nested_tensor left True, a padding mask."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        layer = torch.nn.TransformerEncoderLayer(16, 2, 32, batch_first=True)
+        self.encoder = torch.nn.TransformerEncoder(layer, 2)
+
+    def forward(self, x: torch.Tensor, padding: torch.Tensor | None = None) -> torch.Tensor:
+        return self.encoder(x, src_key_padding_mask=padding) * 2  # MARK: encoder
+
+
+def test_a_transformer_encoders_nested_tensors_are_a_warning_not_a_divergence():
+    """In inference, eager PyTorch runs the encoder on nested tensors, which give 0 at padded positions; the graph
+    computes them (torch.export captures the regular path). Verified against the regular path, with a warning at
+    the line calling the encoder (it was an FXE0021 error: 'the outputs do')."""
+    torch.manual_seed(0)
+    model = PaddedEncoder().eval()
+    x, padding = torch.randn(2, 4, 16), torch.tensor([[False, False, True, True], [False, False, False, True]])
+    output = exporter.dynamo_export(model, x, padding, export_options=exporter.ExportOptions(verify=True))
+    with torch.no_grad():
+        nested = model(x, padding)  # the fast path, as eager PyTorch runs it
+    assert torch.equal(nested[padding], torch.zeros_like(nested[padding]))
+    session = ort.InferenceSession(output.model_proto.SerializeToString(), providers=["CPUExecutionProvider"])
+    feeds = [a.numpy() for a in output.adapt_torch_inputs_to_onnx(x, padding)]
+    (got,) = session.run(None, dict(zip([i.name for i in session.get_inputs()], feeds)))
+    np.testing.assert_allclose(got[~padding.numpy()], nested[~padding].numpy(), rtol=1e-4, atol=1e-5)
+    assert np.abs(got[padding.numpy()]).min() > 0  # computed where eager gives 0
+    [warning] = [d for d in output.diagnostic_context.diagnostics if d.level == Level.WARNING]
+    assert warning.rule.id == "FXE0021" and "nn.TransformerEncoder 'encoder' on nested tensors" in warning.message
+    assert "enable_nested_tensor=False" in warning.message and warning.properties["nestedTensorEncoders"] == ["encoder"]
+    line = next(i for i, text in enumerate(open(__file__).read().splitlines(), 1) if "# MARK: encoder" in text)
+    assert (warning.stack[0].path, warning.stack[0].line) == (os.path.realpath(__file__), line)
+
+    unpadded = exporter.dynamo_export(model, x, export_options=exporter.ExportOptions(verify=True))
+    assert not [d for d in unpadded.diagnostic_context.diagnostics if d.level >= Level.WARNING]

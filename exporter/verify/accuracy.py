@@ -25,7 +25,7 @@ from exporter.constants import SOURCE_LINE, Prop, ir_version
 from exporter.diagnostics import DiagnosticContext, Level, rules
 from exporter.diagnostics.context import Diagnostic, io_properties
 from exporter.diagnostics.locations import stack_of
-from exporter.verify import divergence, int8_kernels, numerics, ort_session, seeded
+from exporter.verify import divergence, fast_paths, int8_kernels, numerics, ort_session, seeded
 from exporter.verify.reproducer import Reproducer, directory_for
 
 
@@ -76,6 +76,7 @@ class Verifier:
         expected = [
             numerics.to_numpy(x) for x in self.output_adapter.apply(numerics.eager(self.torch_model, args, kwargs))
         ]
+        self._nested_tensors(expected, args, kwargs, ctx)
         inputs = [numerics.to_numpy(x) for x in self.input_adapter.apply(*args, **kwargs)]
         try:
             feeds, actual = _run(self.model, inputs)
@@ -121,6 +122,29 @@ class Verifier:
         self._locate(result, feeds, expected, args, kwargs, ctx, start, set(drawn))
         self.last = result
         return result
+
+    def _nested_tensors(self, expected: list[np.ndarray], args, kwargs, ctx: DiagnosticContext) -> None:
+        """A warning where eager PyTorch's fast path, nested tensors in an nn.TransformerEncoder, gives other
+        outputs than its regular path, the one the graph computes and `expected` holds (0 at padded positions)."""
+        encoders = fast_paths.nested_tensor_encoders(self.torch_model)
+        if not encoders:
+            return
+        fast = self.output_adapter.apply(numerics.eager(self.torch_model, args, kwargs, fast_paths=True))
+        compared = numerics.compare_outputs([numerics.to_numpy(x) for x in fast], expected, self.tolerances)
+        differing = "; ".join(f"output {i}: {c.describe()}" for i, c in enumerate(compared) if not c.ok)
+        if not differing:
+            return
+        name = f" {encoders[0]!r}" if encoders[0] else ""
+        ctx.report(
+            rules.ACCURACY_DIVERGENCE,
+            Level.WARNING,
+            f"Eager PyTorch runs nn.TransformerEncoder{name} on nested tensors in inference (enable_nested_tensor=True, "
+            "given a src_key_padding_mask): they leave 0 at the padded positions, which the exported graph computes "
+            f"as the encoder's regular path does ({differing}). Verified against that path; for eager PyTorch to give "
+            "the same, construct the encoder with enable_nested_tensor=False, or ignore the padded positions.",
+            node=fast_paths.module_node(self.program, encoders[0]),
+            nestedTensorEncoders=encoders,
+        )
 
     def _locate(
         self, result: Verification, feeds, expected, args, kwargs, ctx: DiagnosticContext, start: float, drawn: set[int]

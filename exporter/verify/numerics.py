@@ -9,6 +9,7 @@ relative error is taken over the elements at least ``atol`` in magnitude.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 from collections.abc import Iterator, Mapping
 from typing import Any
@@ -16,6 +17,8 @@ from typing import Any
 import numpy as np
 import torch
 import torch.utils._pytree as pytree
+
+from exporter.verify.fast_paths import regular_paths
 
 # (atol, rtol) by dtype name. float32: the corpus's models differ from eager PyTorch by at most 4e-6.
 TOLERANCES: dict[str, tuple[float, float]] = {
@@ -231,12 +234,14 @@ def dtype_name(value: Any) -> str:
     return "float32" if isinstance(value, float) else "int64"
 
 
-def eager(model: Any, args: tuple, kwargs: dict) -> Any:
+def eager(model: Any, args: tuple, kwargs: dict, *, fast_paths: bool = False) -> Any:
     """The model's outputs on copies of `args`/`kwargs`, leaving the inputs (a forward may mutate them,
-    ``x.add_(1)``: onnxruntime must get the values the user gave) and the buffers (running stats) as they were."""
+    ``x.add_(1)``: onnxruntime must get the values the user gave) and the buffers (running stats) as they were;
+    on the path the exported graph computes, unless `fast_paths` (`exporter.verify.fast_paths`)."""
     buffers = {name: b.clone() for name, b in model.named_buffers()} if isinstance(model, torch.nn.Module) else {}
+    paths = contextlib.nullcontext() if fast_paths else regular_paths()
     try:
-        with torch.no_grad():
+        with torch.no_grad(), paths:
             args, kwargs = pytree.tree_map_only(torch.Tensor, torch.clone, (args, kwargs))
             return model(*args, **kwargs)
     finally:
