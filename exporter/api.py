@@ -14,7 +14,7 @@ from exporter.capture import extractor as capture
 from exporter.capture.fake import check_fake_consistency
 from exporter.constants import Stage
 from exporter.diagnostics import DiagnosticContext, Level, dynamic_report, rules
-from exporter.diagnostics.explain import explain, explain_eager
+from exporter.diagnostics.explain import explain, explain_eager, explain_script_modules
 from exporter.diagnostics.torch_logs import captured_logs
 from exporter.errors import OnnxExporterError, is_out_of_memory
 from exporter.onnx_passes import finalize
@@ -207,7 +207,9 @@ class Exporter:
             if eager is not None:  # not the export's failure: the model's own
                 explanation, location = explain_eager(eager), capture.user_frames_of(eager) or location
             else:
-                explanation = next((x for a in e.attempts if (x := explain(a.error, location))), None)
+                explanation = explain_script_modules(self.model) or next(
+                    (x for a in e.attempts if (x := explain(a.error, location))), None
+                )
             if explanation is None:
                 message, details = f"Could not capture the model: {torch_message}", {}
             else:

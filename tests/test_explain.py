@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
-import pytest
+import os
 
+import pytest
+import torch
+
+import exporter
 from exporter.diagnostics.explain import explain
 from exporter.diagnostics.locations import Frame
 
@@ -46,3 +50,39 @@ def test_other_failures_keep_torchs_message():
         )
         is None
     )
+
+
+class Scripted(torch.nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x.relu() + 1
+
+
+class HoldsScript(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.block = torch.jit.script(Scripted())
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.block(x) * 2  # MARK: scripted
+
+
+@pytest.mark.parametrize(
+    "make, start",
+    [
+        (HoldsScript, "Module 'block' is TorchScript"),
+        (lambda: torch.jit.script(Scripted()), "The model is TorchScript"),
+        (lambda: torch.jit.trace(Scripted(), torch.randn(3)), "The model is TorchScript"),
+    ],
+    ids=["submodule", "scripted", "traced"],
+)
+def test_torchscript_modules_are_named_with_what_to_do(make, start):
+    """torch.export cannot capture TorchScript (it failed with 'forward() takes 2 positional arguments but 3 were
+    given'): the capture error names the scripted module, at the line calling it."""
+    with pytest.raises(exporter.OnnxExporterError) as raised:
+        exporter.dynamo_export(make(), torch.randn(2, 3))
+    [error] = [d for d in raised.value.export_output.diagnostic_context.diagnostics if d.level.name == "ERROR"]
+    assert (error.rule.id, error.properties["cause"]) == ("FXE0017", "torchscript-module")
+    assert error.message.startswith(start) and "without torch.jit.script/trace" in error.message
+    if make is HoldsScript:
+        line = next(i for i, text in enumerate(open(__file__).read().splitlines(), 1) if "# MARK: scripted" in text)
+        assert (error.stack[0].path, error.stack[0].line) == (os.path.realpath(__file__), line)

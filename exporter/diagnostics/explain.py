@@ -44,6 +44,30 @@ def explain_eager(error: BaseException) -> Explanation:
     )
 
 
+def explain_script_modules(model: object) -> Explanation | None:
+    """The capture failed and the model holds TorchScript modules (torch.jit.script or trace), which torch.export
+    does not capture: the likely cause, whatever the error says."""
+    import torch
+
+    if not isinstance(model, torch.nn.Module):
+        return None
+    names = [name for name, m in model.named_modules() if isinstance(m, torch.jit.ScriptModule)]
+    names = [n for n in names if not any(n.startswith(f"{outer}.") for outer in names if outer)]  # outermost
+    if not names:
+        return None
+    if names == [""]:
+        which = "The model is"
+    else:
+        shown = ", ".join(f"'{n}'" for n in names[:3]) + (", …" if len(names) > 3 else "")
+        which = f"Module {shown} is" if len(names) == 1 else f"Modules {shown} are"
+    return Explanation(
+        "torchscript-module",
+        f"{which} TorchScript (torch.jit.script or torch.jit.trace), which "
+        "torch.export cannot capture: it runs compiled code instead of the module's forward().",
+        "Export the Python module it was made from: build the model without torch.jit.script/trace for the export.",
+    )
+
+
 def explain(error: BaseException, location: list[Frame]) -> Explanation | None:
     """What `error` (a capture failure) means at the innermost user frame of `location`, if it is a known kind."""
     text = f"{type(error).__name__}: {error}"
