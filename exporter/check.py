@@ -16,6 +16,7 @@ import dataclasses
 import linecache
 import os
 import signal
+import sys
 import tempfile
 import threading
 import time
@@ -117,8 +118,10 @@ def check(
     ``onnxlens/<category>/`` (default: the paths relative to the root). A file's import, and each export,
     that runs longer than `time_limit` seconds (0: no limit; it is kept in the main thread only) fails."""
     root = os.path.realpath(root or repository_root())
-    files = find_files(paths)
-    checked = [target for path in files for target in check_file(path, overrides or {}, progress, time_limit)]
+    checked = []
+    for path in find_files(paths):
+        with _as_if_alone():
+            checked += check_file(path, overrides or {}, progress, time_limit)
     problems = [p for target in checked for p in _problems(target)]
     category = category or _category(paths, root)
     targets = [
@@ -217,6 +220,22 @@ def check_file(
                     result = failure(e, name)
         checked.append(TargetCheck(path, name, line, result, time.perf_counter() - start))
     return checked
+
+
+@contextlib.contextmanager
+def _as_if_alone() -> Iterator[None]:
+    """Undo what a model file changes in the process that the next one would see: ``sys.path`` (its folder
+    first), torch's default dtype and grad mode (``torch.set_default_dtype(torch.float64)`` at import). Its
+    sibling modules are `exporter.targets.load_module`'s to forget."""
+    import torch
+
+    path, dtype, grad = list(sys.path), torch.get_default_dtype(), torch.is_grad_enabled()
+    try:
+        yield
+    finally:
+        sys.path[:] = path
+        torch.set_default_dtype(dtype)
+        torch.set_grad_enabled(grad)
 
 
 @contextlib.contextmanager

@@ -189,6 +189,8 @@ def load_module(path: str, source: str | None = None) -> types.ModuleType:
         module.__path__ = [folder]
     sys.modules[name] = module
     for entry in (package_root, folder):  # lazy imports need them too
+        if entry:
+            _forget_shadowed(entry)
         if entry and entry not in sys.path:
             sys.path.insert(0, entry)
     hint = ' (a script\'s code runs at import: put it under `if __name__ == "__main__":`)'
@@ -199,6 +201,24 @@ def load_module(path: str, source: str | None = None) -> types.ModuleType:
     finally:
         sys.argv = argv
     return module
+
+
+def _forget_shadowed(folder: str) -> None:
+    """Forget the user modules imported from elsewhere under a name `folder` holds (another model file's
+    sibling ``layers.py``, in a process that checks several): the file imports its own, as running it would."""
+    from exporter.diagnostics.locations import is_user_file
+
+    try:
+        entries = os.listdir(folder)
+    except OSError:
+        return
+    names = {e[:-3] for e in entries if e.endswith(".py")}
+    names |= {e for e in entries if os.path.isfile(os.path.join(folder, e, "__init__.py"))}
+    for name, module in list(sys.modules.items()):
+        path = getattr(module, "__file__", None)
+        if name.partition(".")[0] in names and path and is_user_file(path):
+            if not os.path.abspath(path).startswith(folder + os.sep):
+                del sys.modules[name]
 
 
 def _package_of(folder: str) -> tuple[str, str | None]:

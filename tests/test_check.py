@@ -15,6 +15,7 @@ import sys
 import textwrap
 
 import pytest
+import torch
 import yaml
 from helpers import console_script, validate_sarif
 
@@ -633,6 +634,30 @@ def test_an_import_or_export_that_hangs_fails_where_it_hangs_and_the_check_goes_
             "check's --time-limit)",
         ),
     }
+
+
+def test_each_file_imports_its_own_sibling_modules(tmp_path):
+    """Two model folders with a helper module of the same name: each file gets its own, as running it would (the
+    second target exported the first folder's model, verified); what a file sets for the process (sys.path, the
+    default dtype) does not outlive its check."""
+    for folder, returned in (("a", "torch.nn.Linear(4, 4)"), ("b", "Pair()")):
+        (tmp_path / folder).mkdir()
+        (tmp_path / folder / "layers.py").write_text(
+            "import torch\n\n\nclass Pair(torch.nn.Module):\n    def forward(self, x):\n        return x + 1, x * 2\n"
+            f"\n\ndef block():\n    return {returned}\n"
+        )
+        (tmp_path / folder / "model.py").write_text(
+            "import torch\nimport layers\n\nimport exporter\n\n"
+            + ("torch.set_default_dtype(torch.float64)\n" if folder == "a" else "")
+            + "\n@exporter.export_target(verify=True)\n"
+            f"def net_{folder}():\n"
+            + ("    assert torch.get_default_dtype() == torch.float32, 'a set float64'\n" if folder == "b" else "")
+            + "    return layers.block(), (torch.randn(2, 4),)\n"
+        )
+    report = check([str(tmp_path)], root=str(tmp_path))
+    outputs = {t.name: (str(t.result.outcome.kind), t.result.summary["outputs"]) for t in report.targets}
+    assert outputs == {"net_a": ("verified", 1), "net_b": ("verified", 2)}
+    assert torch.get_default_dtype() == torch.float32 and str(tmp_path / "a") not in sys.path
 
 
 def action() -> dict:
