@@ -13,7 +13,7 @@ from exporter.capture import adapters, dynamic
 from exporter.capture import extractor as capture
 from exporter.capture.fake import check_fake_consistency
 from exporter.constants import Stage
-from exporter.diagnostics import DiagnosticContext, Level, dynamic_report, rules
+from exporter.diagnostics import DiagnosticContext, Level, dynamic_report, rules, training_mode
 from exporter.diagnostics.explain import explain, explain_eager, explain_script_modules
 from exporter.diagnostics.torch_logs import captured_logs
 from exporter.errors import OnnxExporterError, is_out_of_memory
@@ -238,6 +238,7 @@ class Exporter:
             dynamic.unchecked_equalities(program),
             dynamic.captured_shapes(self.model),
         )
+        training_mode.report(self.ctx, program, self.model)
         return program
 
     def _arguments(self) -> dict[str, int | str]:

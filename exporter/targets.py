@@ -188,10 +188,9 @@ def load_module(path: str, source: str | None = None) -> types.ModuleType:
     if stem == "__init__":
         module.__path__ = [folder]
     sys.modules[name] = module
-    for entry in (package_root, folder):  # lazy imports need them too
-        if entry:
-            _forget_shadowed(entry)
-        if entry and entry not in sys.path:
+    for entry in filter(None, (package_root, folder)):  # lazy imports need them too
+        _forget_shadowed(entry)
+        if entry not in sys.path:
             sys.path.insert(0, entry)
     hint = ' (a script\'s code runs at import: put it under `if __name__ == "__main__":`)'
     argv, sys.argv = sys.argv, [path]  # as running it has them: no arguments (for a script's argparse at import)

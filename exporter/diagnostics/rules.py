@@ -359,6 +359,23 @@ GENAI_INCOMPATIBLE = Rule(
     problem_severity="warning",
 )
 
+TRAINING_MODE = Rule(
+    "FXE0027",
+    "training-mode",
+    "The model is exported in training mode.",
+    "A model whose BatchNorm modules are in training mode (model.training is True, the default of a new module) "
+    "normalizes with each batch's own mean and variance instead of its running statistics, and its dropouts drop "
+    "values at random: the exported graph computes that, so it gives other outputs than the model in evaluation, "
+    "and one sample at a time other outputs than in a batch. A warning at the first such call names the modules "
+    "(property trainingModules). A BatchNorm built with track_running_stats=False always uses the batch's "
+    "statistics and is not reported.",
+    "Call model.eval() before exporting for inference. To export the training graph on purpose (on-device "
+    "training), leave it in training mode and ignore this warning.",
+    tags=("correctness",),
+    precision="high",
+    problem_severity="warning",
+)
+
 ALL_RULES: tuple[Rule, ...] = (
     FX_GRAPH_TO_ONNX,
     FX_NODE_TO_ONNX,
@@ -379,6 +396,7 @@ ALL_RULES: tuple[Rule, ...] = (
     KERNEL_NOT_FUSED,
     EXPORT_TARGET,
     GENAI_INCOMPATIBLE,
+    TRAINING_MODE,
 )
 
 
