@@ -83,6 +83,19 @@ def select_function(
     return best
 
 
+# Types PyTorch only views, copies and casts (it has no arithmetic on them), which ONNX's shape and cast ops take
+# though torchlib's signatures predate them: no function is a nearer match than another.
+_MOVED_ONLY = frozenset(
+    {
+        ir.DataType.FLOAT8E4M3FN,
+        ir.DataType.FLOAT8E4M3FNUZ,
+        ir.DataType.FLOAT8E5M2,
+        ir.DataType.FLOAT8E5M2FNUZ,
+        ir.DataType.FLOAT8E8M0,
+    }
+)
+
+
 def _match_score(fn: ONNXFunction, args: Sequence[Any], kwargs: Mapping[str, Any]) -> tuple[int, int]:
     """(inputs whose dtype the schema allows, inputs checked)."""
     signature = getattr(fn.onnx_function, "op_signature", None)
@@ -100,7 +113,7 @@ def _match_score(fn: ONNXFunction, args: Sequence[Any], kwargs: Mapping[str, Any
             continue
         total += 1
         allowed = {t.dtype for t in param.type_constraint.allowed_types}
-        score += value.dtype in allowed
+        score += value.dtype in allowed or value.dtype in _MOVED_ONLY
     return score, total
 
 

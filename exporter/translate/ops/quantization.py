@@ -1,5 +1,5 @@
-"""PT2E's quantize/dequantize operators (``quantized_decomposed::*``) where torchlib lacks them or computes
-something else: dynamic quantization's ``choose_qparams`` (scale and zero point from the tensor's range, as
+"""PT2E's quantize/dequantize operators (``quantized_decomposed::*``) and torchao's int8 matrix product
+(``aten._int_mm``) where torchlib lacks them or computes something else: dynamic quantization's ``choose_qparams`` (scale and zero point from the tensor's range, as
 ``torch.ao.quantization.utils.determine_qparams`` computes them), and quantization with a scale and zero point
 given as tensors (``choose_qparams``' outputs: float64 and int64 of shape [1]) or with a range narrower than
 its type (``reduce_range=True``: 0…127 in uint8).
@@ -111,7 +111,14 @@ def _zero_point(zero_point, dtype: int):
     return op.Cast(_scalar(zero_point), to=dtype)
 
 
+@_composite
+def int_mm(self, mat2):
+    """``torch._int_mm``: int8 matrices multiplied with int32 sums (torchao's int8 dynamic quantization)."""
+    return op.MatMulInteger(self, mat2)
+
+
 FUNCTIONS = {
+    OpName("aten", "_int_mm"): int_mm,
     OpName("quantized_decomposed", "choose_qparams", "tensor"): choose_qparams,
     OpName("quantized_decomposed", "choose_qparams_symmetric", "tensor"): choose_qparams_symmetric,
 }
