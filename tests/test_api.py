@@ -190,6 +190,27 @@ def test_capture_failure_is_an_exporter_error_with_partial_output():
     assert partial.diagnostic_context.errors()
 
 
+class MutatesOnly(torch.nn.Module):
+    def forward(self, x: torch.Tensor, out: torch.Tensor) -> None:  # MARK: no return
+        out.copy_(x.sin())
+
+
+class NothingInside(torch.nn.Module):
+    def forward(self, x: torch.Tensor, y: torch.Tensor):
+        x.mul_(y)
+        return {"steps": None, "items": []}  # MARK: empty
+
+
+@pytest.mark.parametrize("model, mark", [(MutatesOnly(), "no return"), (NothingInside(), "empty")])
+def test_a_model_returning_no_tensor_is_refused_at_its_return(model, mark):
+    """It was exported with no outputs (an ONNX model onnxruntime cannot even load), as an export that succeeded."""
+    with pytest.raises(exporter.OnnxExporterError, match="returns no tensor") as raised:
+        exporter.dynamo_export(model, torch.randn(3), torch.zeros(3))
+    [error] = raised.value.export_output.diagnostic_context.errors()
+    line = next(i for i, text in enumerate(open(__file__).read().splitlines(), 1) if f"# MARK: {mark}" in text)
+    assert (error.rule.id, error.stack[0].line) == ("FXE0018", line)
+
+
 def test_build_target_checks_the_return_value():
     with pytest.raises(TargetError, match=r"must return \(model, args\) or \(model, args, kwargs\), got Linear"):
         build_target(lambda: torch.nn.Linear(2, 2))

@@ -161,13 +161,19 @@ def check_outputs(program: torch.export.ExportedProgram, model: Callable[..., An
     """Raise `UnsupportedOutputError` (located at the model's return) for outputs ONNX cannot hold.
 
     Tensors and Python numbers (graph constants) are fine; anything else — a string, a dtype —
-    would silently vanish from the ONNX model's outputs.
+    would silently vanish from the ONNX model's outputs, and a model returning nothing would have none.
     """
     output_node = next(n for n in program.graph.nodes if n.op == "output")
     specs = program.graph_signature.output_specs
     user_outputs = [
         a for a, s in zip(output_node.args[0], specs) if s.kind == torch.export.graph_signature.OutputKind.USER_OUTPUT
     ]
+    if not user_outputs:
+        raise UnsupportedOutputError(
+            "The model returns no tensor (None, or containers without one): an ONNX model needs an output. Return "
+            "what forward computes; an input it changes in place (x.mul_(2)) is not an output unless returned.",
+            return_frames(model),
+        )
     for i, value in enumerate(user_outputs):
         if not isinstance(value, (torch.fx.Node, int, float, bool)):
             raise UnsupportedOutputError(
