@@ -14,7 +14,7 @@ from exporter.capture import extractor as capture
 from exporter.capture.fake import check_fake_consistency
 from exporter.constants import Stage
 from exporter.diagnostics import DiagnosticContext, Level, dynamic_report, rules, training_mode
-from exporter.diagnostics.explain import explain, explain_eager, explain_script_modules
+from exporter.diagnostics.explain import explain, explain_eager, explain_script_modules, explain_var_keyword
 from exporter.diagnostics.torch_logs import captured_logs
 from exporter.errors import OnnxExporterError, is_out_of_memory
 from exporter.onnx_passes import finalize
@@ -207,8 +207,11 @@ class Exporter:
             if eager is not None:  # not the export's failure: the model's own
                 explanation, location = explain_eager(eager), capture.user_frames_of(eager) or location
             else:
-                explanation = explain_script_modules(self.model) or next(
-                    (x for a in e.attempts if (x := explain(a.error, location))), None
+                var_keyword = dynamic.var_keyword_tensors(self.model, self.model_args, self.model_kwargs)
+                explanation = (
+                    explain_script_modules(self.model)
+                    or (explain_var_keyword(self.model, var_keyword) if self.options.dynamic_shapes else None)
+                    or next((x for a in e.attempts if (x := explain(a.error, location))), None)
                 )
             if explanation is None:
                 message, details = f"Could not capture the model: {torch_message}", {}

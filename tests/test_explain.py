@@ -86,3 +86,22 @@ def test_torchscript_modules_are_named_with_what_to_do(make, start):
     if make is HoldsScript:
         line = next(i for i, text in enumerate(open(__file__).read().splitlines(), 1) if "# MARK: scripted" in text)
         assert (error.stack[0].path, error.stack[0].line) == (os.path.realpath(__file__), line)
+
+
+class TakesKwargs(torch.nn.Module):
+    def forward(self, x: torch.Tensor, **kwargs) -> torch.Tensor:
+        return x * kwargs["scale"]
+
+
+def test_a_tensor_through_var_keyword_arguments_with_dynamic_shapes_is_explained():
+    """torch.export fails on any dynamic_shapes for a tensor in **kwargs ('Must provide a tree_name when there might
+    be a mismatch'): the error names the argument and what to do; static shapes export."""
+    x, scale = torch.randn(2, 3), torch.randn(2, 3)
+    with pytest.raises(exporter.OnnxExporterError) as raised:
+        exporter.dynamo_export(
+            TakesKwargs(), x, scale=scale, export_options=exporter.ExportOptions(dynamic_shapes=True)
+        )
+    [error] = raised.value.export_output.diagnostic_context.errors()
+    assert (error.rule.id, error.properties["cause"]) == ("FXE0017", "dynamic-var-keyword")
+    assert error.message.startswith("'scale' is not among TakesKwargs.forward's parameters: it goes to its **kwargs")
+    exporter.dynamo_export(TakesKwargs(), x, scale=scale)

@@ -76,6 +76,21 @@ def requested(module: torch.nn.Module, args: tuple[Any, ...], kwargs: dict[str, 
     return {name: torch.utils._pytree.tree_map(spec, value) for name, value in bound.arguments.items()}
 
 
+def var_keyword_tensors(module: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[str]:
+    """The keyword arguments holding tensors that `module`'s forward takes only through its ``**kwargs``
+    (torch.export refuses every dynamic_shapes spec for those: "Must provide a tree_name")."""
+    forward = module.forward if isinstance(module, torch.nn.Module) else module
+    try:
+        signature = inspect.signature(forward)
+        bound = signature.bind(*args, **kwargs)
+    except (TypeError, ValueError):
+        return []
+    var_keyword = next((p.name for p in signature.parameters.values() if p.kind == p.VAR_KEYWORD), None)
+    extra = bound.arguments.get(var_keyword, {}) if var_keyword else {}
+    leaves = torch.utils._pytree.tree_leaves
+    return [name for name, value in extra.items() if any(isinstance(x, torch.Tensor) for x in leaves(value))]
+
+
 def has_size_0_or_1(inputs: Any) -> bool:
     """Whether an input tensor has a dimension of size 0 or 1 (which torch.export makes static)."""
     return any(

@@ -68,6 +68,21 @@ def explain_script_modules(model: object) -> Explanation | None:
     )
 
 
+def explain_var_keyword(model: object, names: list[str]) -> Explanation | None:
+    """The capture with dynamic shapes failed and the tensors `names` reach the model's forward only through its
+    ``**kwargs``, whose dimensions torch.export cannot make dynamic (it fails with an internal assertion)."""
+    if not names:
+        return None
+    quoted = ", ".join(f"'{n}'" for n in names)
+    return Explanation(
+        "dynamic-var-keyword",
+        f"{quoted} {'is' if len(names) == 1 else 'are'} not among {type(model).__name__}.forward's parameters: "
+        f"{'it goes' if len(names) == 1 else 'they go'} to its **kwargs, and torch.export cannot make the "
+        "dimensions of such an argument dynamic.",
+        "Leave it out if forward ignores it, pass it under a parameter forward declares, or export with static shapes.",
+    )
+
+
 def explain(error: BaseException, location: list[Frame]) -> Explanation | None:
     """What `error` (a capture failure) means at the innermost user frame of `location`, if it is a known kind."""
     text = f"{type(error).__name__}: {error}"
