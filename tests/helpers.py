@@ -186,6 +186,18 @@ def console_script(name: str) -> str:
     return str(path)
 
 
+def assert_case_matches_eager(case, dynamic: bool) -> None:
+    """An op sweep's case, ``(fn, args, other_args, atol)``, exported (static, or dynamic and also run on
+    `other_args`, another size) matches eager PyTorch."""
+    import exporter
+
+    fn, args, other, atol = case
+    export_output = exporter.dynamo_export(fn, *args, export_options=exporter.ExportOptions(dynamic_shapes=dynamic))
+    assert_matches_eager(export_output, fn, args, atol=atol)
+    if dynamic:
+        assert_matches_eager(export_output, fn, args, atol=atol, run_args=other)
+
+
 def validate_sarif(path) -> dict:
     """Load a SARIF file and validate it against the official SARIF 2.1.0 JSON schema."""
     import importlib.resources

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import importlib
 from collections.abc import Callable
 from typing import Any
 
@@ -17,6 +18,21 @@ import torch
 from exporter.constants import DEFAULT_OPSET_VERSION
 from exporter.options import check_opset
 from exporter.translate.opname import OpName
+
+# The modules of exporter.translate.ops that translate what torchlib leaves to decomposition or lacks
+_GAP_MODULES = (
+    "arithmetic",
+    "composites",
+    "distances",
+    "linalg",
+    "order_statistics",
+    "packed_rnn",
+    "quantization",
+    "search",
+    "special",
+    "vision",
+    "window_reductions",
+)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -45,21 +61,10 @@ def _torchlib_table() -> dict[OpName, tuple[ONNXFunction, ...]]:
     with lazily_built():  # compiling them all would cost ~0.15 s; an export uses a handful
         from onnxscript.function_libs.torch_lib import ops, registration  # importing ops registers them
 
-        from exporter.translate.ops import (
-            arithmetic,
-            composites,
-            corrections,
-            distances,
-            linalg,
-            order_statistics,
-            packed_rnn,
-            quantization,
-            search,
-            special,
-            vision,
-            window_reductions,
-        )
         from exporter.translate.ops import complex as complex_ops
+        from exporter.translate.ops import corrections
+
+        gaps = [importlib.import_module(f"exporter.translate.ops.{name}") for name in _GAP_MODULES]
 
     del ops
     table: dict[OpName, list[ONNXFunction]] = {}
@@ -72,20 +77,7 @@ def _torchlib_table() -> dict[OpName, tuple[ONNXFunction, ...]]:
             table.setdefault(name, []).append(ONNXFunction(function, qualified_name))
         for function in functions.complex:
             table.setdefault(name, []).append(ONNXFunction(function, qualified_name, is_complex=True))
-    # what torchlib leaves to decomposition
-    for module in (
-        arithmetic,
-        composites,
-        distances,
-        linalg,
-        order_statistics,
-        packed_rnn,
-        quantization,
-        search,
-        special,
-        vision,
-        window_reductions,
-    ):
+    for module in gaps:
         for name, function in module.FUNCTIONS.items():
             table.setdefault(name, [ONNXFunction(function, name.qualified_name())])
     for name, function in complex_ops.FUNCTIONS.items():  # gaps torchlib leaves for complex inputs
