@@ -105,3 +105,22 @@ def test_a_tensor_through_var_keyword_arguments_with_dynamic_shapes_is_explained
     assert (error.rule.id, error.properties["cause"]) == ("FXE0017", "dynamic-var-keyword")
     assert error.message.startswith("'scale' is not among TakesKwargs.forward's parameters: it goes to its **kwargs")
     exporter.dynamo_export(TakesKwargs(), x, scale=scale)
+
+
+class FakeQuantized(torch.nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.fake_quantize_per_tensor_affine(x, 0.05, 3, -128, 127) * 2  # MARK: fake quantize
+
+
+def test_an_operator_without_a_fake_kernel_on_dynamic_sizes_is_explained_at_its_line():
+    """aten.fake_quantize_per_tensor_affine_cachemask has no meta kernel: static shapes export (the kernel runs on
+    real sizes), dynamic ones fail, and the error says why and what to do instead of torch's exception name."""
+    x = torch.randn(3, 4)
+    exporter.dynamo_export(FakeQuantized(), x)
+    with pytest.raises(exporter.OnnxExporterError) as raised:
+        exporter.dynamo_export(FakeQuantized(), x, export_options=exporter.ExportOptions(dynamic_shapes=True))
+    [error] = raised.value.export_output.diagnostic_context.errors()
+    assert (error.rule.id, error.properties["cause"]) == ("FXE0017", "no-fake-kernel")
+    assert "calls aten.fake_quantize_per_tensor_affine_cachemask.default, which has no fake" in error.message
+    line = next(i for i, text in enumerate(open(__file__).read().splitlines(), 1) if "# MARK: fake quantize" in text)
+    assert (error.stack[0].path, error.stack[0].line) == (os.path.realpath(__file__), line)

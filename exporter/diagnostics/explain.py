@@ -23,6 +23,7 @@ _DATA_DEPENDENT = (
 )
 _EAGER_QUANTIZED = "torch.classes.quantized."  # the packed params of torch.ao.nn.quantized modules
 _DYNAMIC_OUTPUT = "DynamicOutputShapeException"  # an operator whose output size its fake kernel cannot tell
+_NO_FAKE_KERNEL = "UnsupportedOperatorException"  # an operator without a fake (meta) kernel, on symbolic sizes
 _BRANCHING = re.compile(r"^(if|elif|while|assert)\b|\bif\b.*\belse\b")
 
 
@@ -86,8 +87,12 @@ def explain_var_keyword(model: object, names: list[str]) -> Explanation | None:
 def explain(error: BaseException, location: list[Frame]) -> Explanation | None:
     """What `error` (a capture failure) means at the innermost user frame of `location`, if it is a known kind."""
     text = f"{type(error).__name__}: {error}"
-    eager_quantized, dynamic_output = _EAGER_QUANTIZED in text, _DYNAMIC_OUTPUT in text
-    if not (eager_quantized or dynamic_output or any(marker in text for marker in _DATA_DEPENDENT)):
+    eager_quantized, dynamic_output, no_fake = (
+        _EAGER_QUANTIZED in text,
+        _DYNAMIC_OUTPUT in text,
+        _NO_FAKE_KERNEL in text,
+    )
+    if not (eager_quantized or dynamic_output or no_fake or any(marker in text for marker in _DATA_DEPENDENT)):
         return None
     line = ""
     if location:
@@ -102,6 +107,15 @@ def explain(error: BaseException, location: list[Frame]) -> Explanation | None:
             "torch.export.export(float_model, args).module() exports as QuantizeLinear/DequantizeLinear pairs "
             "that onnxruntime fuses; or export the float model and quantize the ONNX weights "
             "(export_for_generation(..., precision='int8'), onnxruntime.quantization.quantize_dynamic).",
+        )
+    if no_fake:
+        operator = text.split(_NO_FAKE_KERNEL, 1)[1].lstrip(": ").split()[0] if ":" in text else "an operator"
+        return Explanation(
+            "no-fake-kernel",
+            f"{code} calls {operator}, which has no fake (meta) implementation: torch.export cannot tell its output's "
+            "shape without running it, as it must for sizes it keeps symbolic.",
+            "Export with static shapes, or give the operator a fake implementation (torch.library.register_fake for "
+            "a custom operator). For a model trained with fake quantization (QAT), convert it first (convert_pt2e).",
         )
     if dynamic_output:
         operator = str(error).strip().splitlines()[0] if str(error).strip() else "an operator"
