@@ -585,3 +585,22 @@ def test_a_transformer_encoders_nested_tensors_are_a_warning_not_a_divergence():
 
     unpadded = exporter.dynamo_export(model, x, export_options=exporter.ExportOptions(verify=True))
     assert not [d for d in unpadded.diagnostic_context.diagnostics if d.level >= Level.WARNING]
+
+
+def test_inputs_onnxruntime_refuses_fail_the_verification_rather_than_skip_it():
+    """Only a missing kernel (onnxruntime's NotImplemented: bf16 on the CPU provider) skips a verification: a run
+    onnxruntime refuses (here a static graph given another batch size) was 'Verification skipped', a pass."""
+    output = exporter.dynamo_export(torch.nn.Linear(4, 3), torch.randn(5, 4))
+    verification = output.verify(torch.randn(7, 4))
+    assert not verification.ok and verification.skipped is None
+    assert verification.diagnostic.message.startswith("onnxruntime cannot run the exported model: InvalidArgument")
+    assert "Got invalid dimensions for input" in verification.diagnostic.message
+
+
+def test_a_missing_kernel_still_skips_the_verification():
+    model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.GELU()).to(torch.bfloat16)
+    output = exporter.dynamo_export(
+        model, torch.randn(2, 4, dtype=torch.bfloat16), export_options=exporter.ExportOptions(verify=True)
+    )
+    [note] = [d for d in output.diagnostic_context.diagnostics if d.rule.id == "FXE0021"]
+    assert note.level == Level.NOTE and note.message.startswith("Verification skipped: onnxruntime does not run")

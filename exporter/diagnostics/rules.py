@@ -254,7 +254,9 @@ ACCURACY_DIVERGENCE = Rule(
     "on them are not compared, as onnxruntime draws other numbers: an output that depends on them is a warning at "
     "the line that draws them (property randomOutputs), not a verified one. Indices that pick other elements of "
     "equal values (topk, sort, max(dim) over ties, whose order PyTorch does not define) do not diverge: when they "
-    "are all that differs, a warning at the op (property tiedOutputs).",
+    "are all that differs, a warning at the op (property tiedOutputs). When onnxruntime has no kernel for a type "
+    "the model uses (bf16 on its CPU provider), verification is skipped with a note; when it fails to run the model "
+    "otherwise, that is the error.",
     "Check the ONNX function of the named op (a function you registered, or torchlib's) and run the reproducer's "
     "run.py; when the optimizer is at fault, export with optimize=False and report the reproducer to onnxscript. "
     "Values that overflow at the model's scale point at a translation that needs another formulation.",

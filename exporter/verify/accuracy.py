@@ -80,10 +80,16 @@ class Verifier:
         inputs = [numerics.to_numpy(x) for x in self.input_adapter.apply(*args, **kwargs)]
         try:
             feeds, actual = _run(self.model, inputs)
-        except Exception as e:  # e.g. no bf16 kernels on the CPU provider: nothing to compare
-            reason = f"onnxruntime does not run this model ({type(e).__name__}: {_first_line(e)})"
-            ctx.report(rules.ACCURACY_DIVERGENCE, Level.NOTE, f"Verification skipped: {reason}.")
-            return Verification(ok=True, outputs=[], skipped=reason)
+        except Exception as e:
+            reason = f"{type(e).__name__}: {_first_line(e).rstrip('.')}"
+            if type(e).__name__ == "NotImplemented":  # no kernel for a type it uses (bf16 on the CPU provider)
+                reason = f"onnxruntime does not run this model ({reason})"
+                ctx.report(rules.ACCURACY_DIVERGENCE, Level.NOTE, f"Verification skipped: {reason}.")
+                return Verification(ok=True, outputs=[], skipped=reason)
+            message = f"onnxruntime cannot run the exported model: {reason}."  # a graph it rejects: not a model
+            return Verification(
+                ok=False, outputs=[], diagnostic=ctx.report(rules.ACCURACY_DIVERGENCE, Level.ERROR, message)
+            )
         if len(actual) != len(expected):
             message = f"The ONNX model has {len(actual)} outputs where eager PyTorch gives {len(expected)}."
             return Verification(
