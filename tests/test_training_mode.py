@@ -79,8 +79,9 @@ def test_an_rnn_dropping_out_between_layers_is_named():
         lambda: torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.BatchNorm2d(4, track_running_stats=False)),
         lambda: torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.LayerNorm([4, 6, 6]), torch.nn.ReLU()),
         lambda: Noisy(),
+        lambda: torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.Dropout(0.0)),
     ],
-    ids=["evaluation", "no-running-statistics", "no-batch-norm", "random-noise"],
+    ids=["evaluation", "no-running-statistics", "no-batch-norm", "random-noise", "dropout-of-nothing"],
 )
 def test_models_that_behave_the_same_in_evaluation_are_not_warned(make):
     assert training_warnings(make(), torch.randn(2, 3, 8, 8)) == []

@@ -2,8 +2,8 @@
 depends on them: onnxruntime draws other numbers than PyTorch, so these values cannot be compared.
 
 An op draws when torch tags it ``nondeterministic_seeded``, unless an argument turns the drawing off: ``train``
-False (``aten.dropout`` in evaluation is the identity, an LSTM's dropout between layers too), ``dropout_p`` 0
-(``scaled_dot_product_attention``'s default).
+False (``aten.dropout`` in evaluation is the identity, an LSTM's dropout between layers too), ``p``, ``dropout_p``
+or ``dropout`` 0 (``nn.Dropout(0.0)``, ``scaled_dot_product_attention``'s default).
 """
 
 from __future__ import annotations
@@ -12,7 +12,8 @@ import torch
 
 from exporter.translate.fx_to_onnx import value_name
 
-_OFF = {"train": False, "training": False, "dropout_p": 0.0, "dropout": 0.0}  # an argument at which it draws nothing
+# an argument at which it draws nothing (``p``: a dropout's, or a Bernoulli's, probability)
+_OFF = {"train": False, "training": False, "p": 0.0, "dropout_p": 0.0, "dropout": 0.0}
 
 
 def draws(node: torch.fx.Node) -> bool:
