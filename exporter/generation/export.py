@@ -170,7 +170,9 @@ def export_for_generation(
     precision, fake_context = export_options.precision, export_options.fake_context
     output_dir = os.fspath(output_dir)
     start = time.perf_counter()
-    export_output = export_graph(model, export_options)
+    # the fusions inline every function: with them, the modules are not wrapped in functions first
+    modularize = export_options.modularize and not export_options.fused_kernels
+    export_output = export_graph(model, dataclasses.replace(export_options, modularize=modularize))
     if export_options.fused_kernels:
         positions = genai_config.context_length_of(model.config) or DEFAULT_CONTEXT
         fusion = fusions.fuse(export_output.model, positions)
