@@ -193,13 +193,81 @@ def test_guards_of_sizes_0_and_1_that_hold_at_the_example_are_assumptions_noted_
         d.message for d in out.diagnostic_context.diagnostics if d.rule.id == "FXE0020" and "assumption" in d.properties
     ]
     assert (
-        "The graph assumes seq != 1: torch.export could not show that the model's code allows every size the dynamic shapes do, and the exported graph does not check it."
-        in assumptions
+        "The graph assumes seq >= 2: torch.export could not show that the model's code allows every size the dynamic shapes do, and the exported graph does not check it."
+        in assumptions  # "seq != 1" of a Dim from 1 on
     )
     for seq, length in [(1, 0), (1, 5), (4, 0), (7, 2)]:  # right where the assumptions do not hold too
         run = torch.randn(2, seq, 32), torch.randn(2, 4, length, 8)
         actual = run_onnx_feeds(out.model_proto, {"x": run[0].numpy(), "past": run[1].numpy()})[0]
         np.testing.assert_allclose(actual, AttendsToPast()(*run).numpy(), rtol=1e-4, atol=1e-5)
+
+
+class StridedResidual(torch.nn.Module):
+    """ResNet's downsampling block: PyTorch checks that the strided sizes, ``(n - 1) // 2 + 1``, are not 1
+    before adding the branches, which refused a named Dim of the height of any CNN with strides ("fixes
+    dimension 2 … torch.export suggests: make the dimension static", a suggestion torch never made)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = torch.nn.Conv2d(3, 4, 3, stride=2, padding=1)
+        self.skip = torch.nn.Conv2d(3, 4, 1, stride=2)
+        self.norm = torch.nn.BatchNorm2d(4)
+
+    def forward(self, x):
+        return torch.relu(self.norm(self.conv(x)) + self.skip(x)).mean((2, 3))
+
+
+def assumed(export_output) -> list[str]:
+    return [
+        d.message.split(":")[0]
+        for d in export_output.diagnostic_context.diagnostics
+        if d.rule.id == "FXE0020" and "assumption" in d.properties
+    ]
+
+
+def test_a_cnn_with_strides_exports_with_dynamic_height_and_width_its_bounds_noted():
+    model = StridedResidual().eval()
+    out = export(model, torch.randn(2, 3, 20, 24), spec={"x": {2: "height", 3: "width"}}, verify=True)
+    assert input_dims(out) == {"x": [2, 3, "height", "width"]}
+    # (n - 1) // 2 + 1 != 1 holds from n = 3 on: one bound per dimension, not PyTorch's five conditions each
+    assert sorted(assumed(out)) == ["The graph assumes height >= 3", "The graph assumes width >= 3"]
+    assert not out.diagnostic_context.errors()
+    for height, width in [(3, 3), (5, 40), (64, 7), (2, 1)]:  # right below the bound too
+        x = torch.randn(2, 3, height, width)
+        (actual,) = run_onnx_feeds(out.model_proto, {"x": x.numpy()})
+        np.testing.assert_allclose(actual, model(x).detach().numpy(), rtol=1e-4, atol=1e-5)
+
+
+class BranchesOnLength(torch.nn.Module):
+    def forward(self, x):
+        if x.shape[1] > 100:  # narrows the length to 101 and more
+            return x * 2
+        return x - 1
+
+
+def test_a_branch_on_a_size_that_narrows_its_range_is_a_warning_at_the_line():
+    """torch.export keeps the length symbolic from 101 on: the graph computes ``x * 2`` at every length, which the
+    second-size check (at sizes in the range) cannot see."""
+    out = export(BranchesOnLength(), torch.randn(2, 128), spec=True)
+    (warning,) = [d for d in out.diagnostic_context.diagnostics if d.rule.id == "FXE0020" and d.level.name == "WARNING"]
+    assert warning.message == (
+        "`if x.shape[1] > 100:` narrows x_dim_1 to sizes >= 101: the exported graph is right only for those, "
+        "and does not check it."
+    )
+    assert (warning.stack[0].path, warning.stack[0].line) == (HERE, line_of("if x.shape[1] > 100:"))
+    assert warning.properties["sizes"] == ">= 101"
+    wide = export(BranchesOnLength(), torch.randn(2, 128), spec={"x": {1: Dim("length", min=101)}})
+    assert not [d for d in wide.diagnostic_context.diagnostics if d.level.name == "WARNING"]  # the range asked for
+
+
+def test_a_named_dim_the_code_narrows_is_refused_with_the_range_torch_suggests():
+    with pytest.raises(exporter.OnnxExporterError) as info:
+        export(BranchesOnLength(), torch.randn(2, 128), spec={"x": {1: "length"}})
+    (error,) = [d for d in info.value.export_output.diagnostic_context.errors() if d.rule.id == "FXE0020"]
+    assert error.message == (
+        "The model's code allows only some sizes of dimension 1 of input 'x', but it is declared dynamic as "
+        "Dim('length'). torch.export suggests: length = Dim('length', min=101)."
+    )
 
 
 def test_a_guard_false_at_the_example_is_no_assumption():

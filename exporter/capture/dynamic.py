@@ -25,7 +25,8 @@ import torch.fx.experimental._config as shape_config
 from torch._guards import TracingContext
 from torch.export.dynamic_shapes import _DerivedDim, _Dim, _DimHint
 from torch.fx.experimental.symbolic_shapes import ShapeEnv
-from torch.utils._sympy.value_ranges import bound_sympy
+from torch.utils._sympy.numbers import int_oo
+from torch.utils._sympy.value_ranges import ValueRanges, bound_sympy
 
 from exporter.diagnostics.locations import EXPORTER_ROOT, Frame, is_user_file, stack_of
 
@@ -162,6 +163,11 @@ def still_symbolic(program: torch.export.ExportedProgram, fixed: list[Specializa
     ]
 
 
+def _shape_env(program: torch.export.ExportedProgram) -> ShapeEnv | None:
+    sizes = [size for _, val in user_inputs(program) for size in val.shape if is_symbolic(size)]
+    return sizes[0].node.shape_env if sizes else None
+
+
 @dataclasses.dataclass(frozen=True)
 class Assumption:
     """An equality of sizes the model's code made torch.export assume, and where."""
@@ -174,23 +180,100 @@ def unchecked_equalities(program: torch.export.ExportedProgram) -> list[Assumpti
     """Equalities of the input sizes that a line of the model made torch.export assume (a branch such as
     ``if num_patches == num_positions``, DINOv2's at its pretrained size) and that the exported program drops:
     not true at every size its ranges allow, and not checked. The graph is right only where they hold."""
-    sizes = [size for _, val in user_inputs(program) for size in val.shape if is_symbolic(size)]
-    if not sizes:
+    shape_env = _shape_env(program)
+    if shape_env is None:
         return []
-    shape_env = sizes[0].node.shape_env
     ranges = dict(program.range_constraints)
     found: dict[str, Assumption] = {}
     for guard in shape_env.guards:
-        frame = guard.sloc.framework_loc
-        if not isinstance(guard.expr, sympy.Eq) or not isinstance(frame, traceback.FrameSummary):
-            continue
-        if frame.filename.startswith(_TOOLING):  # PyTorch's own checks: consequences of a line of the model's
+        frame = _model_frame(guard)
+        if not isinstance(guard.expr, sympy.Eq) or frame is None:
             continue
         expr = guard.expr.xreplace(shape_env.replacements)
         if expr.free_symbols - ranges.keys() or bound_sympy(expr, ranges).lower:  # always true where allowed
             continue
-        stack = [Frame(frame.filename, frame.lineno, frame.name, (frame.line or "").strip())]
-        found.setdefault(str(expr), Assumption(expr, stack))
+        found.setdefault(str(expr), Assumption(expr, [frame]))
+    return list(found.values())
+
+
+def _model_frame(guard: Any) -> Frame | None:
+    """The model's line a shape guard comes from; None for PyTorch's own checks (consequences of a line of
+    the model's)."""
+    frame = guard.sloc.framework_loc
+    if not isinstance(frame, traceback.FrameSummary) or frame.filename.startswith(_TOOLING):
+        return None
+    return Frame(frame.filename, frame.lineno, frame.name, (frame.line or "").strip())
+
+
+def _implied(condition: sympy.Expr, ranges: dict[sympy.Symbol, ValueRanges]) -> bool:
+    """Whether `condition` holds at every size `ranges` allow."""
+    return not condition.free_symbols - ranges.keys() and bool(bound_sympy(condition, ranges).lower)
+
+
+def as_bounds(program: torch.export.ExportedProgram, conditions: list[sympy.Expr]) -> list[sympy.Expr]:
+    """`conditions` on the sizes (`assertions`), plain: one that holds for every size of its symbol from
+    some k up to the example's and beyond (PyTorch's check that a strided size is not 1, ``(h - 1)//32 != 0``)
+    becomes ``h >= k`` (the largest k of a symbol's), and one those bounds imply is dropped."""
+    shape_env = _shape_env(program)
+    if shape_env is None:
+        return conditions
+    ranges = dict(program.range_constraints)
+    lowest: dict[sympy.Symbol, int] = {}
+    for condition in conditions:
+        (symbol, *others) = condition.free_symbols or (None,)
+        if symbol not in ranges or others or symbol not in shape_env.var_to_val:
+            continue
+        upper, example = ranges[symbol].upper, int(shape_env.var_to_val[symbol])
+        low, high = int(ranges[symbol].lower), example
+        if not _implied(condition, {symbol: ValueRanges(example, upper)}):
+            continue
+        while low < high:  # the smallest k from which on it holds
+            middle = (low + high) // 2
+            low, high = (
+                (low, middle) if _implied(condition, {symbol: ValueRanges(middle, upper)}) else (middle + 1, high)
+            )
+        lowest[symbol] = max(lowest.get(symbol, low), low)
+    bounded = ranges | {symbol: ValueRanges(k, ranges[symbol].upper) for symbol, k in lowest.items()}
+    kept = [c for c in conditions if not _implied(c, bounded)]
+    return [sympy.Ge(symbol, k) for symbol, k in lowest.items() if k > ranges[symbol].lower] + kept
+
+
+@dataclasses.dataclass(frozen=True)
+class Narrowing:
+    """A dynamic input dimension whose sizes the capture narrowed (``if x.shape[1] > 100:``), and where."""
+
+    symbol: sympy.Symbol
+    range: ValueRanges
+    stack: list[Frame]  # the model's line that narrowed it; empty for PyTorch's own checks
+
+
+def narrowed(program: torch.export.ExportedProgram, dims: list[InputDim]) -> list[Narrowing]:
+    """The requested dimensions whose range torch.export narrowed below the one asked for (a named `Dim`'s;
+    otherwise from 2, without bound): the graph is right only in that range, which it does not check.
+    With the model's line whose comparison did it, if one did."""
+    shape_env = _shape_env(program)
+    if shape_env is None:
+        return []
+    inputs = user_inputs(program)
+    found: dict[sympy.Symbol, Narrowing] = {}
+    for d in dims:
+        symbol = inputs[d.index][1].shape[d.dim]
+        symbol = symbol.node.expr if is_symbolic(symbol) else None
+        if not isinstance(symbol, sympy.Symbol) or symbol in found or isinstance(d.spec, _DerivedDim):
+            continue
+        asked = ValueRanges(max(d.spec.min, 2), d.spec.max) if isinstance(d.spec, _Dim) else ValueRanges(2, int_oo)
+        bounds = program.range_constraints[symbol]
+        if bounds.lower <= asked.lower and bounds.upper >= asked.upper:
+            continue
+        frames = (
+            _model_frame(guard)
+            for guard in shape_env.guards
+            if isinstance(guard.expr, sympy.core.relational.Relational)
+            and not isinstance(guard.expr, (sympy.Eq, sympy.Ne))
+            and symbol in guard.expr.free_symbols
+        )
+        frame = next((f for f in frames if f is not None), None)
+        found[symbol] = Narrowing(symbol, bounds, [frame] if frame else [])
     return list(found.values())
 
 
@@ -320,9 +403,7 @@ def as_settings(option: Any) -> Any:
     if isinstance(option, _DimHint):
         return option.type.name.lower() if option.min is None and option.max is None else None
     if isinstance(option, _Dim):
-        plain = (
-            not isinstance(option, _DerivedDim) and option.min <= 2 and option.max == torch.utils._sympy.numbers.int_oo
-        )
+        plain = not isinstance(option, _DerivedDim) and option.min <= 2 and option.max == int_oo
         return option.__name__ if plain else None
     if not isinstance(option, (dict, list, tuple)):
         return None

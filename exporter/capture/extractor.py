@@ -87,11 +87,12 @@ class Mode:
 
 
 _PLAIN = Mode(False, False, "")
-_MODES = (
+_OBLIVIOUS_MODES = (
     Mode(True, False, " keeping sizes 0/1 symbolic"),
     Mode(True, True, " keeping sizes 0/1 symbolic, guards as assertions"),
     _PLAIN,
 )
+_DYNAMIC_MODES = (_PLAIN, Mode(False, True, " with guards as assertions"))
 
 
 def is_constraint_violation(error: BaseException | None) -> bool:
@@ -138,8 +139,12 @@ class FXGraphExtractor:
         # traced (e.g. broadcasting that needs to know a size is not 1), capture as torch.export does.
         # Its reasoning takes a symbolic size for neither 0 nor 1, and a named Dim whose range has them
         # then fails on PyTorch's own guards (a reshape's "seq != 1"): it is tried again with the guards
-        # as assertions (`Mode.assumes`). torch.export still refuses one false at the example's sizes.
-        modes = _MODES if shapes is not None and dynamic.has_size_0_or_1((args, kwargs)) else (_PLAIN,)
+        # as assertions (`Mode.assumes`), as is a capture refused on guards of other sizes (a CNN's strided sizes
+        # are not 1). torch.export still refuses one false at the example's sizes.
+        if shapes is None:
+            modes: tuple[Mode, ...] = (_PLAIN,)
+        else:
+            modes = _OBLIVIOUS_MODES if dynamic.has_size_0_or_1((args, kwargs)) else _DYNAMIC_MODES
         carried: list[dynamic.Specialization] = []  # where the code fixed a size 0/1 that size-oblivious capture kept
         for strategy in self.strategies:
             error: BaseException | None = None

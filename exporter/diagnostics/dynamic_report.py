@@ -10,6 +10,7 @@ from typing import Any
 import sympy
 import torch
 from torch.export.dynamic_shapes import _Dim
+from torch.utils._sympy.numbers import int_oo
 
 from exporter.capture import dynamic
 from exporter.constants import Prop
@@ -77,13 +78,26 @@ def report_specialized(
             **_argument(arguments, dim.input),
         )
     names = dynamic.dim_names(program, dims)
-    for assumption in assumptions:
+    for assumption in dynamic.as_bounds(program, assumptions):
         ctx.report(
             rules.DIMENSION_SPECIALIZED,
             Level.NOTE,
             f"The graph assumes {dynamic.readable(assumption, names)}: torch.export could not show that the model's "
             "code allows every size the dynamic shapes do, and the exported graph does not check it.",
             assumption=str(assumption),
+        )
+    for narrowing in dynamic.narrowed(program, dims):
+        name, bounds = names.get(str(narrowing.symbol), str(narrowing.symbol)), narrowing.range
+        sizes = f">= {bounds.lower}" if bounds.upper == int_oo else f"{bounds.lower} … {bounds.upper}"
+        where = (
+            f"{_code(narrowing.stack)} narrows" if narrowing.stack else "PyTorch's checks of the model's code narrow"
+        )
+        ctx.report(
+            rules.DIMENSION_SPECIALIZED,
+            Level.WARNING if narrowing.stack else Level.NOTE,
+            f"{where} {name} to sizes {sizes}: the exported graph is right only for those, and does not check it.",
+            stack=narrowing.stack,
+            sizes=sizes,
         )
     for assumption in unchecked:
         ctx.report(
@@ -138,8 +152,11 @@ def constraint_violation(
                 found = next((s for s in reversed(fixed) if s.matches(input_name, index, dim)), None)
                 stack = found.stack if found else []
                 value = f" to {found.value}" if found else ""
+                # a range torch.export suggests (``Dim('seq', min=101)``): the code narrows the sizes, fixes none
+                narrows = found is None and any(f"Dim({dim_spec.__name__!r}" in fix for fix in fixes)
+                verb = "allows only some sizes of" if narrows else "fixes"
                 message = (
-                    f"{_code(stack)} fixes dimension {dim} of input '{input_name}'{value}, but it is declared dynamic as "
+                    f"{_code(stack)} {verb} dimension {dim} of input '{input_name}'{value}, but it is declared dynamic as "
                     f"Dim({dim_spec.__name__!r}). torch.export suggests: {'; '.join(fixes) or 'make the dimension static'}."
                 )
                 properties = {
