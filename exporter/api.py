@@ -188,7 +188,7 @@ class Exporter:
             first = e.attempts[0].error
             torch_message = f"{type(first).__name__}: {capture._first_line(first)}"
             violation = dynamic_report.constraint_violation(
-                first, extractor.specializations, self.options.dynamic_shapes, self._arguments()
+                first, extractor.specializations, extractor.narrowings, self.options.dynamic_shapes, self._arguments()
             )
             if violation is not None:
                 message, stack, details = violation

@@ -255,7 +255,7 @@ def test_a_branch_on_a_size_that_narrows_its_range_is_a_warning_at_the_line():
         "and does not check it."
     )
     assert (warning.stack[0].path, warning.stack[0].line) == (HERE, line_of("if x.shape[1] > 100:"))
-    assert warning.properties["sizes"] == ">= 101"
+    assert warning.properties["range"] == ">= 101"
     wide = export(BranchesOnLength(), torch.randn(2, 128), spec={"x": {1: Dim("length", min=101)}})
     assert not [d for d in wide.diagnostic_context.diagnostics if d.level.name == "WARNING"]  # the range asked for
 
@@ -265,9 +265,41 @@ def test_a_named_dim_the_code_narrows_is_refused_with_the_range_torch_suggests()
         export(BranchesOnLength(), torch.randn(2, 128), spec={"x": {1: "length"}})
     (error,) = [d for d in info.value.export_output.diagnostic_context.errors() if d.rule.id == "FXE0020"]
     assert error.message == (
-        "The model's code allows only some sizes of dimension 1 of input 'x', but it is declared dynamic as "
+        "`if x.shape[1] > 100:` allows only some sizes of dimension 1 of input 'x', but it is declared dynamic as "
         "Dim('length'). torch.export suggests: length = Dim('length', min=101)."
     )
+    assert (error.stack[0].path, error.stack[0].line) == (HERE, line_of("if x.shape[1] > 100:"))
+
+
+class StridedKernels(torch.nn.Module):
+    """A 5x5 convolution of stride 2, then a 3x3 pooling: PyTorch's checks of their sizes need 9 pixels and more."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = torch.nn.Conv2d(3, 4, 5, stride=2)
+        self.pool = torch.nn.MaxPool2d(3)
+
+    def forward(self, x):
+        return self.pool(self.conv(x)).mean((2, 3))
+
+
+def test_a_named_dim_that_pytorchs_checks_bound_exports_with_the_bound_noted():
+    """torch.export refuses the named Dims ("Constraints violated", suggesting ``Dim('height', min=9)``): no
+    line of the model narrows them, the kernels do, so the export keeps them dynamic in that range."""
+    model = StridedKernels().eval()
+    out = export(model, torch.randn(2, 3, 40, 48), spec={"x": {2: "height", 3: "width"}}, verify=True)
+    assert input_dims(out) == {"x": [2, 3, "height", "width"]}
+    notes = sorted(d.message for d in out.diagnostic_context.diagnostics if " narrow " in d.message)
+    assert notes == [
+        f"PyTorch's checks of the model's code narrow {name} to sizes >= 9: the exported graph is right only for "
+        "those, and does not check it."
+        for name in ("height", "width")
+    ]  # (n - 5) // 2 + 1 >= 3
+    assert not out.diagnostic_context.errors()
+    for height, width in [(9, 9), (13, 50)]:
+        x = torch.randn(2, 3, height, width)
+        (actual,) = run_onnx_feeds(out.model_proto, {"x": x.numpy()})
+        np.testing.assert_allclose(actual, model(x).detach().numpy(), rtol=1e-4, atol=1e-5)
 
 
 def test_a_guard_false_at_the_example_is_no_assumption():

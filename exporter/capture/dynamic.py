@@ -32,6 +32,8 @@ from exporter.diagnostics.locations import EXPORTER_ROOT, Frame, is_user_file, s
 
 _EXPORTER = EXPORTER_ROOT + os.sep
 _TOOLING = (os.path.dirname(torch.__file__) + os.sep, _EXPORTER)
+_VIOLATED = re.compile(r"Constraints violated \(([^)]*)\)")
+_SIZE_FIX = re.compile(r"^\w+ = -?\d+$")  # a suggested fix that fixes a size: ``h = 224``
 _SOURCE = re.compile(r"^L\['(?:flat_args'\]\[(?P<index>\d+)\]|(?P<name>\w+)'\])\.size\(\)\[(?P<dim>\d+)\]$")
 
 
@@ -163,6 +165,43 @@ def still_symbolic(program: torch.export.ExportedProgram, fixed: list[Specializa
     ]
 
 
+def violation(error: BaseException | None) -> tuple[set[str], list[str]] | None:
+    """The named Dims torch.export refused in `error` ("Constraints violated (h, w)!") and its suggested
+    fixes (``h = Dim('h', min=33)``, ``h = 224``), or None for another error."""
+    text = str(error)
+    violated = _VIOLATED.search(text)
+    if error is None or violated is None:
+        return None
+    fixes = text.split("Suggested fixes:", 1)[1].strip().splitlines() if "Suggested fixes:" in text else []
+    return {n.strip() for n in violated[1].split(",")}, [line.strip() for line in fixes if "=" in line]
+
+
+def loosened(spec: Any, errors: list[BaseException]) -> Any:
+    """`spec` with the named Dims that `errors` refused as `Dim.DYNAMIC` where torch.export's suggested fixes
+    only bound their sizes (``h = Dim('h', min=33)``, ``w = 8*_w``) and fix none: torch.export then narrows
+    their ranges itself (`narrowed` reports it). None where a fix fixes a size, there is none, or a refused
+    Dim is derived."""
+    found = [v for v in map(violation, errors) if v is not None]
+    fixes = [fix for _, fixes in found for fix in fixes]
+    if not fixes or any(_SIZE_FIX.match(fix) for fix in fixes):
+        return None
+    names = {name for names, _ in found for name in names}
+    derived = False
+
+    def loosen(x: Any) -> Any:
+        nonlocal derived
+        if isinstance(x, _DerivedDim) and x.root.__name__ in names:
+            derived = True
+        if isinstance(x, _Dim) and x.__name__ in names:
+            return torch.export.Dim.DYNAMIC
+        if isinstance(x, dict):
+            return {k: loosen(v) for k, v in x.items()}
+        return type(x)(loosen(v) for v in x) if isinstance(x, (list, tuple)) else x
+
+    loose = loosen(spec)
+    return None if derived else loose
+
+
 def _shape_env(program: torch.export.ExportedProgram) -> ShapeEnv | None:
     sizes = [size for _, val in user_inputs(program) for size in val.shape if is_symbolic(size)]
     return sizes[0].node.shape_env if sizes else None
@@ -242,9 +281,11 @@ def as_bounds(program: torch.export.ExportedProgram, conditions: list[sympy.Expr
 class Narrowing:
     """A dynamic input dimension whose sizes the capture narrowed (``if x.shape[1] > 100:``), and where."""
 
+    dim: InputDim  # the first input dimension of the symbol
     symbol: sympy.Symbol
     range: ValueRanges
-    stack: list[Frame]  # the model's line that narrowed it; empty for PyTorch's own checks
+    by_model: bool  # a comparison in the model's code did it, not PyTorch's own checks
+    stack: list[Frame]  # that line (TorchDynamo's capture does not say where)
 
 
 def narrowed(program: torch.export.ExportedProgram, dims: list[InputDim]) -> list[Narrowing]:
@@ -265,15 +306,16 @@ def narrowed(program: torch.export.ExportedProgram, dims: list[InputDim]) -> lis
         bounds = program.range_constraints[symbol]
         if bounds.lower <= asked.lower and bounds.upper >= asked.upper:
             continue
-        frames = (
-            _model_frame(guard)
+        guards = [
+            guard
             for guard in shape_env.guards
             if isinstance(guard.expr, sympy.core.relational.Relational)
             and not isinstance(guard.expr, (sympy.Eq, sympy.Ne))
             and symbol in guard.expr.free_symbols
-        )
-        frame = next((f for f in frames if f is not None), None)
-        found[symbol] = Narrowing(symbol, bounds, [frame] if frame else [])
+        ]
+        frame = next((f for f in map(_model_frame, guards) if f is not None), None)
+        by_model = frame is not None or any(guard.sloc.maybe_user_loc for guard in guards)
+        found[symbol] = Narrowing(d, symbol, bounds, by_model, [frame] if frame else [])
     return list(found.values())
 
 

@@ -84,15 +84,18 @@ class Mode:
     oblivious: bool  # size-oblivious reasoning: sizes 0/1 stay symbolic
     assumes: bool  # guards become runtime assertions (which the graph drops; noted by FXE0020)
     suffix: str
+    loosens: bool = False  # named Dims refused for the sizes they allow as Dim.DYNAMIC (`dynamic.loosened`)
 
 
 _PLAIN = Mode(False, False, "")
+_LOOSENED = Mode(False, False, " with the refused Dims' ranges as the code allows", loosens=True)
 _OBLIVIOUS_MODES = (
     Mode(True, False, " keeping sizes 0/1 symbolic"),
     Mode(True, True, " keeping sizes 0/1 symbolic, guards as assertions"),
     _PLAIN,
+    _LOOSENED,
 )
-_DYNAMIC_MODES = (_PLAIN, Mode(False, True, " with guards as assertions"))
+_DYNAMIC_MODES = (_PLAIN, Mode(False, True, " with guards as assertions"), _LOOSENED)
 
 
 def is_constraint_violation(error: BaseException | None) -> bool:
@@ -121,6 +124,7 @@ class FXGraphExtractor:
         self.attempts: list[CaptureAttempt] = []
         self.specializations: list[dynamic.Specialization] = []  # of the last strategy tried
         self.assumptions: list[sympy.Expr] = []  # what the graph assumes of the sizes (`Mode.assumes`)
+        self.narrowings: list[dynamic.Narrowing] = []  # the model's lines that narrow a refused named Dim
 
     def generate_fx(
         self,
@@ -147,9 +151,12 @@ class FXGraphExtractor:
             modes = _OBLIVIOUS_MODES if dynamic.has_size_0_or_1((args, kwargs)) else _DYNAMIC_MODES
         carried: list[dynamic.Specialization] = []  # where the code fixed a size 0/1 that size-oblivious capture kept
         for strategy in self.strategies:
-            error: BaseException | None = None
+            errors: list[BaseException] = []
             for mode in modes:
-                if mode.assumes and not is_constraint_violation(error):
+                if mode.assumes and not (errors and is_constraint_violation(errors[-1])):
+                    continue
+                spec = dynamic.loosened(shapes, errors) if mode.loosens else shapes
+                if mode.loosens and spec is None:
                     continue
                 name = strategy.name + mode.suffix
                 start = time.perf_counter()
@@ -167,11 +174,11 @@ class FXGraphExtractor:
                     ):
                         fixed += carried
                         self.specializations = fixed
-                        program = strategy.capture(module, args, kwargs, shapes, mode.assumes)
+                        program = strategy.capture(module, args, kwargs, spec, mode.assumes)
                 except Exception as e:  # each failure is recorded and the next strategy tried
                     if is_out_of_memory(e):
                         raise
-                    error = e
+                    errors.append(e)
                     attempt = CaptureAttempt(name, time.perf_counter() - start, e)
                     self.attempts.append(attempt)
                     ctx.report(
@@ -194,6 +201,10 @@ class FXGraphExtractor:
                         strategy=name,
                     )
                     continue
+                if mode.loosens and (refused := _still_refused(program, dynamic_shapes)):
+                    self.narrowings = self.narrowings or (refused if isinstance(refused, list) else [])
+                    ctx.report(rules.GRAPH_CAPTURE, Level.NONE, f"{name}: the refusal stands.", strategy=name)
+                    continue
                 attempt = CaptureAttempt(name, time.perf_counter() - start)
                 self.attempts.append(attempt)
                 self.assumptions = dynamic.assertions(program) if mode.assumes else []
@@ -201,6 +212,17 @@ class FXGraphExtractor:
                 return program
         location = next((user_frames_of(a.error) for a in self.attempts if user_frames_of(a.error)), [])
         raise GraphCaptureError(self.attempts, location)
+
+
+def _still_refused(program: torch.export.ExportedProgram, option: Any) -> list[dynamic.Narrowing] | bool:
+    """Whether a capture with named Dims loosened (`dynamic.loosened`) keeps the refusal: a requested dimension
+    came out static (True), or a line of the model narrowed one (its `dynamic.Narrowing`s: a branch on the size
+    is the model's own restriction, which a named Dim refuses). PyTorch's own checks (a kernel larger than a
+    strided size) only bound the sizes a network takes."""
+    dims = dynamic.requested_dims(program, option)
+    if dynamic.specialized(program, dims):
+        return True
+    return [n for n in dynamic.narrowed(program, dims) if n.by_model]
 
 
 def eager_error(

@@ -4,7 +4,6 @@ as a located error with torch's suggested fix; a note with the graph's symbolic 
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
 import sympy
@@ -17,8 +16,6 @@ from exporter.constants import Prop
 from exporter.diagnostics import DiagnosticContext, Level, rules
 from exporter.diagnostics.locations import Frame
 from exporter.outcome import ASKED_DYNAMIC
-
-_VIOLATED = re.compile(r"Constraints violated \(([^)]*)\)")
 
 
 def report_specialized(
@@ -90,14 +87,14 @@ def report_specialized(
         name, bounds = names.get(str(narrowing.symbol), str(narrowing.symbol)), narrowing.range
         sizes = f">= {bounds.lower}" if bounds.upper == int_oo else f"{bounds.lower} … {bounds.upper}"
         where = (
-            f"{_code(narrowing.stack)} narrows" if narrowing.stack else "PyTorch's checks of the model's code narrow"
+            f"{_code(narrowing.stack)} narrows" if narrowing.by_model else "PyTorch's checks of the model's code narrow"
         )
         ctx.report(
             rules.DIMENSION_SPECIALIZED,
-            Level.WARNING if narrowing.stack else Level.NOTE,
+            Level.WARNING if narrowing.by_model else Level.NOTE,
             f"{where} {name} to sizes {sizes}: the exported graph is right only for those, and does not check it.",
             stack=narrowing.stack,
-            sizes=sizes,
+            range=sizes,
         )
     for assumption in unchecked:
         ctx.report(
@@ -130,27 +127,26 @@ def report_specialized(
 
 
 def constraint_violation(
-    error: BaseException, fixed: list[dynamic.Specialization], option: Any, arguments: dict[str, int | str]
+    error: BaseException,
+    fixed: list[dynamic.Specialization],
+    narrowings: list[dynamic.Narrowing],
+    option: Any,
+    arguments: dict[str, int | str],
 ) -> tuple[str, list[Frame], dict[str, Any]] | None:
-    """(message, stack, properties) when `error` is torch.export refusing a named `Dim` the code fixed.
-    The properties hold torch's suggested fixes and the spec as settings JSON (`dynamic.as_settings`),
-    for a quick fix."""
-    text = str(error)
-    violated = _VIOLATED.search(text)
+    """(message, stack, properties) when `error` is torch.export refusing a named `Dim` the code fixed or
+    narrowed (located by `fixed` and `narrowings`). The properties hold torch's suggested fixes and the
+    spec as settings JSON (`dynamic.as_settings`), for a quick fix."""
+    found = dynamic.violation(error)
     option = dynamic.requested_spec(option)
-    if violated is None or not isinstance(option, dict):
+    if found is None or not isinstance(option, dict):
         return None
-    names = {n.strip() for n in violated[1].split(",")}
-    fixes = (
-        [line.strip() for line in text.split("Suggested fixes:", 1)[-1].strip().splitlines() if "=" in line]
-        if "Suggested fixes:" in text
-        else []
-    )
+    names, fixes = found
     for index, (input_name, spec) in enumerate(option.items()):
         for dim, dim_spec in dynamic.per_dim(spec):
             if isinstance(dim_spec, _Dim) and dim_spec.__name__ in names:
                 found = next((s for s in reversed(fixed) if s.matches(input_name, index, dim)), None)
-                stack = found.stack if found else []
+                narrowing = next((n for n in narrowings if (n.dim.input, n.dim.dim) == (input_name, dim)), None)
+                stack = found.stack if found else narrowing.stack if narrowing else []
                 value = f" to {found.value}" if found else ""
                 # a range torch.export suggests (``Dim('seq', min=101)``): the code narrows the sizes, fixes none
                 narrows = found is None and any(f"Dim({dim_spec.__name__!r}" in fix for fix in fixes)
