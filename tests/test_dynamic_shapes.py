@@ -302,6 +302,29 @@ def test_a_named_dim_that_pytorchs_checks_bound_exports_with_the_bound_noted():
         np.testing.assert_allclose(actual, model(x).detach().numpy(), rtol=1e-4, atol=1e-5)
 
 
+class FixedPatches(torch.nn.Module):
+    """LeViT's pattern: a table of 16 positions added to the patches of a strided convolution, so the patches
+    must number 16 (``((h - 1)//2 + 1) * ((w - 1)//2 + 1) == 16``), which no size of height alone can say."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.embed = torch.nn.Conv2d(3, 8, 3, stride=2, padding=1)
+        self.positions = torch.nn.Parameter(torch.randn(1, 8, 16))
+
+    def forward(self, x):
+        return (self.embed(x).flatten(2) + self.positions).softmax(-1)
+
+
+def test_guards_that_keep_sizes_to_a_set_are_no_assumptions():
+    """Captured with the guards as assertions, the graph would assume the patches number 16 and come out
+    "dynamic" in height and width (LeViT did, with 60 notes): the named Dims are refused instead."""
+    with pytest.raises(exporter.OnnxExporterError) as info:
+        export(FixedPatches(), torch.randn(2, 3, 8, 8), spec={"x": {2: "height", 3: "width"}})
+    (error,) = [d for d in info.value.export_output.diagnostic_context.errors() if d.rule.id == "FXE0020"]
+    assert error.message.startswith("The model's code fixes dimension 2 of input 'x', but it is declared dynamic")
+    assert not [d for d in info.value.export_output.diagnostic_context.diagnostics if "assumption" in d.properties]
+
+
 def test_a_guard_false_at_the_example_is_no_assumption():
     """With the example's sequence of 1, "seq != 1" would make the graph wrong at the example itself:
     torch.export fixes the dimension instead, and the named Dim is refused."""

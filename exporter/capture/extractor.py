@@ -201,6 +201,14 @@ class FXGraphExtractor:
                         strategy=name,
                     )
                     continue
+                if mode.assumes and not dynamic.bounds_only(program, dynamic.assertions(program)):
+                    ctx.report(
+                        rules.GRAPH_CAPTURE,
+                        Level.NONE,
+                        f"{name}: it assumes sizes, not bounds; refused.",
+                        strategy=name,
+                    )
+                    continue
                 if mode.loosens and (refused := _still_refused(program, dynamic_shapes)):
                     self.narrowings = self.narrowings or (refused if isinstance(refused, list) else [])
                     ctx.report(rules.GRAPH_CAPTURE, Level.NONE, f"{name}: the refusal stands.", strategy=name)

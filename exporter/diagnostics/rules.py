@@ -216,6 +216,7 @@ DIMENSION_SPECIALIZED = Rule(
     "fail (a size of 1 a reshape inside PyTorch rules out, or a strided size of 1 a CNN's residual add "
     "does) and they hold at the example's sizes, the graph is captured with them as assumptions instead, a "
     "note for each, as a lower bound where it is one (`height >= 33`): onnxruntime does not check them. "
+    "Guards that keep the sizes to a set (LeViT's patches == 196) are no assumptions: the refusal stands. "
     "Where the capture narrowed a dimension's range below the one asked for (`if x.shape[1] > 100:` with "
     "Dim.AUTO), a warning at that line (a note where PyTorch's own checks did it: a kernel needs 9 pixels), "
     "property range: the graph is right only there. A named Dim that torch.export refuses only for such a "
