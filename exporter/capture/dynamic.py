@@ -168,9 +168,9 @@ def still_symbolic(program: torch.export.ExportedProgram, fixed: list[Specializa
 def violation(error: BaseException | None) -> tuple[set[str], list[str]] | None:
     """The named Dims torch.export refused in `error` ("Constraints violated (h, w)!") and its suggested
     fixes (``h = Dim('h', min=33)``, ``h = 224``), or None for another error."""
-    text = str(error)
+    text = "" if error is None else str(error)
     violated = _VIOLATED.search(text)
-    if error is None or violated is None:
+    if violated is None:
         return None
     fixes = text.split("Suggested fixes:", 1)[1].strip().splitlines() if "Suggested fixes:" in text else []
     return {n.strip() for n in violated[1].split(",")}, [line.strip() for line in fixes if "=" in line]
@@ -179,8 +179,8 @@ def violation(error: BaseException | None) -> tuple[set[str], list[str]] | None:
 def loosened(spec: Any, errors: list[BaseException]) -> Any:
     """`spec` with the named Dims that `errors` refused as `Dim.DYNAMIC` where torch.export's suggested fixes
     only bound their sizes (``h = Dim('h', min=33)``, ``w = 8*_w``) and fix none: torch.export then narrows
-    their ranges itself (`narrowed` reports it). None where a fix fixes a size, there is none, or a refused
-    Dim is derived."""
+    their ranges itself (`narrowed` says by what; a line of the model keeps the refusal, see the extractor).
+    None where a fix fixes a size, there is none, or a refused Dim is derived."""
     found = [v for v in map(violation, errors) if v is not None]
     fixes = [fix for _, fixes in found for fix in fixes]
     if not fixes or any(_SIZE_FIX.match(fix) for fix in fixes):
@@ -259,8 +259,10 @@ def as_bounds(program: torch.export.ExportedProgram, conditions: list[sympy.Expr
     ranges = dict(program.range_constraints)
     lowest: dict[sympy.Symbol, int] = {}
     for condition in conditions:
-        (symbol, *others) = condition.free_symbols or (None,)
-        if symbol not in ranges or others or symbol not in shape_env.var_to_val:
+        if len(condition.free_symbols) != 1:
+            continue
+        (symbol,) = condition.free_symbols
+        if symbol not in ranges or symbol not in shape_env.var_to_val:
             continue
         upper, example = ranges[symbol].upper, int(shape_env.var_to_val[symbol])
         low, high = int(ranges[symbol].lower), example

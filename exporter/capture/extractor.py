@@ -209,10 +209,13 @@ class FXGraphExtractor:
                         strategy=name,
                     )
                     continue
-                if mode.loosens and (refused := _still_refused(program, dynamic_shapes)):
-                    self.narrowings = self.narrowings or (refused if isinstance(refused, list) else [])
-                    ctx.report(rules.GRAPH_CAPTURE, Level.NONE, f"{name}: the refusal stands.", strategy=name)
-                    continue
+                if mode.loosens:  # the refusal stands where a Dim came out static or a line of the model narrowed it
+                    dims = dynamic.requested_dims(program, dynamic_shapes)
+                    by_model = [n for n in dynamic.narrowed(program, dims) if n.by_model]
+                    if dynamic.specialized(program, dims) or by_model:
+                        self.narrowings = self.narrowings or by_model
+                        ctx.report(rules.GRAPH_CAPTURE, Level.NONE, f"{name}: the refusal stands.", strategy=name)
+                        continue
                 attempt = CaptureAttempt(name, time.perf_counter() - start)
                 self.attempts.append(attempt)
                 self.assumptions = dynamic.assertions(program) if mode.assumes else []
@@ -220,17 +223,6 @@ class FXGraphExtractor:
                 return program
         location = next((user_frames_of(a.error) for a in self.attempts if user_frames_of(a.error)), [])
         raise GraphCaptureError(self.attempts, location)
-
-
-def _still_refused(program: torch.export.ExportedProgram, option: Any) -> list[dynamic.Narrowing] | bool:
-    """Whether a capture with named Dims loosened (`dynamic.loosened`) keeps the refusal: a requested dimension
-    came out static (True), or a line of the model narrowed one (its `dynamic.Narrowing`s: a branch on the size
-    is the model's own restriction, which a named Dim refuses). PyTorch's own checks (a kernel larger than a
-    strided size) only bound the sizes a network takes."""
-    dims = dynamic.requested_dims(program, option)
-    if dynamic.specialized(program, dims):
-        return True
-    return [n for n in dynamic.narrowed(program, dims) if n.by_model]
 
 
 def eager_error(
