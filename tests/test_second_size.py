@@ -258,3 +258,29 @@ def test_a_difference_a_static_graph_has_too_is_numerics_not_a_refusal():
     )
     assert "A graph exported statically at those sizes differs as much" in warning.message
     assert not export_output.diagnostic_context.errors()
+
+
+class ChecksOnlyEagerly(torch.nn.Module):
+    """A size check that export skips (``torch.compiler.is_exporting()``, as transformers skips its checks while
+    compiling): the graph comes out dynamic, and eager PyTorch refuses every length but the example's."""
+
+    def forward(self, x):
+        if not torch.compiler.is_exporting() and x.shape[1] != 8:
+            raise ValueError(f"expected 8 positions, got {x.shape[1]}")
+        return x.softmax(-1)
+
+
+def test_a_model_eager_pytorch_runs_at_no_other_size_is_a_warning():
+    """Nothing checked the dynamic dimension: a warning, where a note let the export pass for dynamic."""
+    out = exporter.dynamo_export(
+        ChecksOnlyEagerly(),
+        torch.randn(2, 8),
+        export_options=exporter.ExportOptions(dynamic_shapes={"x": {1: "length"}}),
+    )
+    (warning,) = [d for d in out.diagnostic_context.diagnostics if d.message.startswith("Second-size check")]
+    assert warning.level.name == "WARNING"
+    assert "(ValueError: expected 8 positions, got " in warning.message
+    assert warning.message.endswith(
+        "nor at the other sizes tried, so the dynamic dimensions are not checked: the model may take the example's "
+        "sizes only."
+    )

@@ -228,7 +228,8 @@ DIMENSION_SPECIALIZED = Rule(
     "check (on by default for dynamic exports) runs the final model at other sizes of its dynamic dimensions "
     "against eager PyTorch: an error where it differs or onnxruntime fails, naming the dimensions whose "
     "change breaks the graph; a warning (property secondSizeCheck: numerics) where a graph exported "
-    "statically at those sizes differs from eager as much: the model's numerics there, not the dynamic shapes.",
+    "statically at those sizes differs from eager as much: the model's numerics there, not the dynamic shapes; "
+    "a warning too where eager PyTorch runs at none of the sizes tried (nothing checked the dimensions).",
     "If the size really varies, make that line work for any size (compare sizes with torch._check, "
     "use -1 in view/reshape, derive sizes from the input's shape). If it is always that size, mark the "
     "dimension Dim.STATIC (or give no Dim for it) to say so. A size of 1 (or 0) in the example that the "

@@ -118,10 +118,11 @@ def check(
             break
     if failed is None and not passed:
         sizes, error = skipped[0]
-        ctx.report(
+        ctx.report(  # a warning: the model may take the example's sizes only (LeViT's table of 196 patches)
             rules.DIMENSION_SPECIALIZED,
-            Level.NOTE,
-            f"Second-size check skipped: the model does not run eagerly at {spell(sizes)} ({error}), nor at the other sizes tried.",
+            Level.WARNING,
+            f"Second-size check skipped: the model does not run eagerly at {spell(sizes)} ({error}), nor at the other "
+            "sizes tried, so the dynamic dimensions are not checked: the model may take the example's sizes only.",
             sizes=spell(sizes),
         )
         return
