@@ -201,7 +201,12 @@ class FXGraphExtractor:
                         strategy=name,
                     )
                     continue
-                if mode.assumes and not dynamic.bounds_only(program, dynamic.assertions(program)):
+                # sizes 0/1 kept symbolic assume what they need (BLOOM's, MPT's attention); other sizes, bounds only
+                if (
+                    mode.assumes
+                    and not mode.oblivious
+                    and not dynamic.bounds_only(program, dynamic.assertions(program))
+                ):
                     ctx.report(
                         rules.GRAPH_CAPTURE,
                         Level.NONE,
