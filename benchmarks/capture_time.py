@@ -8,12 +8,15 @@ dynamic shapes), in one process, interleaved (warm-up first), for choices the ex
 - the nodes' stack traces read from the live stack, user frames only, against torch's whole stack
   symbolized for every node (`extractor._KeptFrames`);
 - ``tensor_meta`` without its memory format, against torch's contiguity checks in three layouts on
-  symbolic strides for every node (`extractor._tensor_meta_without_layout`).
+  symbolic strides for every node (`extractor._tensor_meta_without_layout`);
+- the KV cache's layers holding the past tensors as given, against transformers' own filling, which
+  concatenates each onto an empty tensor (`generation.hf.filled_cache`).
 
 Each row prints the best time of each variant and the median per-round ratio changed / as exported.
 
     python benchmarks/capture_time.py                     # Qwen2-style, hidden 1024, 8 layers, vocab 32000
     python benchmarks/capture_time.py --size small --rounds 5
+    python benchmarks/capture_time.py --only cache --rounds 5    # the rows whose label says "cache"
 """
 
 from __future__ import annotations
@@ -34,6 +37,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--size", choices=("full", "small"), default="full")
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--only", default="", help="the rows whose label contains this text")
     args = parser.parse_args()
 
     import transformers
@@ -41,6 +45,7 @@ def main() -> None:
 
     from exporter.capture import extractor
     from exporter.diagnostics import DiagnosticContext
+    from exporter.generation import export
     from exporter.generation.export import CausalLMWithCache, _example
     from exporter.generation.hf import transformers_export_patches
 
@@ -67,6 +72,15 @@ def main() -> None:
     def cache(enabled: bool) -> object:
         return lambda _: torch._dynamo.config.patch(fake_tensor_cache_enabled=enabled)
 
+    def concatenated_cache() -> float:
+        """A capture whose cache is filled by transformers (``DynamicCache(ddp_cache_data=…)``)."""
+        filled = export.filled_cache
+        export.filled_cache = lambda past: transformers.DynamicCache(ddp_cache_data=past)
+        try:
+            return capture(True)
+        finally:
+            export.filled_cache = filled
+
     rows = {
         "dynamic, fake-tensor cache on": (lambda: capture(True), lambda: capture(True, _fake_tensor_cache=cache(True))),
         "static, fake-tensor cache off": (
@@ -82,10 +96,13 @@ def main() -> None:
             lambda: capture(True),
             lambda: capture(True, _tensor_meta_without_layout=contextlib.nullcontext),
         ),
+        "dynamic, cache filled by concatenation": (lambda: capture(True), concatenated_cache),
     }
     capture(True)  # imports, lazy initialization
     print(f"{'changed':<40} {'as exported s':>13} {'changed s':>9} {'changed / as exported':>22}")
     for label, (exported, changed) in rows.items():
+        if args.only not in label:
+            continue
         ratios, base, other = [], [], []
         for _ in range(args.rounds):
             base.append(exported())

@@ -29,7 +29,7 @@ from exporter.diagnostics import Level, rules
 from exporter.errors import GenerationCheckError
 from exporter.generation import fusions, genai_config, quality
 from exporter.generation.check import check_generation, default_prompt
-from exporter.generation.hf import cache_argument, copy_tokenizer, transformers_export_patches
+from exporter.generation.hf import cache_argument, copy_tokenizer, filled_cache, transformers_export_patches
 from exporter.generation.written import MODEL_FILE, SARIF_FILE, GenerationExport
 from exporter.options import ExportOptions
 from exporter.output.program import ExportOutput
@@ -53,10 +53,8 @@ class CausalLMWithCache(torch.nn.Module):
         position_ids: torch.Tensor | None,
         past_key_values: list[tuple[torch.Tensor, torch.Tensor]],
     ) -> tuple[torch.Tensor, list[tuple[torch.Tensor, torch.Tensor]]]:
-        from transformers import DynamicCache
-
         _one_past_length(past_key_values)
-        cache = DynamicCache(ddp_cache_data=past_key_values)
+        cache = filled_cache(past_key_values)
         kwargs = {"position_ids": position_ids} if position_ids is not None else {}
         with _sliding_windows_over_positions(attention_mask):
             out = self.model(

@@ -1,5 +1,6 @@
 """What the generation exports read of a Hugging Face model and its folder (shared by the causal-LM and the
-encoder–decoder exports): the cache argument's name, the tokenizer files, transformers' export patches."""
+encoder–decoder exports): the cache argument's name, the cache of given tensors, the tokenizer files,
+transformers' export patches."""
 
 from __future__ import annotations
 
@@ -28,6 +29,22 @@ TOKENIZER_FILES = (
 def cache_argument(model: torch.nn.Module) -> str:
     """The name `model.forward` takes its cache by (transformers 5 renamed ``past_key_values``)."""
     return "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
+
+
+def filled_cache(past_key_values: list[tuple[torch.Tensor, torch.Tensor]]) -> Any:
+    """A ``DynamicCache`` whose layers hold `past_key_values`' (key, value) tensors as they are.
+
+    ``DynamicCache(ddp_cache_data=…)`` would concatenate each onto an empty tensor: two ops a layer that
+    the graph drops again, and an eighth of an 8-layer decoder's capture (`benchmarks/capture_time.py`).
+    """
+    from transformers import DynamicCache
+
+    if not past_key_values:
+        return DynamicCache()
+    cache = DynamicCache(ddp_cache_data=[(None, None)] * len(past_key_values))  # empty layers, no data
+    for layer, (key, value) in zip(cache.layers, past_key_values):
+        layer.device, layer.keys, layer.values, layer.is_initialized = key.device, key, value, True
+    return cache
 
 
 def copy_tokenizer(model: torch.nn.Module, tokenizer: Any, output_dir: str) -> list[str]:

@@ -43,7 +43,7 @@ from exporter.api import Exporter
 from exporter.diagnostics import Level, rules
 from exporter.errors import GenerationCheckError
 from exporter.generation import quality, seq2seq_config, seq2seq_quality
-from exporter.generation.hf import cache_argument, copy_tokenizer, transformers_export_patches
+from exporter.generation.hf import cache_argument, copy_tokenizer, filled_cache, transformers_export_patches
 from exporter.generation.seq2seq_check import check_seq2seq_generation
 from exporter.generation.written import SARIF_FILE, GenerationExport
 from exporter.options import ExportOptions
@@ -122,11 +122,11 @@ class DecoderWithCache(torch.nn.Module):
         self, encoder_attention_mask: Any, input_ids: Any, encoder_hidden_states: Any, past_key_values: list
     ) -> Any:
         """The caches after one forward (and its logits, as ``.logits``)."""
-        from transformers import DynamicCache, EncoderDecoderCache
+        from transformers import EncoderDecoderCache
         from transformers.modeling_outputs import BaseModelOutput
 
-        self_cache = DynamicCache(ddp_cache_data=[layer[:2] for layer in past_key_values] or None)
-        cross_cache = DynamicCache(ddp_cache_data=[layer[2:] for layer in past_key_values] or None)
+        self_cache = filled_cache([layer[:2] for layer in past_key_values])
+        cross_cache = filled_cache([layer[2:] for layer in past_key_values])
         cache = EncoderDecoderCache(self_cache, cross_cache)
         mask = {"attention_mask": encoder_attention_mask} if encoder_attention_mask is not None else {}
         out = self.model(
