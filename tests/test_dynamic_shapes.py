@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 import onnx
 import pytest
+import sympy
 import torch
 from helpers import run_onnx_feeds
 from torch.export import Dim
@@ -200,6 +201,14 @@ def test_guards_of_sizes_0_and_1_that_hold_at_the_example_are_assumptions_noted_
         run = torch.randn(2, seq, 32), torch.randn(2, 4, length, 8)
         actual = run_onnx_feeds(out.model_proto, {"x": run[0].numpy(), "past": run[1].numpy()})[0]
         np.testing.assert_allclose(actual, AttendsToPast()(*run).numpy(), rtol=1e-4, atol=1e-5)
+
+
+def test_assumptions_that_keep_sizes_to_a_set_are_no_bounds():
+    h, w, new, total = sympy.symbols("h w new total", integer=True, positive=True)
+    assert dynamic.bounds_only([sympy.Ge(h, 33), sympy.Ne(new, 1), sympy.Le(new, total)])
+    assert not dynamic.bounds_only([sympy.Ge(h, 33), sympy.Eq(h // 16, 14)])
+    assert not dynamic.bounds_only([sympy.Eq(sympy.Mod(h, 16), 0)])
+    assert not dynamic.bounds_only([sympy.Eq((h // 2 + 1) * (w // 2 + 1), 16)])  # LeViT's patches
 
 
 class StridedResidual(torch.nn.Module):

@@ -279,13 +279,11 @@ def as_bounds(program: torch.export.ExportedProgram, conditions: list[sympy.Expr
     return [sympy.Ge(symbol, k) for symbol, k in lowest.items() if k > ranges[symbol].lower] + kept
 
 
-def bounds_only(program: torch.export.ExportedProgram, conditions: list[sympy.Expr]) -> bool:
-    """Whether `conditions` (`assertions`) only bound the sizes or rule a few out (``h >= 33``, ``seq != 1``),
-    as `as_bounds` spells them: an equality (LeViT's ``patches == 196``, a ``Mod(...) == 0``) keeps the sizes
+def bounds_only(conditions: list[sympy.Expr]) -> bool:
+    """Whether `conditions` (`assertions` spelled by `as_bounds`) only bound the sizes or rule a few out
+    (``h >= 33``, ``seq != 1``): an equality (LeViT's ``patches == 196``, a ``Mod(...) == 0``) keeps the sizes
     to a set, and the graph would be right at those only."""
-    return all(
-        isinstance(c, (sympy.Ne, sympy.Ge, sympy.Gt, sympy.Le, sympy.Lt)) for c in as_bounds(program, conditions)
-    )
+    return all(isinstance(c, (sympy.Ne, sympy.Ge, sympy.Gt, sympy.Le, sympy.Lt)) for c in conditions)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -123,7 +123,7 @@ class FXGraphExtractor:
         self.strategies = strategies
         self.attempts: list[CaptureAttempt] = []
         self.specializations: list[dynamic.Specialization] = []  # of the last strategy tried
-        self.assumptions: list[sympy.Expr] = []  # what the graph assumes of the sizes (`Mode.assumes`)
+        self.assumptions: list[sympy.Expr] = []  # what the graph assumes of the sizes (`Mode.assumes`), as bounds
         self.narrowings: list[dynamic.Narrowing] = []  # the model's lines that narrow a refused named Dim
 
     def generate_fx(
@@ -201,12 +201,9 @@ class FXGraphExtractor:
                         strategy=name,
                     )
                     continue
-                # sizes 0/1 kept symbolic assume what they need (BLOOM's, MPT's attention); other sizes, bounds only
-                if (
-                    mode.assumes
-                    and not mode.oblivious
-                    and not dynamic.bounds_only(program, dynamic.assertions(program))
-                ):
+                assumptions = dynamic.as_bounds(program, dynamic.assertions(program)) if mode.assumes else []
+                # sizes 0/1 kept symbolic assume what they need (BLOOM's ``total == past + new``); other sizes, bounds only
+                if mode.assumes and not mode.oblivious and not dynamic.bounds_only(assumptions):
                     ctx.report(
                         rules.GRAPH_CAPTURE,
                         Level.NONE,
@@ -223,7 +220,7 @@ class FXGraphExtractor:
                         continue
                 attempt = CaptureAttempt(name, time.perf_counter() - start)
                 self.attempts.append(attempt)
-                self.assumptions = dynamic.assertions(program) if mode.assumes else []
+                self.assumptions = assumptions
                 ctx.report(rules.GRAPH_CAPTURE, Level.NONE, f"Captured the model with {name}.", strategy=name)
                 return program
         location = next((user_frames_of(a.error) for a in self.attempts if user_frames_of(a.error)), [])

@@ -30,7 +30,7 @@ def report_specialized(
 ) -> None:
     """FXE0020 for each of `dims` that came out static (a warning where the user named the dimension
     in a spec or where every one came out static, a note under ``dynamic_shapes=True``), a note for each of
-    the capture's `assumptions` (`capture.Mode.assumes`), a warning at the line of each `unchecked` equality
+    the capture's `assumptions` (`capture.Mode.assumes`, spelled by `dynamic.as_bounds`), a warning at the line of each `unchecked` equality
     (`dynamic.unchecked_equalities`), then the note listing the symbolic dimensions: a warning with the graph's
     input shapes when every dimension asked dynamic came out static.
     `arguments` says where the example gives each input (`dynamic.arguments`), for a quick fix; `captured`, the
@@ -75,7 +75,7 @@ def report_specialized(
             **_argument(arguments, dim.input),
         )
     names = dynamic.dim_names(program, dims)
-    for assumption in dynamic.as_bounds(program, assumptions):
+    for assumption in assumptions:
         ctx.report(
             rules.DIMENSION_SPECIALIZED,
             Level.NOTE,
