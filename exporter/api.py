@@ -207,10 +207,15 @@ class Exporter:
             if eager is not None:  # not the export's failure: the model's own
                 explanation, location = explain_eager(eager), capture.user_frames_of(eager) or location
             else:
-                var_keyword = dynamic.var_keyword_tensors(self.model, self.model_args, self.model_kwargs)
                 explanation = (
                     explain_script_modules(self.model)
-                    or (explain_var_keyword(self.model, var_keyword) if self.options.dynamic_shapes else None)
+                    or (
+                        explain_var_keyword(
+                            self.model, dynamic.var_keyword_tensors(self.model, self.model_args, self.model_kwargs)
+                        )
+                        if self.options.dynamic_shapes
+                        else None
+                    )
                     or next((x for a in e.attempts if (x := explain(a.error, location))), None)
                 )
             if explanation is None:

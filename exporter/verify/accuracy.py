@@ -190,14 +190,16 @@ class Verifier:
                 )
             except Exception as e:
                 properties["unoptimizedError"] = f"{type(e).__name__}: {_first_line(e)}"
-        optimizer = {
-            True: " The unoptimized model matches eager PyTorch: the divergence comes from the ONNX optimizer.",
-            False: " The unoptimized model diverges as well (not the optimizer).",
-            None: "",
-        }[result.unoptimized_matches]
+        optimizer = (
+            int8_kernels.SATURATION
+            if int8_kernels_differ
+            else {
+                True: " The unoptimized model matches eager PyTorch: the divergence comes from the ONNX optimizer.",
+                False: " The unoptimized model diverges as well (not the optimizer).",
+                None: "",
+            }[result.unoptimized_matches]
+        )
         properties["unoptimizedModelMatches"] = result.unoptimized_matches
-        if int8_kernels_differ:
-            optimizer = int8_kernels.SATURATION
         result.seconds = time.perf_counter() - start
         properties.update(ortSessions=result.ort_sessions, ortRuns=result.ort_runs, seconds=round(result.seconds, 3))
         found = result.bisection.divergence if result.bisection else None
