@@ -83,7 +83,7 @@ class OpRecorder(evaluator.Evaluator):
     # -- onnxscript evaluator protocol -------------------------------------------------
 
     def eval_op(self, op: onnxscript.values.Op, args: Sequence[Arg], kwargs: Mapping[str, Arg]):
-        signature = op.op_signature
+        signature = _signature(op)
         if signature is None:
             raise ValueError(f"ONNX op {op.name!r} has no schema in opset {op.opset}")
         inputs, attrs = bind(signature, args, kwargs)
@@ -204,6 +204,21 @@ class OpRecorder(evaluator.Evaluator):
         if value.shape is not None and len(value.shape) == 1:
             return value
         return self.opset.Reshape(value, self.constant([-1], ir.DataType.INT64))
+
+
+_SIGNATURES: dict[tuple[str, str, int], ir.schemas.OpSignature] = {}
+
+
+def _signature(op: onnxscript.values.Op) -> ir.schemas.OpSignature | None:
+    """``op.op_signature``, built once per ONNX schema: onnxscript's opsets make a new `Op`, and so a new
+    signature, for every call (a third of an 8-layer decoder's translation)."""
+    schema = op.op_schema
+    if schema is None:
+        return None
+    key = (schema.domain, schema.name, schema.since_version)
+    if key not in _SIGNATURES:
+        _SIGNATURES[key] = op.op_signature
+    return _SIGNATURES[key]
 
 
 def bind(signature, args: Sequence[Arg], kwargs: Mapping[str, Arg]) -> tuple[dict[str, Arg], dict[str, Any]]:
