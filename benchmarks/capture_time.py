@@ -1,6 +1,8 @@
 """Capture time of a decoder LLM's generation graph (`export_for_generation`'s wrapper, its example and
 dynamic shapes), in one process, interleaved (warm-up first), for choices the exporter makes:
 
+- symbolic sizes against none: the dynamic capture as exported against a static one, which is torch.export's
+  floor for this model (onnxruntime-genai's builder, which runs no model code, builds its graph in less);
 - torch's fake-tensor cache, on and off, for dynamic (as exported) and static captures: the exporter
   turns it off for dynamic captures only (`exporter/capture/extractor.py`);
 - transformers' patch that traces SDPA's math backend, applied and left out: the generation exports
@@ -82,6 +84,7 @@ def main() -> None:
             export.filled_cache = filled
 
     rows = {
+        "static: no symbolic sizes": (lambda: capture(True), lambda: capture(False)),
         "dynamic, fake-tensor cache on": (lambda: capture(True), lambda: capture(True, _fake_tensor_cache=cache(True))),
         "static, fake-tensor cache off": (
             lambda: capture(False),

@@ -30,9 +30,9 @@ def report_specialized(
 ) -> None:
     """FXE0020 for each of `dims` that came out static (a warning where the user named the dimension
     in a spec or where every one came out static, a note under ``dynamic_shapes=True``), a note for each of
-    the capture's `assumptions` (`capture.Mode.assumes`, spelled by `dynamic.as_bounds`), a warning at the line of each `unchecked` equality
-    (`dynamic.unchecked_equalities`), then the note listing the symbolic dimensions: a warning with the graph's
-    input shapes when every dimension asked dynamic came out static.
+    the capture's `assumptions` (`capture.Mode.assumes`, spelled by `dynamic.as_bounds`), a warning at the
+    line of each `unchecked` equality (`dynamic.unchecked_equalities`), then the note listing the symbolic
+    dimensions: a warning with the graph's input shapes when every dimension asked dynamic came out static.
     `arguments` says where the example gives each input (`dynamic.arguments`), for a quick fix; `captured`, the
     shapes a model that is a graph captured before was captured with (`dynamic.captured_shapes`)."""
     if not dims:
