@@ -10,6 +10,7 @@ import sympy
 import torch
 from helpers import run_onnx_feeds
 from torch.export import Dim
+from torch.utils._sympy.functions import FloorDiv
 
 import exporter
 from exporter.capture import dynamic
@@ -204,11 +205,13 @@ def test_guards_of_sizes_0_and_1_that_hold_at_the_example_are_assumptions_noted_
 
 
 def test_assumptions_that_keep_sizes_to_a_set_are_no_bounds():
-    h, w, new, total = sympy.symbols("h w new total", integer=True, positive=True)
+    h, w, past, new, total = sympy.symbols("h w past new total", integer=True, positive=True)
     assert dynamic.bounds_only([sympy.Ge(h, 33), sympy.Ne(new, 1), sympy.Le(new, total)])
-    assert not dynamic.bounds_only([sympy.Ge(h, 33), sympy.Eq(h // 16, 14)])
+    assert dynamic.bounds_only([sympy.Eq(total, past + new)])  # BLOOM's mask: a relation between dimensions
+    assert dynamic.bounds_only([sympy.Eq(past + new + sympy.Max(0, 256 - past - new), 256)])  # MPT's
+    assert not dynamic.bounds_only([sympy.Ge(h, 33), sympy.Eq(h, 224)])
     assert not dynamic.bounds_only([sympy.Eq(sympy.Mod(h, 16), 0)])
-    assert not dynamic.bounds_only([sympy.Eq((h // 2 + 1) * (w // 2 + 1), 16)])  # LeViT's patches
+    assert not dynamic.bounds_only([sympy.Eq(FloorDiv(h, 2) * FloorDiv(w, 2), 16)])  # LeViT's patches, two dimensions
 
 
 class StridedResidual(torch.nn.Module):
@@ -495,3 +498,29 @@ def test_the_second_size_check_passes_a_dynamic_graph_and_can_be_turned_off():
         )
         == []
     )
+
+
+def test_a_size_fixed_in_a_librarys_model_code_is_named_with_its_file_and_line():
+    """LongT5's local attention (transformers' code, no line of the user's) fixes the sequence length: the refusal
+    names that line and its file, not "The model's code". The ids are fixed with no frame at all (torch.export
+    solving the guards at the end): they share the place of the mask they are tied to."""
+    import inspect
+
+    import transformers
+    from transformers.models.longt5 import modeling_longt5
+
+    config = transformers.LongT5Config(
+        d_model=32, d_ff=64, d_kv=8, num_layers=1, num_heads=4, local_radius=4, vocab_size=64
+    )
+    model = transformers.LongT5EncoderModel(config).eval()
+    ids, mask = torch.randint(0, 64, (1, 5)), torch.ones(1, 5, dtype=torch.long)
+    with pytest.raises(exporter.OnnxExporterError) as info:
+        export(model, ids, mask, spec={"input_ids": {1: "length"}, "attention_mask": {1: "length"}})
+    (error,) = [d for d in info.value.export_output.diagnostic_context.errors() if d.rule.id == "FXE0020"]
+    lines, first = inspect.getsourcelines(modeling_longt5._get_local_attention_mask)
+    (line,) = [first + i for i, text in enumerate(lines) if "= torch.logical_and(_blocked_attention_mask" in text]
+    assert error.message.startswith(
+        "`local_attention_mask = torch.logical_and(_blocked_attention_mask, _3blocked_attention_mask)` "
+        f"(transformers/models/longt5/modeling_longt5.py:{line}) fixes dimension 1 of input 'input_ids' to 5, "
+    )
+    assert not error.stack  # the editor's locations stay in the user's files

@@ -25,10 +25,11 @@ import torch.fx.experimental._config as shape_config
 from torch._guards import TracingContext
 from torch.export.dynamic_shapes import _DerivedDim, _Dim, _DimHint
 from torch.fx.experimental.symbolic_shapes import ShapeEnv
+from torch.utils._sympy.functions import CeilDiv, FloorDiv, Mod, PythonMod
 from torch.utils._sympy.numbers import int_oo
 from torch.utils._sympy.value_ranges import ValueRanges, bound_sympy
 
-from exporter.diagnostics.locations import EXPORTER_ROOT, Frame, is_user_file, stack_of
+from exporter.diagnostics.locations import EXPORTER_ROOT, Frame, library_frame, stack_of
 
 _EXPORTER = EXPORTER_ROOT + os.sep
 _TOOLING = (os.path.dirname(torch.__file__) + os.sep, _EXPORTER)
@@ -44,6 +45,7 @@ class Specialization:
     source: str  # e.g. ``L['x'].size()[1]`` (non-strict) or ``L['flat_args'][0].size()[1]`` (strict)
     value: int
     stack: list[Frame]  # user frames, innermost first
+    library: Frame | None = None  # without user frames, the line of a package's model code (transformers') that did it
 
     def matches(self, name: str, index: int, dim: int) -> bool:
         """Whether this is dimension `dim` of the user input `name` (flat input `index`)."""
@@ -116,7 +118,11 @@ def capturing(dynamic: bool, oblivious: bool) -> Iterator[list[Specialization]]:
         if target.is_number and symbol not in shape_env.replacements:
             sources = shape_env.var_to_sources.get(symbol) or []
             if sources:
-                found.append(Specialization(sources[0].name, int(target), _user_stack()))
+                frames = _model_stack()
+                user = [f for f in frames if f.is_user_code]
+                found.append(
+                    Specialization(sources[0].name, int(target), user, None if user else library_frame(frames))
+                )
         original(shape_env, symbol, target, message)
 
     ShapeEnv._set_replacement = record
@@ -279,11 +285,19 @@ def as_bounds(program: torch.export.ExportedProgram, conditions: list[sympy.Expr
     return [sympy.Ge(symbol, k) for symbol, k in lowest.items() if k > ranges[symbol].lower] + kept
 
 
+_BOUNDS = (sympy.Ne, sympy.Ge, sympy.Gt, sympy.Le, sympy.Lt)
+_ROUNDING = (FloorDiv, CeilDiv, Mod, PythonMod, sympy.Mod, sympy.floor, sympy.ceiling)
+
+
 def bounds_only(conditions: list[sympy.Expr]) -> bool:
-    """Whether `conditions` (`assertions` spelled by `as_bounds`) only bound the sizes or rule a few out
-    (``h >= 33``, ``seq != 1``): an equality (LeViT's ``patches == 196``, a ``Mod(...) == 0``) keeps the sizes
-    to a set, and the graph would be right at those only."""
-    return all(isinstance(c, (sympy.Ne, sympy.Ge, sympy.Gt, sympy.Le, sympy.Lt)) for c in conditions)
+    """Whether `conditions` (`assertions` spelled by `as_bounds`) leave the sizes ranges: bounds and sizes
+    ruled out (``h >= 33``, ``seq != 1``), relations between dimensions (BLOOM's ``total == past + new``).
+    An equality of one dimension, or one that rounds (LeViT's ``patches == 196``, LongT5's
+    ``Mod(length, 5) == 0``), keeps the sizes to a set, and the graph would be right at those only."""
+    return all(
+        isinstance(c, _BOUNDS) or (len(c.free_symbols) > 1 and not c.has(*_ROUNDING)) or not c.free_symbols
+        for c in conditions
+    )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -489,13 +503,13 @@ def _is_dynamic(spec: Any) -> bool:
     return isinstance(spec, _Dim)
 
 
-def _user_stack() -> list[Frame]:
+def _model_stack() -> list[Frame]:
     """The model's frames now, innermost first: TorchDynamo's (strict capture), or Python's up to the
-    exporter's own frames (the code that called the export is not the model's)."""
+    exporter's own frames (the code that called the export is not the model's); torch's among them."""
     traced = TracingContext.extract_stack()
     stack = list(reversed(traced or traceback.extract_stack()))
     if not traced:  # skip this module's frames, stop at the exporter's frame that started the capture
         inner = next((i for i, f in enumerate(stack) if not f.filename.startswith(_EXPORTER)), len(stack))
         outer = next((i for i, f in enumerate(stack) if i >= inner and f.filename.startswith(_EXPORTER)), len(stack))
         stack = stack[inner:outer]
-    return [Frame(f.filename, f.lineno, f.name, (f.line or "").strip()) for f in stack if is_user_file(f.filename)]
+    return [Frame(f.filename, f.lineno, f.name, (f.line or "").strip()) for f in stack]

@@ -202,8 +202,7 @@ class FXGraphExtractor:
                     )
                     continue
                 assumptions = dynamic.as_bounds(program, dynamic.assertions(program)) if mode.assumes else []
-                # sizes 0/1 kept symbolic assume what they need (BLOOM's total == past + new); other sizes, bounds only
-                if mode.assumes and not mode.oblivious and not dynamic.bounds_only(assumptions):
+                if mode.assumes and not dynamic.bounds_only(assumptions):
                     ctx.report(
                         rules.GRAPH_CAPTURE,
                         Level.NONE,

@@ -14,7 +14,7 @@ from torch.utils._sympy.numbers import int_oo
 from exporter.capture import dynamic
 from exporter.constants import Prop
 from exporter.diagnostics import DiagnosticContext, Level, rules
-from exporter.diagnostics.locations import Frame
+from exporter.diagnostics.locations import Frame, package_path
 from exporter.outcome import ASKED_DYNAMIC
 
 
@@ -41,7 +41,7 @@ def report_specialized(
     all_static = len(specialized) == len(dims)
     for dim, size in specialized:
         found = next((s for s in reversed(fixed) if s.matches(dim.input, dim.index, dim.dim)), None)
-        stack = found.stack if found else []
+        stack, library = _where(found, fixed)
         shape = captured.get(dim.input, ())
         if not stack and dim.dim < len(shape) and not dynamic.is_symbolic(shape[dim.dim]):
             message = (
@@ -57,12 +57,12 @@ def report_specialized(
             )
         elif size <= 1:
             message = (
-                f"{_code(stack)} fixes dimension {dim.dim} of input '{dim.input}' to {size}, the example's size: the "
+                f"{_code(stack, library)} fixes dimension {dim.dim} of input '{dim.input}' to {size}, the example's size: the "
                 "exported graph accepts only that size there. With another example size the code may not fix it."
             )
         else:
             message = (
-                f"{_code(stack)} fixes dimension {dim.dim} of input '{dim.input}' to {size}: the exported graph "
+                f"{_code(stack, library)} fixes dimension {dim.dim} of input '{dim.input}' to {size}: the exported graph "
                 "accepts only that size there, though the dimension was asked to be dynamic."
             )
         ctx.report(
@@ -146,13 +146,13 @@ def constraint_violation(
             if isinstance(dim_spec, _Dim) and dim_spec.__name__ in names:
                 found = next((s for s in reversed(fixed) if s.matches(input_name, index, dim)), None)
                 narrowing = next((n for n in narrowings if (n.dim.input, n.dim.dim) == (input_name, dim)), None)
-                stack = found.stack if found else narrowing.stack if narrowing else []
+                stack, library = _where(found, fixed) if found else (narrowing.stack if narrowing else [], None)
                 value = f" to {found.value}" if found else ""
                 # a range torch.export suggests (``Dim('seq', min=101)``): the code narrows the sizes, fixes none
                 narrows = found is None and any(f"Dim({dim_spec.__name__!r}" in fix for fix in fixes)
                 verb = "allows only some sizes of" if narrows else "fixes"
                 message = (
-                    f"{_code(stack)} {verb} dimension {dim} of input '{input_name}'{value}, but it is declared dynamic as "
+                    f"{_code(stack, library)} {verb} dimension {dim} of input '{input_name}'{value}, but it is declared dynamic as "
                     f"Dim({dim_spec.__name__!r}). torch.export suggests: {'; '.join(fixes) or 'make the dimension static'}."
                 )
                 properties = {
@@ -170,8 +170,28 @@ def _argument(arguments: dict[str, int | str], name: str) -> dict[str, Any]:
     return {Prop.ARGUMENT: arguments[name]} if name in arguments else {}
 
 
-def _code(stack: list[Frame]) -> str:
-    return f"`{stack[0].snippet}`" if stack and stack[0].snippet else "The model's code"
+def _where(
+    found: dynamic.Specialization | None, fixed: list[dynamic.Specialization]
+) -> tuple[list[Frame], Frame | None]:
+    """The user frames and library line where `found` was fixed; for one fixed with no frame of the model's
+    (torch.export solving its guards at the end), those of the one located dimension fixed to the same size:
+    an input the model ties to it (T5's ids and their attention mask)."""
+    if found is None:
+        return [], None
+    if found.stack or found.library:
+        return found.stack, found.library
+    same = [s for s in fixed if s.value == found.value and (s.stack or s.library)]
+    places = {(tuple(s.stack[:1]), s.library) for s in same}
+    return (same[0].stack, same[0].library) if len(places) == 1 else ([], None)
+
+
+def _code(stack: list[Frame], library: Frame | None = None) -> str:
+    """The user's line of `stack`, else the `library` line with its file (``transformers/…/modeling_x.py:174``)."""
+    if stack and stack[0].snippet:
+        return f"`{stack[0].snippet}`"
+    if library is not None and library.snippet:
+        return f"`{library.snippet}` ({package_path(library.path)}:{library.line})"
+    return "The model's code"
 
 
 def _spelled(spec: Any) -> str:

@@ -63,6 +63,25 @@ def is_user_file(path: str) -> bool:
     return not real.startswith(tuple(_library_roots)) and "site-packages" not in real
 
 
+_SITE_PACKAGES = tuple({os.path.realpath(sysconfig.get_paths()[k]) + os.sep for k in ("purelib", "platlib")})
+_TOOLING = tuple(os.path.realpath(p) + os.sep for p in (os.path.dirname(torch.__file__), EXPORTER_ROOT))
+
+
+def package_path(path: str) -> str | None:
+    """`path` from its installed package on (``transformers/models/t5/modeling_t5.py``) for a file of a
+    third-party package that runs a model (not torch's, not the exporter's), else None."""
+    real = os.path.realpath(path)
+    if real.startswith(_TOOLING):
+        return None
+    return next((real[len(root) :] for root in _SITE_PACKAGES if real.startswith(root)), None)
+
+
+def library_frame(frames: list[Frame]) -> Frame | None:
+    """The innermost of `frames` in a package's model code (transformers' ``modeling_*.py``, timm's): where
+    messages point when no frame is the user's."""
+    return next((f for f in frames if package_path(f.path) is not None), None)
+
+
 def parse_stack_trace(text: str) -> list[Frame]:
     """Frames of a `traceback`-formatted stack, innermost first."""
     frames: list[Frame] = []
