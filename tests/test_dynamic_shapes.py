@@ -207,11 +207,15 @@ def test_guards_of_sizes_0_and_1_that_hold_at_the_example_are_assumptions_noted_
 def test_assumptions_that_keep_sizes_to_a_set_are_no_bounds():
     h, w, past, new, total = sympy.symbols("h w past new total", integer=True, positive=True)
     assert dynamic.bounds_only([sympy.Ge(h, 33), sympy.Ne(new, 1), sympy.Le(new, total)])
-    assert dynamic.bounds_only([sympy.Eq(total, past + new)])  # BLOOM's mask: a relation between dimensions
-    assert dynamic.bounds_only([sympy.Eq(past + new + sympy.Max(0, 256 - past - new), 256)])  # MPT's
     assert not dynamic.bounds_only([sympy.Ge(h, 33), sympy.Eq(h, 224)])
-    assert not dynamic.bounds_only([sympy.Eq(sympy.Mod(h, 16), 0)])
-    assert not dynamic.bounds_only([sympy.Eq(FloorDiv(h, 2) * FloorDiv(w, 2), 16)])  # LeViT's patches, two dimensions
+    assert not dynamic.bounds_only([sympy.Eq(FloorDiv(h, 2) * FloorDiv(w, 2), 16)])  # LeViT's patches
+    # a KV cache's sizes kept symbolic at 0/1 relate the dimensions (BLOOM's mask, MPT's context bound) …
+    assert dynamic.bounds_only([sympy.Eq(total, past + new)], relations=True)
+    assert dynamic.bounds_only([sympy.Eq(past + new + sympy.Max(0, 256 - past - new), 256)], relations=True)
+    window = sympy.Max(0, sympy.Min(256, past + new) - past)
+    assert dynamic.bounds_only([sympy.Eq(sympy.Mod(64 * past * window, 64 * new), 0)], relations=True)  # GPT-Neo's
+    # … but still keep no one dimension to a set (LongT5's blocks)
+    assert not dynamic.bounds_only([sympy.Ge(h, 5), sympy.Eq(sympy.Mod(h, 5), 0)], relations=True)
 
 
 class StridedResidual(torch.nn.Module):

@@ -25,7 +25,6 @@ import torch.fx.experimental._config as shape_config
 from torch._guards import TracingContext
 from torch.export.dynamic_shapes import _DerivedDim, _Dim, _DimHint
 from torch.fx.experimental.symbolic_shapes import ShapeEnv
-from torch.utils._sympy.functions import CeilDiv, FloorDiv, Mod, PythonMod
 from torch.utils._sympy.numbers import int_oo
 from torch.utils._sympy.value_ranges import ValueRanges, bound_sympy
 
@@ -285,17 +284,16 @@ def as_bounds(program: torch.export.ExportedProgram, conditions: list[sympy.Expr
     return [sympy.Ge(symbol, k) for symbol, k in lowest.items() if k > ranges[symbol].lower] + kept
 
 
-_BOUNDS = (sympy.Ne, sympy.Ge, sympy.Gt, sympy.Le, sympy.Lt)
-_ROUNDING = (FloorDiv, CeilDiv, Mod, PythonMod, sympy.Mod, sympy.floor, sympy.ceiling)
-
-
-def bounds_only(conditions: list[sympy.Expr]) -> bool:
-    """Whether `conditions` (`assertions` spelled by `as_bounds`) leave the sizes ranges: bounds and sizes
-    ruled out (``h >= 33``, ``seq != 1``), relations between dimensions (BLOOM's ``total == past + new``).
-    An equality of one dimension, or one that rounds (LeViT's ``patches == 196``, LongT5's
-    ``Mod(length, 5) == 0``), keeps the sizes to a set, and the graph would be right at those only."""
+def bounds_only(conditions: list[sympy.Expr], relations: bool = False) -> bool:
+    """Whether `conditions` (`assertions` spelled by `as_bounds`) leave the sizes ranges: bounds and sizes ruled
+    out (``h >= 33``, ``seq != 1``); with `relations`, equalities between several dimensions too (a KV cache's
+    sizes kept symbolic at 0/1: BLOOM's ``total == past + new``, GPT-Neo's arithmetic of its window). An
+    equality of one dimension (LongT5's ``Mod(length, 5) == 0``), or any without `relations` (LeViT's
+    ``patches == 196`` of height and width), keeps the sizes to a set: the graph would be right at those only."""
     return all(
-        isinstance(c, _BOUNDS) or (len(c.free_symbols) > 1 and not c.has(*_ROUNDING)) or not c.free_symbols
+        isinstance(c, (sympy.Ne, sympy.Ge, sympy.Gt, sympy.Le, sympy.Lt))
+        or not c.free_symbols
+        or (relations and len(c.free_symbols) > 1)
         for c in conditions
     )
 

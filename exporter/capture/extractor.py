@@ -202,7 +202,7 @@ class FXGraphExtractor:
                     )
                     continue
                 assumptions = dynamic.as_bounds(program, dynamic.assertions(program)) if mode.assumes else []
-                if mode.assumes and not dynamic.bounds_only(assumptions):
+                if mode.assumes and not dynamic.bounds_only(assumptions, relations=mode.oblivious):
                     ctx.report(
                         rules.GRAPH_CAPTURE,
                         Level.NONE,
