@@ -28,10 +28,9 @@ from torch.fx.experimental.symbolic_shapes import ShapeEnv
 from torch.utils._sympy.numbers import int_oo
 from torch.utils._sympy.value_ranges import ValueRanges, bound_sympy
 
-from exporter.diagnostics.locations import EXPORTER_ROOT, Frame, library_frame, stack_of
+from exporter.diagnostics.locations import EXPORTER_ROOT, Frame, is_tooling, library_frame, stack_of
 
 _EXPORTER = EXPORTER_ROOT + os.sep
-_TOOLING = (os.path.dirname(torch.__file__) + os.sep, _EXPORTER)
 _VIOLATED = re.compile(r"Constraints violated \(([^)]*)\)")
 _SIZE_FIX = re.compile(r"^\w+ = -?\d+$")  # a suggested fix that fixes a size: ``h = 224``
 _SOURCE = re.compile(r"^L\['(?:flat_args'\]\[(?P<index>\d+)\]|(?P<name>\w+)'\])\.size\(\)\[(?P<dim>\d+)\]$")
@@ -244,7 +243,7 @@ def _model_frame(guard: Any) -> Frame | None:
     """The model's line a shape guard comes from; None for PyTorch's own checks (consequences of a line of
     the model's)."""
     frame = guard.sloc.framework_loc
-    if not isinstance(frame, traceback.FrameSummary) or frame.filename.startswith(_TOOLING):
+    if not isinstance(frame, traceback.FrameSummary) or is_tooling(frame.filename):
         return None
     return Frame(frame.filename, frame.lineno, frame.name, (frame.line or "").strip())
 
@@ -503,11 +502,11 @@ def _is_dynamic(spec: Any) -> bool:
 
 def _model_stack() -> list[Frame]:
     """The model's frames now, innermost first: TorchDynamo's (strict capture), or Python's up to the
-    exporter's own frames (the code that called the export is not the model's); torch's among them."""
+    exporter's own frames (the code that called the export is not the model's), less torch's."""
     traced = TracingContext.extract_stack()
     stack = list(reversed(traced or traceback.extract_stack()))
     if not traced:  # skip this module's frames, stop at the exporter's frame that started the capture
         inner = next((i for i, f in enumerate(stack) if not f.filename.startswith(_EXPORTER)), len(stack))
         outer = next((i for i, f in enumerate(stack) if i >= inner and f.filename.startswith(_EXPORTER)), len(stack))
         stack = stack[inner:outer]
-    return [Frame(f.filename, f.lineno, f.name, (f.line or "").strip()) for f in stack]
+    return [Frame(f.filename, f.lineno, f.name, (f.line or "").strip()) for f in stack if not is_tooling(f.filename)]

@@ -67,12 +67,18 @@ _SITE_PACKAGES = tuple({os.path.realpath(sysconfig.get_paths()[k]) + os.sep for 
 _TOOLING = tuple(os.path.realpath(p) + os.sep for p in (os.path.dirname(torch.__file__), EXPORTER_ROOT))
 
 
+@functools.lru_cache(maxsize=4096)
+def is_tooling(path: str) -> bool:
+    """True for torch's and the exporter's own files: the capture, never the model."""
+    return os.path.realpath(path).startswith(_TOOLING)
+
+
 def package_path(path: str) -> str | None:
     """`path` from its installed package on (``transformers/models/t5/modeling_t5.py``) for a file of a
     third-party package that runs a model (not torch's, not the exporter's), else None."""
-    real = os.path.realpath(path)
-    if real.startswith(_TOOLING):
+    if is_tooling(path):
         return None
+    real = os.path.realpath(path)
     return next((real[len(root) :] for root in _SITE_PACKAGES if real.startswith(root)), None)
 
 
